@@ -1,0 +1,3 @@
+from etl.cli import main
+
+main()
