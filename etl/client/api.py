@@ -1,0 +1,293 @@
+"""One method per endpoint of the document, typed where the document shows the shape."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, Literal
+
+import httpx
+
+from etl.client.models import (
+    Candles,
+    ExternalCommand,
+    ObjectFull,
+    ObjectShort,
+    Parameter,
+    ParamList,
+    ParamStatus,
+    Points,
+    User,
+)
+from etl.client.retry import ClientStats, RetryPolicy
+from etl.client.series import parse_candles, parse_points
+from etl.client.session import Session
+from etl.errors import InvalidArgument
+from etl.timeutil import DAY_MS, to_ms
+
+Time = datetime | int | str
+SeriesKind = Literal["raw", "average", "candles"]
+RAW_WINDOW_MAX_MS = DAY_MS
+
+
+def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
+    start_ms, end_ms = to_ms(start), to_ms(end)
+    if start_ms > end_ms:
+        raise InvalidArgument(f"window start {start_ms} is after its end {end_ms}")
+    if raw and end_ms - start_ms > RAW_WINDOW_MAX_MS:
+        raise InvalidArgument(
+            f"raw windows may span at most 24 hours; this one spans {(end_ms - start_ms) / 3_600_000:.1f} h"
+        )
+    return start_ms, end_ms
+
+
+def _ids(values: Iterable[int] | int | None) -> list[int] | None:
+    if values is None:
+        return None
+    return [int(values)] if isinstance(values, int) else [int(v) for v in values]
+
+
+def _query(**params: Any) -> dict[str, Any]:
+    """Drop unset filters; booleans as the platform spells them."""
+    out = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        out[key] = ("true" if value else "false") if isinstance(value, bool) else value
+    return out
+
+
+class MonitoringClient:
+    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        timeout: httpx.Timeout | float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = 16,
+        verify: bool | str = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        stats: ClientStats | None = None,
+    ) -> None:
+        self.session = Session(
+            base_url, username, password, timeout=timeout, retry=retry, max_in_flight=max_in_flight,
+            verify=verify, transport=transport, stats=stats,
+        )
+
+    @property
+    def stats(self) -> ClientStats:
+        return self.session.stats
+
+    async def __aenter__(self) -> MonitoringClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self.session.aclose()
+
+    async def _get(self, path: str, **params: Any) -> Any:
+        return await self.session.call("GET", path, _query(**params))
+
+    async def _post(self, path: str, *, expect_json: bool = True, **params: Any) -> Any:
+        return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
+
+    # 4.1 sign-in ------------------------------------------------------------------------------
+    async def sign_in(self) -> User:
+        return await self.session.sign_in()
+
+    # 4.2 objects ------------------------------------------------------------------------------
+    async def objects_short(self) -> list[ObjectShort]:
+        return [ObjectShort.model_validate(o) for o in await self._get("/db/object/shortest")]
+
+    async def objects(self, states: Iterable[int] | int | None = None) -> list[ObjectFull]:
+        return [ObjectFull.model_validate(o) for o in await self._get("/db/object", state=_ids(states))]
+
+    async def object(self, object_id: int) -> ObjectFull:
+        return ObjectFull.model_validate(await self._get(f"/db/object/{int(object_id)}"))
+
+    async def units(self, object_id: int) -> list[dict[str, Any]]:
+        return list(await self._get(f"/db/object/{int(object_id)}/unit"))
+
+    # 4.3 parameters ---------------------------------------------------------------------------
+    @staticmethod
+    def _params(records: list[dict], source: ParamList, object_id: int | None) -> list[Parameter]:
+        return [
+            Parameter(id=int(r["id"]), source=source, object_id=object_id or r.get("objectId"), meta=r)
+            for r in records
+        ]
+
+    def _param_filters(self, object_id, controller_ids, drone_id, tags, device_classified, room_ids) -> dict:
+        return dict(
+            objectId=object_id, controllerId=_ids(controller_ids), droneID=drone_id,
+            tags=list(tags) if tags else None, deviceClassified=_ids(device_classified), roomID=_ids(room_ids),
+        )
+
+    async def physical_params(
+        self, object_id: int | None = None, *, controller_ids=None, drone_id: int | None = None,
+        tags: Iterable[str] | None = None, device_classified=None, room_ids=None, short: bool = False,
+    ) -> list[Parameter]:
+        path = "/db/contrdeviceparam/shortest" if short else "/db/contrdeviceparam"
+        filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
+        return self._params(await self._get(path, **filters), "physical", object_id)
+
+    async def calculated_params(
+        self, object_id: int | None = None, *, controller_ids=None, drone_id: int | None = None,
+        tags: Iterable[str] | None = None, device_classified=None, room_ids=None, short: bool = False,
+    ) -> list[Parameter]:
+        path = "/db/contrcalcparam/shortest" if short else "/db/contrcalcparam"
+        filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
+        return self._params(await self._get(path, **filters), "calculated", object_id)
+
+    async def object_physical_params(
+        self, object_id: int, *, ctrability: bool | None = None, locked: bool | None = None,
+        tags: Iterable[str] | None = None,
+    ) -> list[Parameter]:
+        records = await self._get(
+            f"/db/object/{int(object_id)}/cdp", ctrability=ctrability, locked=locked, tag=list(tags or []) or None
+        )
+        return self._params(records, "physical", object_id)
+
+    async def object_calculated_params(
+        self, object_id: int, *, ctrability: bool | None = None, locked: bool | None = None,
+        tags: Iterable[str] | None = None,
+    ) -> list[Parameter]:
+        records = await self._get(
+            f"/db/object/{int(object_id)}/ccp", ctrability=ctrability, locked=locked, tag=list(tags or []) or None
+        )
+        return self._params(records, "calculated", object_id)
+
+    async def object_params(self, object_id: int, *, calc: bool = False) -> list[dict[str, Any]]:
+        return list(await self._get(f"/db/object/{int(object_id)}/params", calc=calc))
+
+    async def search_params(self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0) -> list[dict]:
+        return list(await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset))
+
+    async def search_params_all(self, object_ids: Iterable[int], *, page_size: int = 500) -> list[dict]:
+        """Every page of /search/params, until a short page."""
+        out: list[dict] = []
+        while True:
+            page = await self.search_params(object_ids, limit=page_size, offset=len(out))
+            out.extend(page)
+            if len(page) < page_size:
+                return out
+
+    # 4.4 measurements -------------------------------------------------------------------------
+    async def _points(self, path: str, param_id: int, start: Time, end: Time, count: int | None, raw: bool) -> Points:
+        s, e = _window(start, end, raw=raw)
+        return parse_points(await self._get(f"{path}/{int(param_id)}/{s}/{e}", count=count))
+
+    async def _candles(self, path: str, param_id: int, start: Time, end: Time, count: int | None) -> Candles:
+        s, e = _window(start, end, raw=False)
+        return parse_candles(await self._get(f"{path}/{int(param_id)}/{s}/{e}", count=count))
+
+    async def measure_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        return await self._points("/db/measure", param_id, start, end, count, raw=True)
+
+    async def measure_average(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        return await self._points("/db/measure/average", param_id, start, end, count, raw=False)
+
+    async def measure_candles(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
+        return await self._candles("/db/measure/candles", param_id, start, end, count)
+
+    async def measure_average_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        """The document's second spelling, /db/measure/{id}/average/{start}/{end}."""
+        s, e = _window(start, end, raw=False)
+        return parse_points(await self._get(f"/db/measure/{int(param_id)}/average/{s}/{e}", count=count))
+
+    async def measure_candles_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
+        s, e = _window(start, end, raw=False)
+        return parse_candles(await self._get(f"/db/measure/{int(param_id)}/candles/{s}/{e}", count=count))
+
+    async def calc_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        return await self._points("/db/calcvalue", param_id, start, end, count, raw=True)
+
+    async def calc_average(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        return await self._points("/db/calcvalue/average", param_id, start, end, count, raw=False)
+
+    async def calc_candles(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
+        return await self._candles("/db/calcvalue/candles", param_id, start, end, count)
+
+    async def signal(self, param_id: int, start: Time, end: Time) -> Points:
+        return await self._points("/db/signal", param_id, start, end, None, raw=True)
+
+    async def series(
+        self, param: Parameter, kind: SeriesKind, start: Time, end: Time, count: int | None = None
+    ) -> Points | Candles:
+        """The right endpoint for a parameter's kind and a series kind."""
+        if param.kind == "calculated":
+            fetch = {"raw": self.calc_raw, "average": self.calc_average, "candles": self.calc_candles}[kind]
+        elif param.kind == "signal" and kind == "raw":
+            return await self.signal(param.id, start, end)
+        else:
+            fetch = {"raw": self.measure_raw, "average": self.measure_average, "candles": self.measure_candles}[kind]
+        return await fetch(param.id, start, end, count)
+
+    # 4.5 status, 4.6 set value ----------------------------------------------------------------
+    async def param_status(self, param_id: int, at: Time | None = None) -> ParamStatus:
+        body = await self._get(f"/db/contrdeviceparam/{int(param_id)}/state", time=None if at is None else to_ms(at))
+        return ParamStatus.model_validate(body)
+
+    async def set_value(self, param_id: int, value: float) -> Any:
+        """Acts on real equipment. The answer's shape is not documented: returned as it came."""
+        return await self._post(f"/db/contrdeviceparam/{int(param_id)}/setvalue", expect_json=False, value=float(value))
+
+    # 4.7 external commands --------------------------------------------------------------------
+    async def ext_commands(self, device_id: int) -> list[ExternalCommand]:
+        return [ExternalCommand.model_validate(c) for c in await self._get("/extcommand", deviceId=int(device_id))]
+
+    async def run_command(self, device_id: int, command_id: int, data: str) -> Any:
+        """Acts on real equipment. The answer's shape is not documented: returned as it came."""
+        return await self._post(
+            f"/db/unit/{int(device_id)}/command", expect_json=False, extCommandId=int(command_id), commandData=data
+        )
+
+    # 4.8 reference lookups (POST with an empty body) ------------------------------------------
+    async def zones(self) -> list[dict[str, Any]]:
+        return list(await self._post("/db/zone"))
+
+    async def classifiers(self) -> list[dict[str, Any]]:
+        return list(await self._post("/deviceclassifier"))
+
+    async def room_types(self) -> list[dict[str, Any]]:
+        return list(await self._post("/sensor_location"))
+
+    async def rooms(self, object_id: int | None = None, sensor_location_id: int | None = None) -> list[dict[str, Any]]:
+        return list(await self._post("/room", objectId=object_id, sensorLocationId=sensor_location_id))
+
+
+class SyncMonitoringClient:
+    """Blocking facade for scripts and the CLI: the same methods, without `await`."""
+
+    def __init__(self, *args: Any, client: MonitoringClient | None = None, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._client = client or MonitoringClient(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+
+        @functools.wraps(attr)
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._loop.run_until_complete(attr(*args, **kwargs))
+
+        return blocking
+
+    def close(self) -> None:
+        self._loop.run_until_complete(self._client.aclose())
+        self._loop.close()
+
+    def __enter__(self) -> SyncMonitoringClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

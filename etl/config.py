@@ -1,0 +1,263 @@
+"""The run configuration: YAML with ${ENV} values, validated once into typed models."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from etl import redact
+from etl.errors import ConfigError
+from etl.timeutil import DAY_MS, parse_duration_ms, to_ms
+
+log = logging.getLogger(__name__)
+
+SeriesKind = Literal["raw", "average", "candles"]
+ParamKindName = Literal["physical", "calculated", "signal"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _duration(value: Any) -> int:
+    try:
+        return parse_duration_ms(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class RetryConfig(Strict):
+    attempts: int = Field(6, ge=1, le=50)
+    backoff_initial: float = Field(0.5, gt=0)
+    backoff_max: float = Field(30.0, gt=0)
+    deadline: float | None = Field(300.0, gt=0, description="seconds per request, all attempts together")
+    retry_after_max: float = Field(120.0, gt=0)
+
+
+class SourceConfig(Strict):
+    base_url: str
+    username: str
+    password: str | None = None
+    password_file: Path | None = None
+    verify_tls: bool = True
+    ca_bundle: Path | None = None
+    connect_timeout: float = Field(10.0, gt=0)
+    read_timeout: float = Field(60.0, gt=0)
+
+    @field_validator("base_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("must start with http:// or https:// and name a host")
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _one_password(self) -> SourceConfig:
+        if self.password is None and self.password_file is None:
+            raise ValueError("give password (e.g. ${ETL_PASSWORD}) or password_file")
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give password or password_file, not both")
+        return self
+
+    def resolve_password(self) -> str:
+        if self.password_file is None:
+            return self.password or ""
+        try:
+            secret = self.password_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"source.password_file: cannot read {self.password_file}: {exc.strerror}") from None
+        redact.register(secret)
+        return secret
+
+
+class ParameterSelect(Strict):
+    kinds: list[ParamKindName] = ["physical", "calculated", "signal"]
+    ids: list[int] | None = None
+    exclude_ids: list[int] = []
+    tags: list[str] | None = Field(None, description="keep parameters with any of these tags")
+
+
+class SelectConfig(Strict):
+    objects: Literal["all"] | list[int] = "all"
+    object_states: list[int] | None = None
+    parameters: ParameterSelect = ParameterSelect()
+
+
+class WindowConfig(Strict):
+    start: datetime
+    end: datetime | Literal["now"] = "now"
+    overlap: int = Field(3_600_000, description="re-read this much before each high-water mark (late data)")
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _aware(cls, value: Any) -> Any:
+        if isinstance(value, datetime) and value.tzinfo is None:
+            raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
+        if isinstance(value, str) and value != "now" and not re.search(r"(Z|[+-]\d\d:?\d\d)$", value.strip()):
+            raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
+        return value
+
+    @field_validator("overlap", mode="before")
+    @classmethod
+    def _overlap(cls, value: Any) -> int:
+        return _duration(value)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> WindowConfig:
+        if self.end != "now" and to_ms(self.start) >= to_ms(self.end):
+            raise ValueError("start must be before end")
+        return self
+
+    @property
+    def start_ms(self) -> int:
+        return to_ms(self.start)
+
+    def end_ms(self, now: int) -> int:
+        return now if self.end == "now" else to_ms(self.end)
+
+
+class ExtractConfig(Strict):
+    concurrency: int = Field(16, ge=1, le=256, description="requests in flight, whole run")
+    max_points: int = Field(10_000, ge=2, description="count sent with each request; a full answer is split")
+    raw_window: int = Field(DAY_MS, description="raw windows; at most 24h, aligned to UTC midnight")
+    aggregate_window: int = Field(7 * DAY_MS, description="average and candle windows")
+    slabs_in_flight: int = Field(2, ge=1, le=16, description="time slabs fetched ahead of the writer")
+
+    @field_validator("raw_window", "aggregate_window", mode="before")
+    @classmethod
+    def _windows(cls, value: Any) -> int:
+        return _duration(value)
+
+    @model_validator(mode="after")
+    def _limits(self) -> ExtractConfig:
+        if not 0 < self.raw_window <= DAY_MS or DAY_MS % self.raw_window:
+            raise ValueError("raw_window must divide 24h (e.g. 24h, 12h, 6h, 1h)")
+        if self.aggregate_window < DAY_MS or self.aggregate_window % DAY_MS:
+            raise ValueError("aggregate_window must be a whole number of days")
+        return self
+
+
+class SinkConfig(Strict):
+    format: Literal["parquet", "csv"] = "parquet"
+    path: str
+    partition_by: list[Literal["date", "object_id"]] = ["date"]
+    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
+    storage_options: dict[str, Any] = {}
+
+    @field_validator("partition_by")
+    @classmethod
+    def _has_date(cls, value: list[str]) -> list[str]:
+        if "date" not in value or len(set(value)) != len(value):
+            raise ValueError("must contain 'date' once (and may add 'object_id')")
+        return value
+
+
+class StateConfig(Strict):
+    path: str | None = Field(None, description="default: {sink.path}/_state")
+
+
+class ExecutorConfig(Strict):
+    kind: Literal["local", "dask"] = "local"
+    address: str | None = None
+
+
+class Config(Strict):
+    source: SourceConfig
+    select: SelectConfig = SelectConfig()
+    series: list[SeriesKind] = ["raw", "average", "candles"]
+    window: WindowConfig
+    extract: ExtractConfig = ExtractConfig()
+    retry: RetryConfig = RetryConfig()
+    sink: SinkConfig
+    state: StateConfig = StateConfig()
+    executor: ExecutorConfig = ExecutorConfig()
+    dimensions: bool = Field(True, description="snapshot objects, parameters and references each run")
+
+    @field_validator("series")
+    @classmethod
+    def _series(cls, value: list[str]) -> list[str]:
+        if not value or len(set(value)) != len(value):
+            raise ValueError("list each of raw, average, candles at most once, and at least one")
+        return value
+
+    @property
+    def state_path(self) -> str:
+        return self.state.path or self.sink.path.rstrip("/") + "/_state"
+
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _substitute(node: Any, where: str) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, f"{where}[{i}]") for i, v in enumerate(node)]
+    if not isinstance(node, str):
+        return node
+
+    def value(match: re.Match) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"config error: {where}: environment variable {name} is not set")
+
+    return _ENV.sub(value, node)
+
+
+def _location(error: dict) -> str:
+    parts = [str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p in {"function-after"}))]
+    return ".".join(parts) or "(top level)"
+
+
+def _message(error: dict) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key"
+    if error["type"] == "missing":
+        return "required key is missing"
+    return error["msg"].removeprefix("Value error, ")
+
+
+def parse_config(data: Any, origin: str = "config") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {origin}: the top level must be a mapping of keys")
+    raw_password = (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
+    data = _substitute(data, "")
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise ConfigError(f"config error: {_location(first)}: {_message(first)}{more}") from None
+    if config.source.password:
+        redact.register(config.source.password)
+        if isinstance(raw_password, str) and not _ENV.search(raw_password):
+            log.warning("source.password is written in the config file; prefer ${ETL_PASSWORD} or password_file")
+    return config
+
+
+def load_config(path: str | Path) -> Config:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config error: {path}: no such file") from None
+    except OSError as exc:
+        raise ConfigError(f"config error: {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "malformed YAML"
+        raise ConfigError(f"config error: {path}:{where}: {problem}") from None
+    return parse_config(data, str(path))

@@ -1,0 +1,174 @@
+"""Checkpoints: per (parameter, series), the time intervals already written, and the run lock.
+
+State is the list of completed half-open intervals, merged when adjacent (as Airbyte's concurrent
+cursor), so windows finishing out of order resume correctly and failed windows stay open. It is
+committed atomically, only after the files holding those intervals are durable.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from etl.errors import LockedError, StorageError
+from etl.storage import Storage
+from etl.timeutil import iso
+
+Interval = tuple[int, int]
+STATE_FILE = "state.json"
+LOCK_FILE = "lock"
+
+
+def merge(intervals: list[Interval]) -> list[Interval]:
+    out: list[list[int]] = []
+    for start, end in sorted(i for i in intervals if i[0] < i[1]):
+        if out and start <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], end)
+        else:
+            out.append([start, end])
+    return [(s, e) for s, e in out]
+
+
+def subtract(window: Interval, covered: list[Interval]) -> list[Interval]:
+    """Parts of window not in covered (covered merged and sorted)."""
+    start, end = window
+    gaps = []
+    for c_start, c_end in covered:
+        if c_end <= start or c_start >= end:
+            continue
+        if c_start > start:
+            gaps.append((start, c_start))
+        start = max(start, c_end)
+    if start < end:
+        gaps.append((start, end))
+    return gaps
+
+
+@dataclass
+class State:
+    covered: dict[str, list[Interval]] = field(default_factory=dict)  # "param_id/series" -> intervals
+
+    @staticmethod
+    def key(param_id: int, series: str) -> str:
+        return f"{param_id}/{series}"
+
+    def intervals(self, param_id: int, series: str) -> list[Interval]:
+        return self.covered.get(self.key(param_id, series), [])
+
+    def high_water(self, param_id: int, series: str) -> int | None:
+        intervals = self.intervals(param_id, series)
+        return intervals[-1][1] if intervals else None
+
+    def add(self, param_id: int, series: str, start: int, end: int) -> None:
+        key = self.key(param_id, series)
+        self.covered[key] = merge([*self.covered.get(key, []), (start, end)])
+
+    def reset(self, param_ids: set[int] | None = None, series: set[str] | None = None) -> int:
+        doomed = [
+            k for k in self.covered
+            if (param_ids is None or int(k.split("/")[0]) in param_ids)
+            and (series is None or k.split("/")[1] in series)
+        ]
+        for k in doomed:
+            del self.covered[k]
+        return len(doomed)
+
+    def to_json(self) -> bytes:
+        body = {"version": 1, "covered": {k: [list(i) for i in v] for k, v in sorted(self.covered.items())}}
+        return json.dumps(body, indent=1).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> State:
+        try:
+            body = json.loads(data)
+            return cls({k: [(int(s), int(e)) for s, e in v] for k, v in body["covered"].items()})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"state file {where} is damaged ({exc}); move it away or run 'etl state reset'") from None
+
+    def rows(self) -> Iterator[dict]:
+        for key, intervals in sorted(self.covered.items(), key=lambda kv: (int(kv[0].split("/")[0]), kv[0])):
+            param_id, series = key.split("/")
+            yield {
+                "param_id": int(param_id),
+                "series": series,
+                "high_water": iso(intervals[-1][1]),
+                "intervals": len(intervals),
+                "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in intervals),
+            }
+
+
+class StateStore:
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def load(self) -> State:
+        data = self.storage.read(STATE_FILE)
+        return State() if data is None else State.from_json(data, self.storage.display(STATE_FILE))
+
+    def save(self, state: State) -> None:
+        self.storage.write_atomic(STATE_FILE, state.to_json())
+
+    @contextmanager
+    def lock(self, lease_seconds: float = 120.0) -> Iterator[None]:
+        """One run at a time per state. Locally an flock, which the kernel drops when its holder dies;
+        on object stores a lease that a dead run's successor may take once it has expired."""
+        if self.storage.local:
+            with self._flock():
+                yield
+        else:
+            with self._lease(lease_seconds):
+                yield
+
+    def _owner(self) -> dict:
+        return {"pid": os.getpid(), "host": socket.gethostname(), "since": iso(int(time.time() * 1000))}
+
+    @contextmanager
+    def _flock(self) -> Iterator[None]:
+        path = self.storage.full(LOCK_FILE)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot create the state lock {path}: {exc.strerror}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown"
+                raise LockedError(f"another run holds the state lock {path} ({holder}); wait for it to finish") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(self._owner()).encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    @contextmanager
+    def _lease(self, lease_seconds: float) -> Iterator[None]:
+        token = uuid.uuid4().hex
+        now = time.time()
+        current = self.storage.read(LOCK_FILE)
+        if current:
+            try:
+                held = json.loads(current)
+            except ValueError:
+                held = {}
+            if held.get("expires", 0) > now:
+                raise LockedError(
+                    f"another run holds the state lock {self.storage.display(LOCK_FILE)} "
+                    f"(pid {held.get('pid')} on {held.get('host')}, since {held.get('since')}); wait for it to finish"
+                )
+        lease = {**self._owner(), "token": token, "expires": now + lease_seconds}
+        self.storage.write_atomic(LOCK_FILE, json.dumps(lease).encode())
+        if json.loads(self.storage.read(LOCK_FILE) or b"{}").get("token") != token:
+            raise LockedError(f"another run took the state lock {self.storage.display(LOCK_FILE)} at the same time")
+        try:
+            yield
+        finally:
+            self.storage.remove(LOCK_FILE)

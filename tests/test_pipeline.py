@@ -1,0 +1,169 @@
+"""End to end against the emulator: exact output, incremental runs, sinks, readers, splitting, config errors."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from etl.pipeline import RunOptions, Runner
+from etl.timeutil import HOUR_MS, to_ms
+from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
+from tests.expected import expected_table
+
+SERIES = ["raw", "average", "candles"]
+
+
+def run(config, **options):
+    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
+
+
+def read(out: Path, series: str) -> pa.Table:
+    table = ds.dataset(out / series, format="parquet", partitioning="hive").to_table()
+    return table.drop_columns(["date"]).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+
+
+def assert_exact(out: Path, start: str = START, end: str = END, objects=(1, 2)) -> None:
+    for series in SERIES:
+        got = read(out, series)
+        want = expected_table(emulator_config(), series, to_ms(start), to_ms(end), objects)
+        assert got.num_rows == want.num_rows > 0, series
+        assert got.select(want.column_names).equals(want), series
+
+
+def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
+    summary = run(make_config(emulator.base_url, tmp_path))
+    assert_exact(tmp_path)
+    body = summary.as_dict()
+    assert body["status"] == "ok" and body["objects"] == 2 and body["parameters"] == 8
+    assert body["series"]["raw"]["windows"] == 8 * 2  # one per parameter per day
+    assert list((tmp_path / "_runs").glob("*.json"))
+    # date partitions, one file each per run
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "raw").rglob("*.parquet"))
+    assert files == ["raw/date=2026-11-01/part-0.parquet", "raw/date=2026-11-02/part-0.parquet"]
+
+
+def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_emulator, tmp_path):
+    middle = "2026-11-02T06:00:00Z"
+    first = make_config(fresh_emulator.base_url, tmp_path, window={"end": middle})
+    run(first)
+    fresh_emulator.clear_requests()
+    second = make_config(fresh_emulator.base_url, tmp_path)
+    summary = run(second).as_dict()
+    starts = [
+        int(r["path"].rstrip("/").split("/")[-2])
+        for r in fresh_emulator.requests()
+        if "/db/measure" in r["path"] or "/db/calcvalue" in r["path"] or "/db/signal" in r["path"]
+    ]
+    assert starts and min(starts) >= to_ms(middle) - HOUR_MS  # nothing before the overlap is read again
+    assert summary["series"]["raw"]["windows"] == 8
+    assert_exact(tmp_path)
+    # a third run with nothing new fetches nothing and changes nothing
+    before = read(tmp_path, "raw")
+    assert run(second).as_dict()["requests"] < 10
+    assert read(tmp_path, "raw").equals(before)
+
+
+def test_rerun_and_full_refresh_never_duplicate(emulator, tmp_path):
+    config = make_config(emulator.base_url, tmp_path)
+    run(config)
+    run(config, full_refresh=True)
+    run(config, start=to_ms("2026-11-01T12:00:00Z"), end=to_ms("2026-11-02T12:00:00Z"), full_refresh=True)
+    assert_exact(tmp_path)
+
+
+def test_full_answers_are_split_until_complete(emulator, tmp_path):
+    config = make_config(emulator.base_url, tmp_path, extract={"max_points": 40})
+    summary = run(config).as_dict()
+    assert summary["splits"] > 0
+    assert_exact(tmp_path)
+
+
+def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
+    run(make_config(emulator.base_url, tmp_path / "pq"))
+    run(make_config(emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")}))
+    header = next((tmp_path / "csv" / "raw").rglob("*.csv")).read_text().splitlines()[:2]
+    assert header[0] == "object_id,param_id,kind,ts,value"
+    assert header[1].split(",")[3].endswith(".000Z") or header[1].split(",")[3][-5:-1].isdigit()
+    con = duckdb.connect()
+    for series in SERIES:
+        pq_rows = con.sql(
+            f"select param_id, ts, * exclude (param_id, ts, date) from read_parquet('{tmp_path}/pq/{series}/**/*.parquet',"
+            " hive_partitioning=1) order by 1, 2").fetchall()
+        csv_rows = con.sql(
+            f"select param_id, ts::timestamptz, * exclude (param_id, ts, date) from read_csv('{tmp_path}/csv/{series}/**/*.csv',"
+            " hive_partitioning=1) order by 1, 2").fetchall()
+        assert len(pq_rows) == len(csv_rows) > 0
+        assert [r[0] for r in pq_rows] == [r[0] for r in csv_rows]
+    names = con.sql(
+        f"select p.name, count(*) from read_parquet('{tmp_path}/pq/raw/**/*.parquet', hive_partitioning=1) r "
+        f"join '{tmp_path}/pq/dimensions/parameters.parquet' p on p.id = r.param_id group by 1").fetchall()
+    assert len(names) == 8
+    for table in ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands"):
+        assert con.sql(f"select count(*) from '{tmp_path}/pq/dimensions/{table}.parquet'").fetchone()[0] > 0, table
+
+
+def test_object_partitioning(emulator, tmp_path):
+    config = make_config(emulator.base_url, tmp_path, sink={"partition_by": ["date", "object_id"]})
+    run(config)
+    assert (tmp_path / "raw" / "date=2026-11-01" / "object_id=2" / "part-0.parquet").exists()
+    got = ds.dataset(tmp_path / "raw", format="parquet", partitioning="hive").to_table()
+    assert set(got.column("object_id").to_pylist()) == {1, 2}
+
+
+def test_restricted_login_exports_only_visible_objects(emulator, tmp_path):
+    config = make_config(emulator.base_url, tmp_path, source={"username": "restricted", "password": "restricted"})
+    run(config)
+    assert_exact(tmp_path, objects=(1,))
+    objects = duckdb.sql(f"select id from '{tmp_path}/dimensions/objects.parquet'").fetchall()
+    assert objects == [(1,)]
+
+
+def etl_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["window"].update(start="2026-11-05T00:00:00Z"), "window: start must be before end"),
+        (lambda d: d.update(extra_key=1), "extra_key: unknown key"),
+        (lambda d: d["sink"].update(format="xml"), "sink.format"),
+        (lambda d: d["extract"].update(concurrency="many"), "extract.concurrency"),
+        (lambda d: d["source"].update(password="${ETL_TEST_UNSET_VARIABLE}"), "ETL_TEST_UNSET_VARIABLE"),
+        (lambda d: d["select"].update(objects=[1, 99]), "select.objects: object(s) 99 not visible"),
+    ],
+)
+def test_bad_config_gives_one_line_and_exit_2(emulator, tmp_path, mutate, message):
+    data = config_dict(emulator.base_url, tmp_path / "out")
+    mutate(data)
+    result = etl_cli("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("etl: error")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_yaml_names_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("source: {base_url: x\nwindow: [\n")
+    result = etl_cli("run", "-c", str(path))
+    assert result.returncode == 2 and "bad.yaml" in result.stderr and "line" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_plan_shows_requests_without_fetching(fresh_emulator, tmp_path):
+    path = write_config(tmp_path / "c.yaml", config_dict(fresh_emulator.base_url, tmp_path / "out"))
+    fresh_emulator.clear_requests()
+    result = etl_cli("plan", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "raw" in result.stdout and "16 windows" in result.stdout
+    assert not any("/db/measure" in r["path"] for r in fresh_emulator.requests())
+    assert not (tmp_path / "out").exists()
