@@ -111,7 +111,7 @@ def _summary_text(summary: dict) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, progress) -> None:
     """Fetch new data, write it, checkpoint it."""
-    from etl.pipeline import RunOptions, Runner
+    from etl.pipeline import Runner, RunOptions
 
     config = load_config(config_path)
     runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
@@ -132,7 +132,7 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
 @click.option("--shard", callback=_shard)
 def plan_cmd(config_path: str, start, end, full_refresh: bool, shard) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
-    from etl.pipeline import RunOptions, Runner
+    from etl.pipeline import Runner, RunOptions
 
     config = load_config(config_path)
     summary = asyncio.run(Runner(config, RunOptions(start, end, full_refresh, shard, dry_run=True)).run()).as_dict()
@@ -184,6 +184,90 @@ def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ..
         removed = current.reset(set(params) or None, set(series) or None)
         store.save(current)
     click.echo(f"removed {removed} checkpoint(s)")
+
+
+# -- analysts ----------------------------------------------------------------------------------
+
+
+@cli.command()
+@config_option
+@click.argument("sql", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the result to .csv or .parquet.")
+def query(config_path: str, sql: str | None, output: str | None) -> None:
+    """Run SQL (DuckDB) over the output. Views: raw, average, candles, their *_named variants with
+    object and parameter names, and the dimension tables. Without SQL, list the views."""
+    from etl.query import connect, views
+
+    con = connect(load_config(config_path))
+    if not sql:
+        click.echo("\n".join(views(con)))
+        return
+    import duckdb
+
+    try:
+        relation = con.sql(sql)
+    except duckdb.Error as exc:
+        raise ConfigError(f"query failed: {str(exc).splitlines()[0]}") from None
+    if relation is None:
+        return
+    if output:
+        fmt = "parquet" if output.endswith(".parquet") else "csv"
+        relation.write_parquet(output) if fmt == "parquet" else relation.write_csv(output)
+        click.echo(f"wrote {output}")
+    else:
+        frame = relation.df()
+        click.echo(frame.to_string(index=False, max_rows=200))
+
+
+@cli.command()
+@click.argument("param_id", type=int)
+@click.option("--from", "start", callback=_time, required=True)
+@click.option("--to", "end", callback=_time, required=True)
+@click.option("--kind", type=click.Choice(["raw", "average", "candles"]), default="raw")
+@click.option("--list", "param_list", type=click.Choice(["physical", "calculated", "signal"]), default="physical",
+              help="Which list the parameter comes from.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="FILE.csv or FILE.parquet")
+def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output: str) -> None:
+    """One-off export of one parameter (connection from ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD)."""
+    from pathlib import Path
+
+    from etl.client.models import Parameter
+    from etl.pull import pull as pull_series
+    from etl.pull import save
+
+    if not output.endswith((".csv", ".parquet")):
+        raise ConfigError(f"output {output}: name it .csv or .parquet")
+    if start >= end:
+        raise ConfigError("--from must be before --to")
+    meta = {"type": "signal"} if param_list == "signal" else {}
+    param = Parameter(param_id, "calculated" if param_list == "calculated" else "physical", 0, meta)
+
+    async def go():
+        client = _client_from(None)._client
+        async with client:
+            return await pull_series(client, param, kind, start, end)
+
+    table, counters = asyncio.run(go())
+    save(table, Path(output))
+    click.echo(f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
+               f" ({counters['requests']} requests)")
+
+
+@cli.command()
+@config_option
+@click.argument("param_id", type=int)
+@click.option("--from", "start", callback=_time, required=True)
+@click.option("--to", "end", callback=_time, required=True)
+@click.option("--kind", type=click.Choice(["raw", "average", "candles"]), default="raw")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="FILE.png")
+def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
+    """Plot one parameter's series from the output."""
+    from pathlib import Path
+
+    from etl.plot import plot as draw
+
+    points = draw(load_config(config_path), param_id, kind, start, end, Path(output))
+    click.echo(f"plotted {points:,} points to {output}")
 
 
 # -- explorer -----------------------------------------------------------------------------------

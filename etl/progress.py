@@ -18,7 +18,8 @@ class Progress:
         self._last = time.monotonic()
         self._bar = None
         if enabled if enabled is not None else sys.stderr.isatty():
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress as Bar, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as Bar
 
             self._bar = Bar(
                 TextColumn("windows"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[points]} points"),

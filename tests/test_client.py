@@ -7,10 +7,10 @@ import logging
 
 import httpx
 import pytest
+from etl.emulator.server import run_emulator
 
 from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.client.models import Candles, Points
-from etl.emulator.server import run_emulator
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
 from etl.timeutil import DAY_MS, to_ms
 from tests.conftest import START, emulator_config
@@ -172,10 +172,10 @@ def test_429_pauses_the_whole_client(fresh_emulator):
 
 
 def test_server_down_exhausts_retries_with_a_clear_message():
-    with client_for(type("E", (), {"base_url": "http://127.0.0.1:9/api"}),
-                    retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5)) as c:
-        with pytest.raises(RetriesExhausted) as info:
-            c.objects()
+    down = SyncMonitoringClient("http://127.0.0.1:9/api", "demo", "demo",
+                                retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5))
+    with down as c, pytest.raises(RetriesExhausted) as info:
+        c.objects()
     assert info.value.exit_code == 4 and "gave up after 2 attempt" in str(info.value)
 
 

@@ -8,15 +8,14 @@ import sys
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from tests.expected import expected_table
 
-from etl.pipeline import RunOptions, Runner
+from etl.pipeline import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import expected_table
 
 SERIES = ["raw", "average", "candles"]
 

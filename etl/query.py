@@ -1,0 +1,47 @@
+"""DuckDB over a config's output: series views, dimension views, and views with names joined to ids."""
+
+from __future__ import annotations
+
+import duckdb
+
+from etl.config import Config
+from etl.dimensions import FOLDER
+from etl.storage import Storage
+
+DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
+
+
+def connect(config: Config) -> duckdb.DuckDBPyConnection:
+    storage = Storage(config.sink.path, config.sink.storage_options)
+    con = duckdb.connect()
+    prefix = storage.full("")
+    if not storage.local:
+        # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
+        con.register_filesystem(storage.fs)
+        prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
+    ext = ".parquet" if config.sink.format == "parquet" else ".csv"
+    reader = "read_parquet" if ext == ".parquet" else "read_csv"
+    for series in ("raw", "average", "candles"):
+        if any(f.endswith(ext) for f in storage.find(series)):
+            con.sql(f"create view {series} as select * from {reader}('{prefix}/{series}/**/*{ext}', hive_partitioning=1)")
+    present = set(storage.listdir(FOLDER))
+    for name in DIMENSIONS:
+        if f"{name}{ext}" in present:
+            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}{ext}')")
+    if {"parameters", "objects"} <= {n[: -len(ext)] for n in present}:
+        for series in ("raw", "average", "candles"):
+            if _has_view(con, series):
+                con.sql(
+                    f"create view {series}_named as select o.shortname as object_name, p.name as param_name, s.* "
+                    f"from {series} s left join parameters p on p.id = s.param_id "
+                    f"left join objects o on o.id = s.object_id"
+                )
+    return con
+
+
+def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.sql(f"select 1 from duckdb_views() where view_name = '{name}'").fetchall())
+
+
+def views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()]
