@@ -34,7 +34,7 @@ CALC_OFFSET = 500
 _M64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 # Salts keep the hash streams of one parameter independent.
-_JITTER, _NOISE, _GAP_AT, _GAP_LEN, _BLOCK = 1, 2, 3, 4, 5
+_SAMPLE, _GAP_AT, _GAP_LEN, _BLOCK = 1, 2, 3, 4
 
 
 def _mix_int(x: int) -> int:
@@ -53,16 +53,24 @@ def _key(*parts: int) -> int:
 
 
 def _hash(key: int, k: np.ndarray) -> np.ndarray:
-    """splitmix64 of stream `key` at positions `k` (int64 array) -> uint64 array."""
-    x = k.astype(np.int64).view(np.uint64) * np.uint64(_GOLDEN) + np.uint64(key)
-    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    """splitmix64 of stream `key` at positions `k` (int64 array) -> uint64 array (in-place ops: speed)."""
+    x = k.astype(np.uint64)
+    x *= np.uint64(_GOLDEN)
+    x += np.uint64(key)
+    t = x >> np.uint64(30)
+    x ^= t
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    np.right_shift(x, np.uint64(27), out=t)
+    x ^= t
+    x *= np.uint64(0x94D049BB133111EB)
+    np.right_shift(x, np.uint64(31), out=t)
+    x ^= t
+    return x
 
 
-def _unit(h: np.ndarray) -> np.ndarray:
-    """uint64 hashes -> floats uniform in [0, 1)."""
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+def _unit32(h: np.ndarray) -> np.ndarray:
+    """The high 32 bits of uint64 hashes as floats uniform in [0, 1)."""
+    return (h >> np.uint64(32)).astype(np.float64) * (1.0 / (1 << 32))
 
 
 def _unit_int(key: int) -> float:
@@ -82,6 +90,8 @@ class Param:
     tz: int
     period_ms: int
     key: int
+    sample_key: int
+    block_key: int
     base: float
     amp: float
     noise: float
@@ -158,7 +168,7 @@ def _param(ds: Dataset, pid: int) -> Param | None:
         device_id=object_id * 100 + d, controller_id=object_id * 10 + d,
         tz=TIMEZONES[(object_id - 1) % len(TIMEZONES)],
         period_ms=(lo + _key(key, 10) % (hi - lo + 1)) * SECOND_MS,
-        key=key,
+        key=key, sample_key=_key(key, _SAMPLE), block_key=_key(key, _BLOCK),
         base=round(-20 + 120 * r[0], 1) if kind == "analog" else round(100 + 900 * r[0], 1),
         amp=1 + 19 * r[1] if kind == "analog" else 20 + 200 * r[1],
         noise=0.05 + 0.15 * r[2],
@@ -174,28 +184,46 @@ def _require(ds: Dataset, param_id: int) -> Param:
 
 
 def _times(p: Param, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
-    """(k, t_k) of every sample in [start, end], gaps removed."""
+    """(t_k, hash_k) of every sample in [start, end], gaps removed. The low 32 bits of hash_k
+    give the jitter, the high 32 bits the noise."""
     period = p.period_ms
     k = np.arange(start_ms // period - 1, end_ms // period + 1, dtype=np.int64)
-    t = k * period + (_hash(p.key ^ _JITTER, k) % np.uint64(period // 2)).astype(np.int64)
-    keep = (t >= start_ms) & (t <= end_ms)
-    k, t = k[keep], t[keep]
-    day = t // DAY_MS
-    gap_len = (15 + (_hash(p.key ^ _GAP_LEN, day) % np.uint64(76)).astype(np.int64)) * 60_000
-    gap_at = day * DAY_MS + (_hash(p.key ^ _GAP_AT, day) % np.uint64(DAY_MS - 90 * 60_000)).astype(np.int64)
-    keep = (t < gap_at) | (t >= gap_at + gap_len)
-    return k[keep], t[keep]
+    h = _hash(p.sample_key, k)
+    t = (h & np.uint64(0xFFFFFFFF)) % np.uint64(period // 2)
+    t = t.astype(np.int64)
+    t += k * period
+    first, last = np.searchsorted(t, start_ms, "left"), np.searchsorted(t, end_ms, "right")
+    t, h = t[first:last], h[first:last]
+    bounds = [b for day in range(start_ms // DAY_MS, end_ms // DAY_MS + 1) for b in _gap(p.key, day)]
+    cuts = np.searchsorted(t, bounds).tolist()
+    if all(a == b for a, b in zip(cuts[::2], cuts[1::2], strict=True)):
+        return t, h
+    keep = np.ones(len(t), dtype=bool)
+    for a, b in zip(cuts[::2], cuts[1::2], strict=True):  # one slice per day, not per point
+        keep[a:b] = False
+    return t[keep], h[keep]
 
 
-def _values(p: Param, k: np.ndarray, t: np.ndarray) -> np.ndarray:
+@functools.lru_cache(maxsize=65536)
+def _gap(key: int, day: int) -> tuple[int, int]:
+    """[start, end) of a parameter's gap on a UTC day (epoch day number)."""
+    at = _key(key, _GAP_AT, day) % (DAY_MS - 90 * 60_000)
+    length = (15 + _key(key, _GAP_LEN, day) % 76) * 60_000
+    return day * DAY_MS + at, day * DAY_MS + at + length
+
+
+def _values(p: Param, t: np.ndarray, h: np.ndarray) -> np.ndarray:
     if p.kind == "signal":
         block = (t + p.tz * HOUR_MS) // p.block_ms
-        return ((_hash(p.key ^ _BLOCK, block) & np.uint64(3)) == 0).astype(np.float64)
-    phase = ((t + p.tz * HOUR_MS) % DAY_MS) * (2 * np.pi / DAY_MS)
+        return ((_hash(p.block_key, block) & np.uint64(3)) == 0).astype(np.float64)
+    phase = (t + p.tz * HOUR_MS) % DAY_MS * (2 * np.pi / DAY_MS)
     # Lowest before dawn, highest mid-afternoon in local time.
-    cycle = -np.cos(phase - np.pi / 6)
-    noise = _unit(_hash(p.key ^ _NOISE, k)) * 2 - 1
-    return np.round(p.base + p.amp * (cycle + p.noise * noise), 3)
+    x = np.cos(phase - np.pi / 6)
+    x *= -1
+    x += p.noise * (_unit32(h) * 2 - 1)
+    x *= p.amp
+    x += p.base
+    return np.round(x, 3, out=x)
 
 
 def raw_series(
@@ -208,8 +236,8 @@ def raw_series(
         end_ms = min(end_ms, now_ms)
     if end_ms < start_ms:
         return np.empty(0, np.int64), np.empty(0, np.float64)
-    k, t = _times(p, int(start_ms), int(end_ms))
-    return t, _values(p, k, t)
+    t, h = _times(p, int(start_ms), int(end_ms))
+    return t, _values(p, t, h)
 
 
 def bucket_span(start_ms: int, end_ms: int) -> tuple[int, int]:
@@ -287,7 +315,7 @@ def status_of(p: Param, value: float | None) -> dict:
         name = "warning" if value else "normal"
     else:
         z = abs(value - p.base) / p.amp
-        name = "normal" if z < 0.7 else "warning" if z < 0.9 else "error" if z < 1.1 else "critical"
+        name = "normal" if z < 0.8 else "warning" if z < 0.95 else "error" if z < 1.05 else "critical"
     return STATUSES[name]
 
 

@@ -51,8 +51,10 @@ class CsvFormat:
             for col in table.columns
         ]
         out = io.BytesIO()
+        out.write((",".join(table.column_names) + "\n").encode())  # pyarrow would quote every header name
         pcsv.write_csv(
-            pa.table(columns, names=table.column_names), out, pcsv.WriteOptions(quoting_style="needed")
+            pa.table(columns, names=table.column_names), out,
+            pcsv.WriteOptions(include_header=False, quoting_style="needed"),
         )
         return out.getvalue()
 

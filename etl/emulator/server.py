@@ -1,0 +1,153 @@
+"""Run the emulator: in a background thread for tests (run_emulator), or in the foreground (serve)."""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import uvicorn
+
+from etl.emulator.app import create_app
+from etl.emulator.faults import Faults
+
+
+@dataclass
+class EmulatorConfig:
+    """Everything an emulator is made of. `users`: list of {login, password, objects: "all" | [ids]}
+    (None: demo/demo sees all, restricted/restricted the odd ids). `now_ms`: a fixed clock (None:
+    the real time). `workers` > 1 only applies to `serve` (separate processes, separate state)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    base_path: str = "/api"
+    seed: int = 42
+    objects: int = 3
+    params_per_object: int = 4
+    calc_per_object: int = 2
+    period_range: tuple[int, int] = (10, 900)
+    users: list[dict] | None = None
+    now_ms: int | None = None
+    faults: Faults = field(default_factory=Faults)
+    request_log: str | Path | None = None
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if isinstance(self.faults, dict):
+            self.faults = Faults(**self.faults)
+        self.period_range = (int(self.period_range[0]), int(self.period_range[1]))
+
+    def to_json(self) -> str:
+        doc = dataclasses.asdict(self)
+        doc["faults"] = self.faults.as_dict()
+        doc["request_log"] = str(self.request_log) if self.request_log else None
+        return orjson.dumps(doc).decode()
+
+    @classmethod
+    def from_json(cls, text: str) -> EmulatorConfig:
+        return cls(**orjson.loads(text))
+
+
+class EmulatorControl:
+    """Client of the control API (/_emulator/...) of an emulator at `url` (scheme://host:port)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url + "/_emulator", timeout=10)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        response = self._http.request(method, path, content=None if body is None else orjson.dumps(body))
+        response.raise_for_status()
+        return response.json()
+
+    def health(self) -> dict:
+        return self._call("GET", "/health")
+
+    def requests(self) -> list[dict]:
+        """The request log: ts, method, path, query (no password), status, param_id, interval_ms, fault."""
+        return self._call("GET", "/requests")
+
+    def clear_requests(self) -> None:
+        self._call("DELETE", "/requests")
+
+    def faults(self) -> dict:
+        return self._call("GET", "/faults")
+
+    def set_faults(self, reset: bool = False, **changes: Any) -> dict:
+        """Change the given fault settings (see Faults); reset=True first clears every fault."""
+        return self._call("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
+
+    def clock(self) -> dict:
+        return self._call("GET", "/clock")
+
+    def set_clock(self, now_ms: int | None) -> dict:
+        """Fix the emulator's clock at now_ms (None: the real time)."""
+        return self._call("PUT", "/clock", {"now": now_ms})
+
+    def commands(self) -> list[dict]:
+        """External command runs: id, deviceId, extCommandId, commandData, login, ts."""
+        return self._call("GET", "/commands")
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class RunningEmulator(EmulatorControl):
+    """An emulator serving in a background thread: `.url` (root), `.base_url` (root + base path)."""
+
+    def __init__(self, config: EmulatorConfig, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
+        super().__init__(f"http://{config.host}:{port}")
+        self.config = config
+        self.port = port
+        self.base_url = self.url + "/" + config.base_path.strip("/") if config.base_path.strip("/") else self.url
+        self._server = server
+        self._thread = thread
+
+    def stop(self) -> None:
+        self.close()
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def uvicorn_config(app: Any, log_level: str = "warning", **kw: Any) -> uvicorn.Config:
+    return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", http="httptools",
+                          loop="uvloop", server_header=False, date_header=False, **kw)
+
+
+@contextmanager
+def run_emulator(config: EmulatorConfig | None = None, *, port: int = 0) -> Iterator[RunningEmulator]:
+    """Serve `config` on a free port (port=0) in a background thread until the block ends."""
+    config = config or EmulatorConfig()
+    sock = bind_socket(config.host, port)
+    server = uvicorn.Server(uvicorn_config(create_app(config)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="emulator", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            sock.close()
+            raise RuntimeError("the emulator did not start")
+        time.sleep(0.005)
+    running = RunningEmulator(config, server, thread, sock.getsockname()[1])
+    try:
+        yield running
+    finally:
+        running.stop()
+        sock.close()
