@@ -50,13 +50,17 @@ class CsvFormat:
             pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ") if pa.types.is_timestamp(col.type) else col
             for col in table.columns
         ]
-        out = io.BytesIO()
-        out.write((",".join(table.column_names) + "\n").encode())  # pyarrow would quote every header name
-        pcsv.write_csv(
-            pa.table(columns, names=table.column_names), out,
-            pcsv.WriteOptions(include_header=False, quoting_style="needed"),
-        )
-        return out.getvalue()
+        plain = pa.table(columns, names=table.column_names)
+        # Unquoted when nothing needs quotes (series); quoted strings otherwise (JSON in dimensions).
+        for style in ("none", "needed"):
+            out = io.BytesIO()
+            out.write((",".join(table.column_names) + "\n").encode())  # pyarrow would quote every name
+            try:
+                pcsv.write_csv(plain, out, pcsv.WriteOptions(include_header=False, quoting_style=style))
+                return out.getvalue()
+            except pa.ArrowInvalid:
+                continue
+        raise AssertionError("unreachable: 'needed' quoting accepts any value")
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table:
         try:
