@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import yaml
-from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 
 from etl.config import Config, parse_config
+from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 
 # A fixed clock far after the test windows, so "now" never cuts a window short.
 NOW = "2026-11-20T00:00:00Z"

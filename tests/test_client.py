@@ -7,10 +7,10 @@ import logging
 
 import httpx
 import pytest
-from etl.emulator.server import run_emulator
 
 from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.client.models import Candles, Points
+from etl.emulator.server import run_emulator
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
 from etl.timeutil import DAY_MS, to_ms
 from tests.conftest import START, emulator_config

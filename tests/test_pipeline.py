@@ -12,11 +12,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from tests.expected import expected_table
 
 from etl.pipeline import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
+from tests.expected import expected_table
 
 SERIES = ["raw", "average", "candles"]
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import hashlib
+import hmac
 import logging
 import os
 import secrets
@@ -32,7 +34,9 @@ COUNT_MAX = 100_000
 REQUEST_LOG_MAX = 100_000  # entries kept in memory (oldest dropped)
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAX_ENTRY = 16 * 1024 * 1024
+SEEN_MAX = 100_000
 CONFIG_ENV = "ETL_EMULATOR_CONFIG"
+SECRET_ENV = "ETL_EMULATOR_SECRET"  # shared by worker processes
 JSON = b"application/json"
 _DROP_MESSAGE = "ASGI callable returned without completing response."
 
@@ -55,32 +59,42 @@ def _bad(message: str) -> ApiError:
 
 
 # -- fast JSON for point series ----------------------------------------------------------------------
+# A point is one fixed-width record, `{"timestmp":"<date>T<time>.<ms>Z","value":<number>},`, assembled
+# from lookup tables with numpy; numbers are right-aligned with spaces (JSON whitespace) to the widest
+# integer part of the answer, so nothing has to be squeezed out afterwards.
 
-def _digits(width: int, *, blank_leading: bool = False) -> np.ndarray:
-    """ASCII of 0..10**width-1 right-aligned in `width` bytes, as an S{width} array; leading zeros
-    become 0 bytes (dropped when a body is assembled) when blank_leading."""
-    n = np.arange(10**width)[:, None]
-    scale = 10 ** np.arange(width - 1, -1, -1)
-    table = (n // scale % 10 + 48).astype(np.uint8)
-    if blank_leading:
-        lead = n < scale
-        lead[:, -1] = False
-        table[lead] = 0
-    return np.ascontiguousarray(table).view(f"S{width}").ravel()
+def _digits(width: int) -> np.ndarray:
+    """(10**width, width) uint8: the zero-padded ASCII digits of 0..10**width-1."""
+    return (np.arange(10**width)[:, None] // 10 ** np.arange(width - 1, -1, -1) % 10 + 48).astype(np.uint8)
 
 
-_D2, _D3 = _digits(2), _digits(3)
-_INT4 = _digits(4, blank_leading=True)
-_FRAC = _digits(3).view(np.uint8).reshape(-1, 3).copy()
-_FRAC[np.arange(1000) % 10 == 0, 2] = 0  # 21.100 -> 21.1, 21.000 -> 21.0
-_FRAC[np.arange(1000) % 100 == 0, 1] = 0
-_FRAC = _FRAC.view("S3").ravel()
-_SECOND = np.arange(86400)
-_TOD = np.char.add(np.char.add(np.char.add(np.char.add(  # "HH:MM:SS" of every second of a day
-    _D2[_SECOND // 3600], b":"), _D2[_SECOND // 60 % 60]), b":"), _D2[_SECOND % 60]).astype("S8")
-_STAMP = [("date", "S10"), ("t", "S1"), ("tod", "S8"), ("dot", "S1"), ("ms", "S3"), ("z", "S1")]
-_POINT = np.dtype([("head", "S13"), *_STAMP, ("mid", "S10"), ("sign", "S1"), ("int", "S4"), ("point", "S1"),
-                   ("frac", "S3"), ("tail", "S2")])
+def _time_table() -> np.ndarray:
+    """"THH:MM:SS." for every second of a day."""
+    s = np.arange(86400)
+    d2 = _digits(2)
+    col = lambda c: np.full((86400, 1), ord(c), np.uint8)  # noqa: E731
+    parts = [col("T"), d2[s // 3600], col(":"), d2[s // 60 % 60], col(":"), d2[s % 60], col(".")]
+    return np.ascontiguousarray(np.concatenate(parts, axis=1)).view("S10").ravel()
+
+
+def _number_tables(width: int) -> np.ndarray:
+    """S(width+2) "  -12." for the integer parts 0..10**width-1, then the same negated."""
+    digits = _digits(width)
+    lead = (np.arange(10**width)[:, None] < 10 ** np.arange(width - 1, -1, -1)) & (np.arange(width) < width - 1)
+    digits[lead] = 32
+    first = np.argmin(lead, axis=1)  # column of the first digit
+    pos = np.concatenate([np.full((10**width, 1), 32, np.uint8), digits, np.full((10**width, 1), 46, np.uint8)], 1)
+    neg = pos.copy()
+    neg[np.arange(10**width), first] = 45  # '-' right before the first digit
+    return np.ascontiguousarray(np.concatenate([pos, neg])).view(f"S{width + 2}").ravel()
+
+
+_TIME = _time_table()
+_MS = np.ascontiguousarray(np.concatenate(
+    [_digits(3), np.tile(np.frombuffer(b'Z","value":', np.uint8), (1000, 1))], axis=1)).view("S14").ravel()
+_INT = {w: _number_tables(w) for w in (1, 2, 3, 4)}
+_FRAC = np.ascontiguousarray(np.concatenate(
+    [_digits(3), np.tile(np.frombuffer(b"},", np.uint8), (1000, 1))], axis=1)).view("S5").ravel()
 
 
 @functools.lru_cache(maxsize=65536)
@@ -88,45 +102,48 @@ def _date(day: int) -> bytes:
     return (datetime.date(1970, 1, 1) + datetime.timedelta(days=day)).isoformat().encode()
 
 
-def _fill_stamps(rows: np.ndarray, ts: np.ndarray) -> None:
-    """Write "YYYY-MM-DDTHH:MM:SS.mmmZ" of epoch ms `ts` into the stamp fields of `rows`."""
+def _stamp_parts(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per point: "YYYY-MM-DD", "THH:MM:SS.", "mmmZ\",\"value\":" (years 1..9999)."""
     days = ts // DAY_MS
     ms_of_day = ts - days * DAY_MS
+    seconds = ms_of_day // 1000
     first = int(days.min())
-    rows["date"] = np.array([_date(d) for d in range(first, int(days.max()) + 1)], "S10").take(days - first)
-    rows["t"], rows["dot"], rows["z"] = b"T", b".", b"Z"
-    rows["tod"] = _TOD.take(ms_of_day // 1000)
-    rows["ms"] = _D3.take(ms_of_day % 1000)
+    dates = np.array([_date(d) for d in range(first, int(days.max()) + 1)], "S10")
+    return dates.take(days - first), _TIME.take(seconds), _MS.take(ms_of_day - seconds * 1000)
 
 
 def iso_strings(ts: np.ndarray) -> list[str]:
-    """ISO 8601 UTC strings with milliseconds of epoch ms (years 1970..9999)."""
+    """ISO 8601 UTC strings with milliseconds of epoch ms."""
     if not len(ts):
         return []
-    rows = np.empty(len(ts), np.dtype(_STAMP))
-    _fill_stamps(rows, ts)
-    return rows.view("S24").astype(str).tolist()
+    rows = np.empty(len(ts), [("date", "S10"), ("time", "S10"), ("ms", "S3")])
+    rows["date"], rows["time"], ms = _stamp_parts(ts)
+    rows["ms"] = ms.astype("S3")
+    return [s + "Z" for s in rows.view("S23").astype(str).tolist()]
 
 
 def encode_points(param_id: int, ts: np.ndarray, values: np.ndarray) -> bytes:
-    """`{"id": .., "points": [{"timestmp": ISO, "value": v}, ..]}` built column-wise with numpy for
+    """`{"id": .., "points": [{"timestmp": ISO, "value": v}, ..]}`, built column-wise with numpy for
     values with at most 3 decimals and |v| < 10000; anything else goes through orjson."""
     head = b'{"id":%d,"points":[' % param_id
     if not len(ts):
         return head + b"]}"
     milli = np.rint(values * 1000)
-    if not (np.abs(milli).max() < 1e7 and (milli / 1000 == values).all()):  # also false for NaN
+    top = np.abs(milli).max()
+    if not (top < 1e7 and (milli / 1000 == values).all()):  # also false for NaN
         points = [{"timestmp": s, "value": v} for s, v in zip(iso_strings(ts), values.tolist(), strict=True)]
         return orjson.dumps({"id": param_id, "points": points})
-    magnitude = np.abs(milli.astype(np.int64))
-    rows = np.empty(len(ts), _POINT)
-    rows["head"], rows["mid"], rows["point"], rows["tail"] = b'{"timestmp":"', b'","value":', b".", b"},"
-    _fill_stamps(rows, ts)
-    rows["sign"] = np.where(milli < 0, b"-", b"")
-    rows["int"] = _INT4.take(magnitude // 1000)
-    rows["frac"] = _FRAC.take(magnitude % 1000)
-    flat = rows.view(np.uint8)
-    return head + flat[flat != 0][:-1].tobytes() + b"]}"
+    width = len(str(int(top) // 1000))
+    milli = milli.astype(np.int64)
+    magnitude = np.abs(milli)
+    whole = magnitude // 1000
+    rows = np.empty(len(ts), [("head", "S13"), ("date", "S10"), ("time", "S10"), ("ms", "S14"),
+                              ("int", f"S{width + 2}"), ("frac", "S5")])
+    rows["head"] = b'{"timestmp":"'
+    rows["date"], rows["time"], rows["ms"] = _stamp_parts(ts)
+    rows["int"] = _INT[width].take(whole + (milli < 0) * 10**width)
+    rows["frac"] = _FRAC.take(magnitude - whole * 1000)
+    return b"".join((head, rows.view(np.uint8)[:-1], b"]}"))
 
 
 def encode_candles(param_id: int, b: np.ndarray, o, h, lo, c) -> bytes:
@@ -151,9 +168,11 @@ class User:
 
 @dataclass
 class Session:
+    """What this process knows of a session: the rest is in its signed id."""
+
     user: User
     token: str
-    created: float = field(default_factory=time.monotonic)
+    created: float  # epoch seconds
     served: int = 0
     spent: bool = False
 
@@ -255,8 +274,9 @@ class _DropFilter(logging.Filter):
 
 
 class Emulator:
-    """The ASGI app. State lives in this object: one per process (with several uvicorn workers each
-    worker has its own sessions, faults, clock, request log and command runs)."""
+    """The ASGI app. Its state is per process: with several uvicorn workers each has its own faults,
+    clock, request log, command runs, setvalue points and session request counts; a session opened
+    by one worker is accepted by all (its token is an HMAC under a secret they share)."""
 
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
@@ -264,6 +284,9 @@ class Emulator:
         self.base_path = "/" + config.base_path.strip("/") if config.base_path.strip("/") else ""
         self.fixed_now: int | None = config.now_ms
         self.users = self._users(config.users)
+        # Session ids carry the user and the sign-in time, and issToken is their HMAC: any worker
+        # process sharing the secret accepts a session another one opened.
+        self.secret = os.environ.get(SECRET_ENV, "").encode() or secrets.token_bytes(32)
         self.sessions: dict[str, Session] = {}
         self.plan = FaultPlan(config.faults)
         self.log: deque[dict] = deque(maxlen=REQUEST_LOG_MAX)
@@ -273,15 +296,23 @@ class Emulator:
         self.overlay_version: dict[int, int] = {}  # part of the cache key of the param's series
         self.cache: OrderedDict[tuple, bytes] = OrderedDict()
         self.cache_bytes = 0
+        self.seen: OrderedDict[tuple, None] = OrderedDict()  # keys asked for once: cached on the 2nd ask
         self.router = Router(self._routes())
-        logging.getLogger("uvicorn.error").addFilter(_DropFilter())
+        uvicorn_log = logging.getLogger("uvicorn.error")
+        if not any(isinstance(f, _DropFilter) for f in uvicorn_log.filters):
+            uvicorn_log.addFilter(_DropFilter())
+
+    def close(self) -> None:
+        if self.log_file:
+            self.log_file.close()
+            self.log_file = None
 
     def _users(self, users: list[dict] | None) -> dict[str, User]:
         if users is None:
             odd = [i for i in self.dataset.object_ids if i % 2]
             users = [{"login": "demo", "password": "demo", "objects": "all"},
                      {"login": "restricted", "password": "restricted", "objects": odd}]
-        out = {}
+        out: dict[str, User] = {}
         for i, u in enumerate(users):
             objects = u.get("objects", "all")
             out[str(u["login"])] = User(i, str(u["login"]), str(u["password"]),
@@ -295,7 +326,7 @@ class Emulator:
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
@@ -376,13 +407,15 @@ class Emulator:
                 for part in value.decode("latin-1").split(";"):
                     k, _, v = part.strip().partition("=")
                     cookies[k] = v
-        session = self.sessions.get(cookies.get("SEMSESSIONID", ""))
-        if session is None or session.spent or not secrets.compare_digest(
-                session.token.encode(), cookies.get("issToken", "").encode()):
+        sid = cookies.get("SEMSESSIONID", "")
+        session = self.sessions.get(sid) or self._known_session(sid, cookies.get("issToken", ""))
+        if session is None or session.spent:
             raise ApiError(401, "unauthorized", "sign in first: the SEMSESSIONID and issToken cookies are missing, "
                            "unknown or expired")
+        if not hmac.compare_digest(session.token.encode(), cookies.get("issToken", "").encode()):
+            raise ApiError(401, "unauthorized", "the issToken cookie does not belong to this session")
         f = self.plan.faults
-        if f.session_max_age is not None and time.monotonic() - session.created > f.session_max_age:
+        if f.session_max_age is not None and time.time() - session.created > f.session_max_age:
             session.spent = True
             raise ApiError(401, "unauthorized", "session expired")
         session.served += 1
@@ -428,13 +461,29 @@ class Emulator:
                             series=(source, kind)))
         return routes
 
+    def _token(self, sid: str) -> str:
+        return hmac.new(self.secret, sid.encode(), hashlib.sha256).hexdigest()
+
+    def _known_session(self, sid: str, token: str) -> Session | None:
+        """A session opened by another worker process: trusted when its token is the id's HMAC."""
+        if len(sid) != 44 or not hmac.compare_digest(self._token(sid).encode(), token.encode()):
+            return None
+        index, created_ms = int(sid[24:32], 16), int(sid[32:], 16)
+        user = next((u for u in self.users.values() if u.index == index), None)
+        if user is None:
+            return None
+        self.sessions[sid] = session = Session(user, self._token(sid), created_ms / 1000)
+        return session
+
     def sign_in(self, q: Request) -> Answer:
         user = self.users.get(q.one("username") or "")
         password = q.one("password") or ""
-        if user is None or not secrets.compare_digest(user.password.encode(), password.encode()):
+        if user is None or not hmac.compare_digest(user.password.encode(), password.encode()):
             raise ApiError(401, "bad_credentials", "wrong login or password")
-        sid, token = secrets.token_hex(16), secrets.token_urlsafe(32)
-        self.sessions[sid] = Session(user, token)
+        created = time.time()
+        sid = f"{secrets.token_hex(12)}{user.index:08x}{int(created * 1000):012x}"
+        token = self._token(sid)
+        self.sessions[sid] = Session(user, token, created)
         base = self.base_path or "/"
         cookies = [
             f"SEMSESSIONID={sid}; Path=/; HttpOnly; SameSite=lax",
@@ -550,15 +599,15 @@ class Emulator:
         if hi <= now and not hostile and (body := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
             return Answer(body)
-        ts, values = self._raw(p, lo, hi, now)
         if kind == "raw":
+            ts, values = self._raw(p, lo, hi, now)
             columns = {"ts": ts[:count], "value": values[:count]}
         elif kind == "average":
-            b, mean = data.average_of(ts, values)
-            columns = {"ts": b[:count], "value": mean[:count]}
+            b, mean = self._buckets(p, data.average_of, lo, hi, now, count)
+            columns = {"ts": b, "value": mean}
         else:
-            b, o, h, low, c = data.candles_of(ts, values)
-            columns = {"ts": b[:count], "open": o[:count], "close": c[:count], "low": low[:count], "high": h[:count]}
+            b, o, h, low, c = self._buckets(p, data.candles_of, lo, hi, now, count)
+            columns = {"ts": b, "open": o, "close": c, "low": low, "high": h}
         if hostile:
             body, content_type = hostile_body(hostile, q.decision.salt, param_id, columns, kind == "candles",
                                               start, end)
@@ -572,7 +621,26 @@ class Emulator:
             self._cache_put(key, body)
         return Answer(body)
 
+    def _buckets(self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int) -> list[np.ndarray]:
+        """The first `count` buckets of [lo, hi], computed a slab at a time: aggregate windows have no
+        length limit, so memory stays bounded and the work stops once `count` buckets are found."""
+        slab = max(1, p.period_ms * 200_000 // data.BUCKET_MS) * data.BUCKET_MS
+        parts = [aggregate(*self._raw(p, lo, lo - 1, now))]  # typed empty columns
+        found = 0
+        for first in range(lo, min(hi, now) + 1, slab):
+            parts.append(aggregate(*self._raw(p, first, min(first + slab - 1, hi), now)))
+            found += len(parts[-1][0])
+            if found >= count:
+                break
+        return [np.concatenate(column)[:count] for column in zip(*parts, strict=True)]
+
     def _cache_put(self, key: tuple, body: bytes) -> None:
+        # One-off windows (a pipeline reads each once) would only churn memory: cache repeats.
+        if key not in self.seen:
+            self.seen[key] = None
+            if len(self.seen) > SEEN_MAX:
+                self.seen.popitem(last=False)
+            return
         self.cache[key] = body
         self.cache_bytes += len(body)
         while self.cache_bytes > CACHE_MAX_BYTES:

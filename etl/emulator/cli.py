@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 import time
 from urllib.parse import urlsplit
@@ -71,14 +72,15 @@ _rate = click.FloatRange(0, 1)
 @click.option("--objects", default=3, show_default=True, type=click.IntRange(0), help="Objects 1..N.")
 @click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0),
               help="Physical parameters per object; the last one is a signal parameter.")
-@click.option("--calc-per-object", default=2, show_default=True, type=click.IntRange(0))
+@click.option("--calc-per-object", default=2, show_default=True, type=click.IntRange(0),
+              help="Calculated parameters per object.")
 @click.option("--period-range", default="10:900", show_default=True, callback=_period,
               help="Sampling periods MIN:MAX in seconds (each parameter gets one).")
 @click.option("--now", callback=_now, help="Fix the clock (epoch ms or ISO 8601); default the real time.")
 @click.option("--users", "users_file", type=click.Path(exists=True, dir_okay=False),
               help="YAML list of {login, password, objects: all | [ids]}; replaces demo/restricted.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1),
-              help="Processes; each keeps its own sessions, faults, clock and request log.")
+              help="Processes; each keeps its own faults, clock and request log (sessions work on all).")
 @click.option("--request-log", type=click.Path(dir_okay=False), help="Also append the request log here (JSON lines).")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
@@ -86,15 +88,15 @@ _rate = click.FloatRange(0, 1)
 @click.option("--rate-limit-rate", default=0.0, type=_rate, help="Share of 429 answers.")
 @click.option("--retry-after", default=1.0, show_default=True, type=float, help="Retry-After of 429s, seconds.")
 @click.option("--latency", default=0.0, type=float, help="Seconds added to every answer.")
-@click.option("--latency-spike-rate", default=0.0, type=_rate)
+@click.option("--latency-spike-rate", default=0.0, type=_rate, help="Share of answers delayed by --latency-spike.")
 @click.option("--latency-spike", default=2.0, show_default=True, type=float, help="Seconds of a spike.")
-@click.option("--session-max-requests", type=click.IntRange(1), help="A session dies after this many requests.")
-@click.option("--session-max-age", type=float, help="A session dies after this many seconds.")
+@click.option("--session-max-requests", type=click.IntRange(1), help="A session is refused (401) after serving N requests.")
+@click.option("--session-max-age", type=float, help="A session is refused (401) this many seconds after sign-in.")
 @click.option("--truncate-rate", default=0.0, type=_rate, help="Share of 200s with the body cut in half.")
 @click.option("--drop-rate", default=0.0, type=_rate, help="Share of connections closed mid-answer.")
 @click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")
 @click.option("--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd.")
-@click.option("--fault-seed", default=0, show_default=True, type=int)
+@click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 def serve(host, port, base_path, seed, objects, params_per_object, calc_per_object, period_range, now, users_file,
           workers, request_log, log_level, fault_seed, hostile, **fault_settings) -> None:
     """Serve the platform until interrupted.
@@ -105,7 +107,7 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
     """
     import uvicorn
 
-    from etl.emulator.app import CONFIG_ENV
+    from etl.emulator.app import CONFIG_ENV, SECRET_ENV
     from etl.emulator.server import EmulatorConfig, bind_socket, uvicorn_config
 
     faults = Faults(hostile=hostile, seed=fault_seed, **fault_settings)
@@ -118,6 +120,7 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
               for u in config.users] if config.users else ["demo (all objects)", "restricted (odd object ids)"]
     if workers > 1:
         os.environ[CONFIG_ENV] = config.to_json()
+        os.environ[SECRET_ENV] = secrets.token_hex(32)  # so every worker accepts every session
         _announce(host, port, config, logins, workers)
         uvicorn.run("etl.emulator.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level=log_level, access_log=False, lifespan="off", http="httptools", loop="uvloop",

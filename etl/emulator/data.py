@@ -11,8 +11,8 @@ Sampling of one parameter with period P (whole seconds, drawn from `period_range
 point k is at k*P + jitter_k ms, jitter_k in [0, P/2) hashed from (seed, param, k), so times are
 irregular, strictly increasing and computable for any window without history. Each UTC day has
 one gap of 15 to 90 minutes at a hashed time. Analog and calculated values are a daily cycle in
-the object's local time plus hashed noise, rounded to 3 decimals; signal values are 0.0/1.0,
-constant over hashed blocks.
+the object's local time (by whole second) plus hashed noise, rounded to 3 decimals; signal values
+are 0.0/1.0, constant over blocks of 5 to 60 minutes.
 """
 
 from __future__ import annotations
@@ -68,11 +68,6 @@ def _hash(key: int, k: np.ndarray) -> np.ndarray:
     return x
 
 
-def _unit32(h: np.ndarray) -> np.ndarray:
-    """The high 32 bits of uint64 hashes as floats uniform in [0, 1)."""
-    return (h >> np.uint64(32)).astype(np.float64) * (1.0 / (1 << 32))
-
-
 def _unit_int(key: int) -> float:
     return (key >> 11) / (1 << 53)
 
@@ -116,6 +111,8 @@ class Dataset:
         lo, hi = self.period_range
         if not 1 <= lo <= hi:
             raise ValueError(f"period_range must be 1 <= MIN <= MAX seconds, got {lo}:{hi}")
+        if not (0 <= self.params_per_object < CALC_OFFSET and 0 <= self.calc_per_object < 1000 - CALC_OFFSET):
+            raise ValueError(f"at most {CALC_OFFSET - 1} physical and {999 - CALC_OFFSET} calculated parameters per object")
         object.__setattr__(self, "period_range", (int(lo), int(hi)))
 
     @property
@@ -212,17 +209,18 @@ def _gap(key: int, day: int) -> tuple[int, int]:
     return day * DAY_MS + at, day * DAY_MS + at + length
 
 
+# The daily cycle by second of the local day: lowest before dawn, highest mid-afternoon.
+_CYCLE = -np.cos(np.arange(86400) * (2 * np.pi / 86400) - np.pi / 6)
+
+
 def _values(p: Param, t: np.ndarray, h: np.ndarray) -> np.ndarray:
     if p.kind == "signal":
         block = (t + p.tz * HOUR_MS) // p.block_ms
         return ((_hash(p.block_key, block) & np.uint64(3)) == 0).astype(np.float64)
-    phase = (t + p.tz * HOUR_MS) % DAY_MS * (2 * np.pi / DAY_MS)
-    # Lowest before dawn, highest mid-afternoon in local time.
-    x = np.cos(phase - np.pi / 6)
-    x *= -1
-    x += p.noise * (_unit32(h) * 2 - 1)
+    x = _CYCLE.take((t // SECOND_MS + p.tz * 3600) % 86400)
     x *= p.amp
-    x += p.base
+    x += p.base - p.amp * p.noise
+    x += (h >> np.uint64(32)).astype(np.float64) * (2 * p.amp * p.noise / (1 << 32))
     return np.round(x, 3, out=x)
 
 

@@ -106,6 +106,7 @@ class RunningEmulator(EmulatorControl):
     def __init__(self, config: EmulatorConfig, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
         super().__init__(f"http://{config.host}:{port}")
         self.config = config
+        self.app = server.config.app  # the Emulator, for in-process inspection
         self.port = port
         self.base_url = self.url + "/" + config.base_path.strip("/") if config.base_path.strip("/") else self.url
         self._server = server
@@ -115,6 +116,7 @@ class RunningEmulator(EmulatorControl):
         self.close()
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        self.app.close()
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
