@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check etl tests benchmarks
+	$(BIN)/ruff check etl tests $(wildcard benchmarks)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)
