@@ -317,8 +317,10 @@ def _explore(fetch: Callable[[Any], Any], columns: list[str] | None = None) -> C
         if as_json:
             click.echo(orjson.dumps(result if not isinstance(result, list) else rows, default=_plain,
                                     option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
-        else:
+        elif isinstance(result, list):
             _table(rows, columns)
+        else:  # one record reads better as field/value lines than as one very wide row
+            _table([{"field": k, "value": v} for k, v in rows[0].items()])
 
     return command
 

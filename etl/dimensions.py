@@ -48,9 +48,7 @@ async def collect(client: MonitoringClient, objects: list[ObjectFull], params: l
     return {
         "objects": [o.raw() for o in objects],
         "units": units,
-        "parameters": [
-            {**p.meta, "id": p.id, "object_id": p.object_id, "list": p.source, "kind": p.kind} for p in params
-        ],
+        "parameters": [p.raw() for p in params],
         "zones": zones,
         "classifiers": classifiers,
         "room_types": room_types,

@@ -118,6 +118,10 @@ class Parameter:
             return "signal"
         return self.source
 
+    def raw(self) -> dict[str, Any]:
+        """The record as it came, plus what we derived: the list it came from, its kind and object."""
+        return {**self.meta, "id": self.id, "object_id": self.object_id, "list": self.source, "kind": self.kind}
+
 
 @dataclass(frozen=True, slots=True)
 class Points:
