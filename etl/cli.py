@@ -145,6 +145,17 @@ def plan_cmd(config_path: str, start, end, full_refresh: bool, shard) -> None:
     click.echo(f"requests    {total} (one per window; full answers are split and add more)")
 
 
+@cli.command("compact")
+@config_option
+def compact_cmd(config_path: str) -> None:
+    """Merge the files of each partition into one (after sharded runs); holds the state lock."""
+    from etl.compact import compact
+
+    summary = compact(load_config(config_path))
+    click.echo(f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
+               f"{summary.temp_files_removed} temp file(s) removed")
+
+
 @cli.group()
 def state() -> None:
     """Inspect or reset the checkpoints of a config."""

@@ -8,6 +8,7 @@ lands exactly once, deleted source points disappear, and each file is swapped in
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,6 +95,36 @@ class DatasetWriter:
                 touched[self._partition(day, r.object_id)] = (day, r.object_id if by_object else None)
         return touched
 
+    def _data_files(self, directory: str) -> list[str]:
+        """Data file names of a partition; hidden names (temp files, markers) are not data."""
+        return [
+            name for name in self.storage.listdir(directory)
+            if not name.startswith((".", "_")) and name.endswith(self.fmt.extension)
+        ]
+
+    def partitions(self) -> list[str]:
+        """Every partition folder of this series that holds a data file."""
+        return sorted({rel.rsplit("/", 1)[0] for rel in self.storage.find(self.series)
+                       if rel.endswith(self.fmt.extension) and not rel.rsplit("/", 1)[-1].startswith((".", "_"))})
+
+    def compact(self, directory: str) -> int:
+        """Merge every data file of one partition into this writer's file; returns how many files went.
+
+        The merged file is swapped in before the others are removed, so a reader listing the folder in
+        between may count those rows twice for a moment; it never sees a partial file or misses a row.
+        """
+        names = self._data_files(directory)
+        if len(names) < 2:
+            return 0
+        match = re.search(r"(?:^|/)object_id=(-?\d+)(?:/|$)", directory)
+        object_id = int(match.group(1)) if match and "object_id" in self.partition_by else None
+        merged = pa.concat_tables([self._read(f"{directory}/{name}", object_id) for name in names])
+        self._store(f"{directory}/{self.file_name}", merged)
+        gone = [name for name in names if name != self.file_name]
+        for name in gone:
+            self.storage.remove(f"{directory}/{name}")
+        return len(gone)
+
     def _rows_of(self, table: pa.Table, day: int, object_id: int | None) -> pa.Table:
         days = _ts_ms(table) // DAY_MS
         mask = days == day
@@ -124,10 +155,10 @@ class DatasetWriter:
         for directory, (day, object_id) in sorted(self._touched(ranges).items()):
             new_rows = self._rows_of(table, day, object_id)
             own = f"{directory}/{self.file_name}"
-            for name in self.storage.listdir(directory):
+            for name in self._data_files(directory):
                 # Other writers' files (another shard label, or a compacted file) may hold rows of these
-                # ranges too; they lose them here. Hidden names are temp files or not data.
-                if name == self.file_name or name.startswith((".", "_")) or not name.endswith(self.fmt.extension):
+                # ranges too; they lose them here.
+                if name == self.file_name:
                     continue
                 rel = f"{directory}/{name}"
                 other = self._read(rel, object_id)
