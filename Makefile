@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 ETL := $(BIN)/etl
 STAMP := $(VENV)/.installed
 EMULATOR_PORT ?= 8765
+DEMO_SQL := select object_name, kind, count(*) as points, min(ts) as first, max(ts) as last from raw_named group by all order by 1, 2
 
 .PHONY: run test lint emulator bench soak clean
 
@@ -21,7 +22,9 @@ run: $(STAMP)
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
 	$(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30 && \
 	ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --no-progress && \
-	echo "Query it: $(BIN)/python -c \"import duckdb; print(duckdb.sql(\\\"select kind, count(*) from read_parquet('output/demo/raw/**/*.parquet', hive_partitioning=1) group by 1\\\"))\""
+	echo "Query it (DuckDB views raw, average, candles, raw_named, dimensions...):" && \
+	echo "  $(ETL) query -c configs/demo.yaml \"$(DEMO_SQL)\"" && \
+	$(ETL) query -c configs/demo.yaml "$(DEMO_SQL)"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

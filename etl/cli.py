@@ -89,6 +89,8 @@ def _summary_text(summary: dict) -> str:
     ]
     for name, s in summary["series"].items():
         lines.append(f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files")
+    if not summary["series"] and summary["status"] == "ok":
+        lines.append("  series      nothing new: the checkpoints already cover this window")
     lines.append(
         f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
         f"    splits {summary['splits']}"
@@ -151,7 +153,7 @@ def compact_cmd(config_path: str) -> None:
     """Merge the files of each partition into one (after sharded runs); holds the state lock."""
     from etl.compact import compact
 
-    summary = compact(load_config(config_path))
+    summary = compact(load_config(config_path, offline=True))
     click.echo(f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
                f"{summary.temp_files_removed} temp file(s) removed")
 
@@ -173,7 +175,7 @@ def _store(config: Config):
 @click.option("--json", "as_json", is_flag=True)
 def state_show(config_path: str, as_json: bool) -> None:
     """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(load_config(config_path)).load().rows())
+    rows = list(_store(load_config(config_path, offline=True)).load().rows())
     if as_json:
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -187,7 +189,7 @@ def state_show(config_path: str, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], yes: bool) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
-    store = _store(load_config(config_path))
+    store = _store(load_config(config_path, offline=True))
     if not yes:
         click.confirm("Forget these checkpoints?", abort=True)
     with store.lock():
@@ -209,7 +211,7 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     object and parameter names, and the dimension tables. Without SQL, list the views."""
     from etl.query import connect, views
 
-    con = connect(load_config(config_path))
+    con = connect(load_config(config_path, offline=True))
     if not sql:
         click.echo("\n".join(views(con)))
         return
@@ -277,7 +279,7 @@ def plot(config_path: str, param_id: int, start: int, end: int, kind: str, outpu
 
     from etl.plot import plot as draw
 
-    points = draw(load_config(config_path), param_id, kind, start, end, Path(output))
+    points = draw(load_config(config_path, offline=True), param_id, kind, start, end, Path(output))
     click.echo(f"plotted {points:,} points to {output}")
 
 

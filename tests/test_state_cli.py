@@ -42,3 +42,16 @@ def test_backfill_keeps_high_water_marks_and_reset_refetches_once(fresh_emulator
     paths = [r["path"] for r in series_requests(fresh_emulator)]
     assert paths and all(p.startswith("/api/db/measure/1001/") for p in paths)  # only the forgotten series
     assert_exact(tmp_path / "out", START, END)
+
+
+def test_offline_commands_need_no_credentials(emulator, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ETL_UNSET_PASSWORD", raising=False)
+    data = config_dict(emulator.base_url, tmp_path / "out")
+    data["source"]["password"] = "${ETL_UNSET_PASSWORD}"
+    path = write_config(tmp_path / "c.yaml", data)
+    assert etl(capsys, "state", "show", "-c", str(path)) == (0, "(nothing)\n")
+    assert etl(capsys, "query", "-c", str(path))[0] == 0
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "-c", str(path)])
+    assert exit_info.value.code == 2
+    assert "source.password: environment variable ETL_UNSET_PASSWORD is not set" in capsys.readouterr().err
