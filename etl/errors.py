@@ -40,6 +40,11 @@ class AuthError(ApiError):
     exit_code = ExitCode.AUTH
 
 
+class SessionRejected(AuthError):
+    """A session refused again right after a new sign-in. Retried: under load a short-lived session
+    can expire before this request's turn; when retries run out, an auth error (rights?)."""
+
+
 class NetworkError(ApiError):
     exit_code = ExitCode.NETWORK
 

@@ -25,6 +25,7 @@ from etl.errors import (
     RequestRejected,
     RetriesExhausted,
     ServerError,
+    SessionRejected,
 )
 
 SESSION_COOKIES = ("SEMSESSIONID", "issToken")
@@ -80,7 +81,7 @@ class Session:
         self._password = password
         self.policy = retry or RetryPolicy()
         self.stats = stats or ClientStats()
-        self.gate = RateGate()
+        self.gate = RateGate(self.stats)
         self.user: User | None = None
         self._cookie_header: str | None = None
         self._generation = 0  # bumped at each sign-in, so concurrent rejections sign in once
@@ -121,9 +122,10 @@ class Session:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             attempts = exc.last_attempt.attempt_number
+            cause = str(last).removeprefix(f"{what}: ")
             raise RetriesExhausted(
                 redact.redact(
-                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {last}"
+                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {cause}"
                 ),
                 last,
                 attempts,
@@ -131,8 +133,9 @@ class Session:
 
     async def _send(self, method: str, path: str, params: Any, *, with_session: bool) -> httpx.Response:
         headers = {"Cookie": self._cookie_header} if with_session and self._cookie_header else None
-        await self.gate.wait(self.stats)
         async with self._in_flight:
+            # Past the gate only with a slot: requests queued for one must also wait out a 429.
+            await self.gate.wait()
             self.stats.requests += 1
             try:
                 response = await self._http.request(method, self.base_url + path, params=params, headers=headers)
@@ -201,7 +204,7 @@ class Session:
                 if signed_in_again and not rejected.definite:
                     raise InvalidResponse(f"{method} {path}: answered an HTML page instead of JSON") from None
                 if signed_in_again:
-                    raise AuthError(
+                    raise SessionRejected(
                         f"{method} {path}: session rejected (HTTP {response.status_code}) "
                         "right after signing in again; does this login have the rights?"
                     ) from None
