@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -118,7 +119,8 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
     try:
         summary = asyncio.run(runner.run())
     except EtlError:
-        click.echo(_summary_text(runner.summary.as_dict()), err=True)
+        if runner.summary.planned:  # work had begun: show what got done; otherwise the error line says it all
+            click.echo(_summary_text(runner.summary.as_dict()), err=True)
         raise
     body = summary.as_dict()
     click.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() if as_json else _summary_text(body))
@@ -408,10 +410,20 @@ _api_command("run-command", _run_command, _id("device_id", type=int), _id("comma
              _id("data"), _yes, help="Run an external command on a device (acts on equipment).")
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # SIGTERM stops like Ctrl-C: `etl run` turns both into a stop after the windows in flight, and
+    # elsewhere the KeyboardInterrupt unwinds (locks released, temp files removed) to exit 130.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C/SIGTERM into Abort
+            click.echo("etl: interrupted", err=True)
+            sys.exit(Interrupted.exit_code)
         click.echo("aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:
