@@ -119,7 +119,7 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
     try:
         summary = asyncio.run(runner.run())
     except EtlError:
-        if runner.summary.planned:  # work had begun: show what got done; otherwise the error line says it all
+        if runner.summary.series or runner.summary.failed_windows:  # show what got done; else the error says it all
             click.echo(_summary_text(runner.summary.as_dict()), err=True)
         raise
     body = summary.as_dict()

@@ -17,7 +17,7 @@ import orjson
 from etl import dimensions
 from etl.client import ClientStats, MonitoringClient, RetryPolicy
 from etl.config import Config
-from etl.errors import ApiError, DataError, EtlError, Interrupted
+from etl.errors import ApiError, ConfigError, DataError, EtlError, Interrupted
 from etl.extract import fetch_unit
 from etl.plan import PlanOptions, Slab, describe, plan
 from etl.progress import Progress
@@ -142,7 +142,7 @@ class Runner:
         start = self.options.start if self.options.start is not None else window.start_ms
         end = self.options.end if self.options.end is not None else window.end_ms(now_ms())
         if start >= end:
-            raise EtlError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
+            raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
         return start, end
 
     async def run(self) -> RunSummary:
