@@ -53,6 +53,13 @@ class NetworkError(ApiError):
         self.reason = reason
 
 
+class TlsError(NetworkError):
+    """The server's certificate was not accepted: not retried, it will not change in a minute."""
+
+    def __init__(self, message: str):
+        super().__init__(message, reason="tls")
+
+
 class ServerError(ApiError):
     """A retryable answer: 5xx or 429."""
 

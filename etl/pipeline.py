@@ -96,9 +96,6 @@ class RunSummary:
 
 def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringClient:
     source = config.source
-    verify: bool | str = str(source.ca_bundle) if source.ca_bundle else source.verify_tls
-    if verify is False:
-        log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
     return MonitoringClient(
         source.base_url,
         source.username,
@@ -106,7 +103,7 @@ def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringC
         timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
         retry=RetryPolicy(**config.retry.model_dump()),
         max_in_flight=config.extract.concurrency,
-        verify=verify,
+        verify=source.tls_verify(),
         stats=stats,
     )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
-from etl.errors import InvalidResponse, NetworkError, ServerError, SessionRejected
+from etl.errors import InvalidResponse, NetworkError, ServerError, SessionRejected, TlsError
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -68,6 +68,8 @@ class RateGate:
 
 
 def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, TlsError):
+        return False
     return isinstance(exc, ServerError | NetworkError | InvalidResponse | SessionRejected | httpx.TransportError)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ssl
 import time
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from http.cookies import SimpleCookie
@@ -26,6 +27,7 @@ from etl.errors import (
     RetriesExhausted,
     ServerError,
     SessionRejected,
+    TlsError,
 )
 
 SESSION_COOKIES = ("SEMSESSIONID", "issToken")
@@ -55,6 +57,16 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
+def _tls_failure(exc: BaseException) -> str | None:
+    """The certificate problem behind a connection error, if that is what it was."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause.verify_message or cause.reason or "certificate verify failed"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _looks_like_html(body: bytes) -> bool:
     return body.lstrip()[:1] == b"<"
 
@@ -71,7 +83,7 @@ class Session:
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
@@ -142,6 +154,11 @@ class Session:
             except httpx.TimeoutException as exc:
                 raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
             except httpx.TransportError as exc:
+                if (tls := _tls_failure(exc)) is not None:
+                    raise TlsError(
+                        f"TLS: cannot verify the server {self.base_url}: {tls}; if it uses a private CA, "
+                        "set source.ca_bundle to that CA's PEM file"
+                    ) from None
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
                 raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
         self.stats.bytes_received += len(response.content)
