@@ -48,7 +48,7 @@ def start(path: Path) -> subprocess.Popen:
 
 
 def temp_files(out: Path) -> list[Path]:
-    return [p for p in out.rglob("*") if p.name.endswith(TMP_SUFFIX)]
+    return [p for p in out.rglob("*") if p.name.endswith(TMP_SUFFIX) or "probe" in p.name]
 
 
 class Reader(threading.Thread):
