@@ -215,6 +215,7 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
 
 def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path):
     path = config_file(slow_emulator, tmp_path)
+    slow_emulator.set_faults(latency=0.5)  # the first run must outlast the second one's start
     first = start(path)
     lock = tmp_path / "out" / "_state" / "lock"
     deadline = time.monotonic() + 60
@@ -226,6 +227,7 @@ def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path)
     assert second.returncode == 8, second.stderr
     assert second.stderr.count("\n") == 1 and "etl: error: another run holds the state lock" in second.stderr
     assert f'"pid": {first.pid}' in second.stderr  # names the holder
+    slow_emulator.set_faults(latency=0)
     _, stderr = first.communicate(timeout=120)
     assert first.returncode == 0, stderr  # the refused run did not disturb the first
     assert_exact(tmp_path / "out")
