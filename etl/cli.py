@@ -411,8 +411,8 @@ _api_command("run-command", _run_command, _id("device_id", type=int), _id("comma
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    # SIGTERM stops like Ctrl-C: `etl run` turns both into a stop after the windows in flight, and
-    # elsewhere the KeyboardInterrupt unwinds (locks released, temp files removed) to exit 130.
+    # SIGTERM stops like Ctrl-C: `etl run` turns both into a stop after the windows in flight;
+    # elsewhere the KeyboardInterrupt unwinds to exit 130 (a temp file left behind is swept next run).
     raise KeyboardInterrupt
 
 

@@ -209,7 +209,8 @@ class Runner:
             self.interrupted = True
             self.stop.set()
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
 
         async def one(slab: Slab) -> None:
@@ -226,8 +227,9 @@ class Runner:
             await asyncio.gather(*(one(s) for s in slabs))
         finally:
             progress.close()
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)
+                signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
 
     async def _slab(self, client, slab: Slab, state: State, commit_lock: asyncio.Lock, progress: Progress) -> None:
         max_points = self.config.extract.max_points

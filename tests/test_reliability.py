@@ -152,7 +152,7 @@ def test_retries_back_off_with_jitter(fresh_emulator):
         gaps[path] = [(b - a) / 1000 for a, b in zip(ts, ts[1:], strict=False)]
         for k, gap in enumerate(gaps[path], start=1):
             cap = 0.2 * 2 ** (k - 1)
-            assert cap / 2 - 0.01 <= gap <= cap + 0.15, (path, k, gap)
+            assert cap / 2 - 0.01 <= gap <= cap + 0.3, (path, k, gap)  # + answer time on a busy machine
     first, second = gaps.values()
     assert any(abs(a - b) > 0.005 for a, b in zip(first, second, strict=True))  # jitter, not lockstep
 

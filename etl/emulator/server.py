@@ -40,8 +40,8 @@ class EmulatorConfig:
     faults: Faults = field(default_factory=Faults)
     request_log: str | Path | None = None
     workers: int = 1
-    tls_cert: str | None = None  # PEM files: serve https instead of http
-    tls_key: str | None = None
+    tls_cert: str | Path | None = None  # PEM files: serve https instead of http
+    tls_key: str | Path | None = None
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
