@@ -116,6 +116,9 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
 
     config = load_config(config_path)
     runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
+    # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
+    # to exit 130 (a temp file left behind is swept by the next run).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         summary = asyncio.run(runner.run())
     except EtlError:
@@ -410,14 +413,7 @@ _api_command("run-command", _run_command, _id("device_id", type=int), _id("comma
              _id("data"), _yes, help="Run an external command on a device (acts on equipment).")
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    # SIGTERM stops like Ctrl-C: `etl run` turns both into a stop after the windows in flight;
-    # elsewhere the KeyboardInterrupt unwinds to exit 130 (a temp file left behind is swept next run).
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGTERM, _terminate)
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort as exc:
