@@ -35,5 +35,9 @@ lint: $(STAMP)
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)
 
+## make soak: the long crash and fault runs (many SIGKILLs at random moments).
+soak: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
 clean:
 	rm -rf $(VENV) output/demo .pytest_cache

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -117,10 +118,14 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
 
     config = load_config(config_path)
     runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
+    # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
+    # to exit 130 (a temp file left behind is swept by the next run).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         summary = asyncio.run(runner.run())
     except EtlError:
-        click.echo(_summary_text(runner.summary.as_dict()), err=True)
+        if runner.summary.series or runner.summary.failed_windows:  # show what got done; else the error says it all
+            click.echo(_summary_text(runner.summary.as_dict()), err=True)
         raise
     body = summary.as_dict()
     click.echo(orjson.dumps(body, option=orjson.OPT_INDENT_2).decode() if as_json else _summary_text(body))
@@ -426,7 +431,10 @@ _api_command("run-command", _run_command, _id("device_id", type=int), _id("comma
 def main(argv: list[str] | None = None) -> None:
     try:
         cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C/SIGTERM into Abort
+            click.echo("etl: interrupted", err=True)
+            sys.exit(Interrupted.exit_code)
         click.echo("aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:

@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -64,7 +66,29 @@ class SourceConfig(Strict):
             raise ValueError("give password (e.g. ${ETL_PASSWORD}) or password_file")
         if self.password is not None and self.password_file is not None:
             raise ValueError("give password or password_file, not both")
+        if self.ca_bundle is not None and not self.verify_tls:
+            raise ValueError("give ca_bundle or verify_tls: false, not both")
         return self
+
+    def tls_verify(self) -> bool | ssl.SSLContext:
+        """What httpx verifies the server against: the system CAs, the ca_bundle, or (warned) nothing."""
+        host = urlsplit(self.base_url).hostname or ""
+        if self.base_url.startswith("http://") and host not in {"localhost", "127.0.0.1", "::1"}:
+            log.warning("source.base_url is plain http: the password and session cookies cross the network "
+                        "unencrypted; use https")
+        if not self.verify_tls:
+            log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
+            return False
+        if self.ca_bundle is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=str(self.ca_bundle))
+        except FileNotFoundError:
+            raise ConfigError(f"config error: source.ca_bundle: {self.ca_bundle}: no such file") from None
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"config error: source.ca_bundle: cannot load CA certificates from "
+                              f"{self.ca_bundle}: {reason}") from None
 
     def resolve_password(self) -> str:
         if self.password_file is None:

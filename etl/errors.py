@@ -40,12 +40,24 @@ class AuthError(ApiError):
     exit_code = ExitCode.AUTH
 
 
+class SessionRejected(AuthError):
+    """A session refused again right after a new sign-in. Retried: under load a short-lived session
+    can expire before this request's turn; when retries run out, an auth error (rights?)."""
+
+
 class NetworkError(ApiError):
     exit_code = ExitCode.NETWORK
 
     def __init__(self, message: str, reason: str = "network"):
         super().__init__(message)
         self.reason = reason
+
+
+class TlsError(NetworkError):
+    """The server's certificate was not accepted: not retried, it will not change in a minute."""
+
+    def __init__(self, message: str):
+        super().__init__(message, reason="tls")
 
 
 class ServerError(ApiError):

@@ -17,7 +17,7 @@ import orjson
 from etl import dimensions
 from etl.client import ClientStats, MonitoringClient, RetryPolicy
 from etl.config import Config
-from etl.errors import ApiError, DataError, EtlError, Interrupted
+from etl.errors import ApiError, ConfigError, DataError, EtlError, Interrupted
 from etl.extract import fetch_unit
 from etl.plan import PlanOptions, Slab, describe, plan
 from etl.progress import Progress
@@ -96,9 +96,6 @@ class RunSummary:
 
 def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringClient:
     source = config.source
-    verify: bool | str = str(source.ca_bundle) if source.ca_bundle else source.verify_tls
-    if verify is False:
-        log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
     return MonitoringClient(
         source.base_url,
         source.username,
@@ -106,7 +103,7 @@ def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringC
         timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
         retry=RetryPolicy(**config.retry.model_dump()),
         max_in_flight=config.extract.concurrency,
-        verify=verify,
+        verify=source.tls_verify(),
         stats=stats,
     )
 
@@ -142,7 +139,7 @@ class Runner:
         start = self.options.start if self.options.start is not None else window.start_ms
         end = self.options.end if self.options.end is not None else window.end_ms(now_ms())
         if start >= end:
-            raise EtlError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
+            raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
         return start, end
 
     async def run(self) -> RunSummary:
@@ -212,7 +209,8 @@ class Runner:
             self.interrupted = True
             self.stop.set()
 
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
 
         async def one(slab: Slab) -> None:
@@ -229,8 +227,9 @@ class Runner:
             await asyncio.gather(*(one(s) for s in slabs))
         finally:
             progress.close()
-            for signum in (signal.SIGINT, signal.SIGTERM):
+            for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)
+                signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
 
     async def _slab(self, client, slab: Slab, state: State, commit_lock: asyncio.Lock, progress: Progress) -> None:
         max_points = self.config.extract.max_points

@@ -102,7 +102,7 @@ class Storage:
 
     def check_writable(self) -> None:
         """Fail before fetching anything if the location cannot be written."""
-        probe = f"_probe-{uuid.uuid4().hex[:8]}"
+        probe = f".probe-{uuid.uuid4().hex[:8]}{TMP_SUFFIX}"  # a temp name: a killed run's probe is swept too
         self.write_atomic(probe, b"")
         self.remove(probe)
 

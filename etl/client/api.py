@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import ssl
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal
@@ -72,7 +73,7 @@ class MonitoringClient:
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
 
-from etl.errors import InvalidResponse, NetworkError, ServerError
+from etl.errors import InvalidResponse, NetworkError, ServerError, SessionRejected, TlsError
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
@@ -19,7 +19,8 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 @dataclass(frozen=True)
 class RetryPolicy:
     """When and how long to retry one request. Applies to timeouts, connection errors, invalid
-    JSON bodies and the statuses in RETRYABLE_STATUSES; never to other 4xx."""
+    JSON bodies, a session refused right after a new sign-in, and the statuses in RETRYABLE_STATUSES;
+    never to other 4xx."""
 
     attempts: int = 6
     backoff_initial: float = 0.5  # seconds before the first retry; doubles each time
@@ -50,20 +51,26 @@ class ClientStats:
 class RateGate:
     """A 429 pauses every request of the client, not just the one that got it."""
 
-    def __init__(self) -> None:
+    def __init__(self, stats: ClientStats) -> None:
         self._resume_at = 0.0
+        self._stats = stats
 
     def pause(self, seconds: float) -> None:
-        self._resume_at = max(self._resume_at, time.monotonic() + seconds)
+        now = time.monotonic()
+        if now + seconds > self._resume_at:
+            # Wall-clock time held back, once, however many requests wait behind the gate.
+            self._stats.throttled_seconds += now + seconds - max(self._resume_at, now)
+            self._resume_at = now + seconds
 
-    async def wait(self, stats: ClientStats) -> None:
+    async def wait(self) -> None:
         while (delay := self._resume_at - time.monotonic()) > 0:
-            stats.throttled_seconds += delay
             await asyncio.sleep(delay)
 
 
 def is_retryable(exc: BaseException) -> bool:
-    return isinstance(exc, ServerError | NetworkError | InvalidResponse | httpx.TransportError)
+    if isinstance(exc, TlsError):
+        return False
+    return isinstance(exc, ServerError | NetworkError | InvalidResponse | SessionRejected | httpx.TransportError)
 
 
 def retry_reason(exc: BaseException) -> str:
@@ -71,6 +78,8 @@ def retry_reason(exc: BaseException) -> str:
         return f"http_{exc.status}"
     if isinstance(exc, InvalidResponse):
         return "invalid_body"
+    if isinstance(exc, SessionRejected):
+        return "session_rejected"
     if isinstance(exc, NetworkError):
         return getattr(exc, "reason", "network")
     return type(exc).__name__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import ssl
 import time
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from http.cookies import SimpleCookie
@@ -25,6 +26,8 @@ from etl.errors import (
     RequestRejected,
     RetriesExhausted,
     ServerError,
+    SessionRejected,
+    TlsError,
 )
 
 SESSION_COOKIES = ("SEMSESSIONID", "issToken")
@@ -54,6 +57,16 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
+def _tls_failure(exc: BaseException) -> str | None:
+    """The certificate problem behind a connection error, if that is what it was."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return cause.verify_message or cause.reason or "certificate verify failed"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def _looks_like_html(body: bytes) -> bool:
     return body.lstrip()[:1] == b"<"
 
@@ -70,7 +83,7 @@ class Session:
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
-        verify: bool | str = True,
+        verify: bool | ssl.SSLContext = True,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
@@ -80,7 +93,7 @@ class Session:
         self._password = password
         self.policy = retry or RetryPolicy()
         self.stats = stats or ClientStats()
-        self.gate = RateGate()
+        self.gate = RateGate(self.stats)
         self.user: User | None = None
         self._cookie_header: str | None = None
         self._generation = 0  # bumped at each sign-in, so concurrent rejections sign in once
@@ -121,9 +134,10 @@ class Session:
         except RetryError as exc:
             last = exc.last_attempt.exception()
             attempts = exc.last_attempt.attempt_number
+            cause = str(last).removeprefix(f"{what}: ")
             raise RetriesExhausted(
                 redact.redact(
-                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {last}"
+                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {cause}"
                 ),
                 last,
                 attempts,
@@ -131,14 +145,20 @@ class Session:
 
     async def _send(self, method: str, path: str, params: Any, *, with_session: bool) -> httpx.Response:
         headers = {"Cookie": self._cookie_header} if with_session and self._cookie_header else None
-        await self.gate.wait(self.stats)
         async with self._in_flight:
+            # Past the gate only with a slot: requests queued for one must also wait out a 429.
+            await self.gate.wait()
             self.stats.requests += 1
             try:
                 response = await self._http.request(method, self.base_url + path, params=params, headers=headers)
             except httpx.TimeoutException as exc:
                 raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
             except httpx.TransportError as exc:
+                if (tls := _tls_failure(exc)) is not None:
+                    raise TlsError(
+                        f"TLS: cannot verify the server {self.base_url}: {tls}; if it uses a private CA, "
+                        "set source.ca_bundle to that CA's PEM file"
+                    ) from None
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
                 raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
         self.stats.bytes_received += len(response.content)
@@ -201,7 +221,7 @@ class Session:
                 if signed_in_again and not rejected.definite:
                     raise InvalidResponse(f"{method} {path}: answered an HTML page instead of JSON") from None
                 if signed_in_again:
-                    raise AuthError(
+                    raise SessionRejected(
                         f"{method} {path}: session rejected (HTTP {response.status_code}) "
                         "right after signing in again; does this login have the rights?"
                     ) from None

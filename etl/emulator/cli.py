@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import ssl
 import sys
 import time
 from urllib.parse import urlsplit
@@ -97,8 +98,10 @@ _rate = click.FloatRange(0, 1)
 @click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")
 @click.option("--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd.")
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key.")
 def serve(host, port, base_path, seed, objects, params_per_object, calc_per_object, period_range, now, users_file,
-          workers, request_log, log_level, fault_seed, hostile, **fault_settings) -> None:
+          workers, request_log, log_level, fault_seed, hostile, tls_cert, tls_key, **fault_settings) -> None:
     """Serve the platform until interrupted.
 
     \b
@@ -110,11 +113,13 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
     from etl.emulator.app import CONFIG_ENV, SECRET_ENV
     from etl.emulator.server import EmulatorConfig, bind_socket, uvicorn_config
 
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("give both --tls-cert and --tls-key, or neither")
     faults = Faults(hostile=hostile, seed=fault_seed, **fault_settings)
     config = EmulatorConfig(
         host=host, port=port, base_path=base_path, seed=seed, objects=objects, params_per_object=params_per_object,
         calc_per_object=calc_per_object, period_range=period_range, users=_users(users_file), now_ms=now,
-        faults=faults, request_log=request_log, workers=workers,
+        faults=faults, request_log=request_log, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
     )
     logins = [f"{u['login']} ({'all objects' if u.get('objects', 'all') == 'all' else 'objects ' + str(u['objects'])})"
               for u in config.users] if config.users else ["demo (all objects)", "restricted (odd object ids)"]
@@ -124,17 +129,18 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
         _announce(host, port, config, logins, workers)
         uvicorn.run("etl.emulator.app:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level=log_level, access_log=False, lifespan="off", http="httptools", loop="uvloop",
-                    server_header=False, date_header=False)
+                    server_header=False, date_header=False, **config.ssl_options())
         return
     from etl.emulator.app import create_app
 
     sock = bind_socket(host, port)
     _announce(host, sock.getsockname()[1], config, logins, workers)
-    uvicorn.Server(uvicorn_config(create_app(config), log_level=log_level)).run(sockets=[sock])
+    app = create_app(config)
+    uvicorn.Server(uvicorn_config(app, log_level=log_level, **config.ssl_options())).run(sockets=[sock])
 
 
 def _announce(host: str, port: int, config, logins: list[str], workers: int) -> None:
-    root = f"http://{host}:{port}"
+    root = f"{config.scheme}://{host}:{port}"
     click.echo(f"emulator listening on {root}{config.base_path} (control {root}/_emulator, {workers} worker(s));"
                f" logins: {', '.join(logins)}", err=True)
 
@@ -142,14 +148,16 @@ def _announce(host: str, port: int, config, logins: list[str], workers: int) -> 
 @emulator.command()
 @click.option("--url", required=True, help="The emulator's address (a base path is ignored).")
 @click.option("--timeout", default=30.0, show_default=True, type=float, help="Seconds to wait.")
-def wait(url: str, timeout: float) -> None:
+@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False), help="CA to trust for https.")
+def wait(url: str, timeout: float, ca_bundle: str | None) -> None:
     """Wait until an emulator answers /_emulator/health (exit 1 on timeout)."""
     parts = urlsplit(url)
     health = f"{parts.scheme}://{parts.netloc}/_emulator/health"
+    verify = ssl.create_default_context(cafile=ca_bundle) if ca_bundle else True
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(health, timeout=2).status_code == 200:
+            if httpx.get(health, timeout=2, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

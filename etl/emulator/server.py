@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -39,8 +40,14 @@ class EmulatorConfig:
     faults: Faults = field(default_factory=Faults)
     request_log: str | Path | None = None
     workers: int = 1
+    tls_cert: str | Path | None = None  # PEM files: serve https instead of http
+    tls_key: str | Path | None = None
 
     def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("give both tls_cert and tls_key, or neither")
+        self.tls_cert = str(self.tls_cert) if self.tls_cert else None
+        self.tls_key = str(self.tls_key) if self.tls_key else None
         if isinstance(self.faults, dict):
             self.faults = Faults(**self.faults)
         self.period_range = (int(self.period_range[0]), int(self.period_range[1]))
@@ -55,13 +62,21 @@ class EmulatorConfig:
     def from_json(cls, text: str) -> EmulatorConfig:
         return cls(**orjson.loads(text))
 
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    def ssl_options(self) -> dict[str, Any]:
+        """uvicorn's options for serving TLS, if asked to."""
+        return {"ssl_certfile": self.tls_cert, "ssl_keyfile": self.tls_key} if self.tls_cert else {}
+
 
 class EmulatorControl:
     """Client of the control API (/_emulator/...) of an emulator at `url` (scheme://host:port)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, verify: bool | ssl.SSLContext = True) -> None:
         self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url + "/_emulator", timeout=10)
+        self._http = httpx.Client(base_url=self.url + "/_emulator", timeout=10, verify=verify)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         response = self._http.request(method, path, content=None if body is None else orjson.dumps(body))
@@ -104,7 +119,9 @@ class RunningEmulator(EmulatorControl):
     """An emulator serving in a background thread: `.url` (root), `.base_url` (root + base path)."""
 
     def __init__(self, config: EmulatorConfig, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
-        super().__init__(f"http://{config.host}:{port}")
+        # A TLS emulator's certificate is its own CA: the control client trusts exactly that.
+        verify = ssl.create_default_context(cafile=config.tls_cert) if config.tls_cert else True
+        super().__init__(f"{config.scheme}://{config.host}:{port}", verify)
         self.config = config
         self.app = server.config.app  # the Emulator, for in-process inspection
         self.port = port
@@ -138,7 +155,7 @@ def run_emulator(config: EmulatorConfig | None = None, *, port: int = 0) -> Iter
     """Serve `config` on a free port (port=0) in a background thread until the block ends."""
     config = config or EmulatorConfig()
     sock = bind_socket(config.host, port)
-    server = uvicorn.Server(uvicorn_config(create_app(config)))
+    server = uvicorn.Server(uvicorn_config(create_app(config), **config.ssl_options()))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="emulator", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
