@@ -13,6 +13,8 @@ import fcntl
 import logging
 import os
 import random
+import re
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +31,8 @@ from etl.errors import EtlError, StorageError
 log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".tmp"
+TMP_MAX_AGE = 3600.0  # seconds: a temp file of another host this old has no live writer
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 LOCK_NAME = ".etl.lock"  # hidden: readers (pyarrow, DuckDB globs, Spark) skip dot files
 KEEP = object()  # returned by an `update` change: leave the file as it is
 _SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
@@ -99,7 +103,8 @@ class Storage:
                 return
             directory, name = os.path.split(path)
             os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+            # The name records its writer, so a concurrent run can tell a live temp file from a leftover.
+            tmp = os.path.join(directory, f".{name}.{os.getpid()}@{_HOST}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
             try:
                 with open(tmp, "wb") as handle:
                     handle.write(data)
@@ -245,13 +250,40 @@ class Storage:
         self.remove(probe)
 
     def remove_temp_files(self) -> int:
-        """Leftovers of a killed writer (local only: object stores have no temp names)."""
+        """Leftovers of killed writers (local only: object stores have no temp names). Temp files of
+        live writers (another shard writing the same folders right now) are left alone."""
         if not self.local:
             return 0
-        leftovers = [f for f in self.find() if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX)]
+        leftovers = [
+            f for f in self.find()
+            if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX) and self._abandoned(f)
+        ]
         for rel in leftovers:
             self.remove(rel)
         return len(leftovers)
+
+    def _abandoned(self, rel: str) -> bool:
+        parts = rel.rsplit("/", 1)[-1].split(".")
+        owner = parts[-3] if len(parts) >= 4 else ""
+        pid, _, host = owner.partition("@")
+        if host == _HOST and pid.isdigit():
+            return not _alive(int(pid))
+        if host:
+            try:
+                return time.time() - os.path.getmtime(self.full(rel)) > TMP_MAX_AGE
+            except FileNotFoundError:
+                return False  # renamed meanwhile
+        return True  # a name without its writer: from an older version
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _precondition_failed(exc: OSError) -> bool:
