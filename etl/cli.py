@@ -28,7 +28,7 @@ def _setup_logging(debug: bool, quiet: bool) -> None:
     level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if not debug:
-        for noisy in ("httpx", "httpcore", "asyncio"):
+        for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -85,7 +85,9 @@ def _summary_text(summary: dict) -> str:
     lines = [
         f"run {summary['run_id']}: {summary['status']} in {summary['seconds']:.1f}s",
         f"  window      {summary['window']['start']} .. {summary['window']['end']}" if summary["window"] else "",
-        f"  objects     {summary['objects']}    parameters {summary['parameters']}",
+        f"  objects     {summary['objects']}    parameters {summary['parameters']}"
+        + (f"    shard {summary['shard']}" if summary.get("shard") else ""),
+        f"  executor    {summary['executor']}" if summary.get("executor", "local") != "local" else "",
     ]
     for name, s in summary["series"].items():
         lines.append(f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files")
@@ -169,7 +171,7 @@ shard_option = click.option("--shard", callback=_shard, help="The checkpoints of
 @click.option("--json", "as_json", is_flag=True)
 def state_show(config_path: str, shard, as_json: bool) -> None:
     """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(load_config(config_path), shard).load().rows())
+    rows = list(_store(load_config(config_path, offline=True), shard).load().rows())
     if as_json:
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -184,7 +186,7 @@ def state_show(config_path: str, shard, as_json: bool) -> None:
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard, yes: bool) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
-    store = _store(load_config(config_path), shard)
+    store = _store(load_config(config_path, offline=True), shard)
     if not yes:
         click.confirm("Forget these checkpoints?", abort=True)
     with store.lock():
@@ -206,7 +208,7 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     object and parameter names, and the dimension tables. Without SQL, list the views."""
     from etl.query import connect, views
 
-    con = connect(load_config(config_path))
+    con = connect(load_config(config_path, offline=True))
     if not sql:
         click.echo("\n".join(views(con)))
         return
@@ -275,7 +277,7 @@ def plot(config_path: str, param_id: int, start: int, end: int, kind: str, outpu
 
     from etl.plot import plot as draw
 
-    points = draw(load_config(config_path), param_id, kind, start, end, Path(output))
+    points = draw(load_config(config_path, offline=True), param_id, kind, start, end, Path(output))
     click.echo(f"plotted {points:,} points to {output}")
 
 

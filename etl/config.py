@@ -218,11 +218,11 @@ class Config(Strict):
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def _substitute(node: Any, where: str) -> Any:
+def _substitute(node: Any, where: str, offline: bool = False) -> Any:
     if isinstance(node, dict):
-        return {k: _substitute(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        return {k: _substitute(v, f"{where}.{k}" if where else str(k), offline) for k, v in node.items()}
     if isinstance(node, list):
-        return [_substitute(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        return [_substitute(v, f"{where}[{i}]", offline) for i, v in enumerate(node)]
     if not isinstance(node, str):
         return node
 
@@ -232,6 +232,8 @@ def _substitute(node: Any, where: str) -> Any:
             return os.environ[name]
         if default is not None:
             return default
+        if offline and where.startswith("source."):
+            return ""  # a command that never signs in needs no password
         raise ConfigError(f"config error: {where}: environment variable {name} is not set")
 
     return _ENV.sub(value, node)
@@ -250,11 +252,12 @@ def _message(error: dict) -> str:
     return error["msg"].removeprefix("Value error, ")
 
 
-def parse_config(data: Any, origin: str = "config") -> Config:
+def parse_config(data: Any, origin: str = "config", offline: bool = False) -> Config:
+    """offline: for commands that only read the output; unset variables under source.* are left empty."""
     if not isinstance(data, dict):
         raise ConfigError(f"config error: {origin}: the top level must be a mapping of keys")
     raw_password = (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
-    data = _substitute(data, "")
+    data = _substitute(data, "", offline)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -268,7 +271,7 @@ def parse_config(data: Any, origin: str = "config") -> Config:
     return config
 
 
-def load_config(path: str | Path) -> Config:
+def load_config(path: str | Path, offline: bool = False) -> Config:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -283,4 +286,4 @@ def load_config(path: str | Path) -> Config:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "malformed YAML"
         raise ConfigError(f"config error: {path}:{where}: {problem}") from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), offline)

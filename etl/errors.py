@@ -103,7 +103,7 @@ class Interrupted(EtlError):
 
 
 _BY_CODE: dict[int, type[EtlError]] = {
-    ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: ApiError,
+    ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: NetworkError,
     ExitCode.SERVER: ApiError, ExitCode.DATA: DataError, ExitCode.OUTPUT: StorageError,
     ExitCode.LOCKED: LockedError, ExitCode.INTERRUPTED: Interrupted,
 }

@@ -28,6 +28,7 @@ class Executor:
     name: str
     in_flight: int  # slabs admitted at once
     run_job: RunJob
+    remote: bool = False  # jobs run in other processes, maybe on other machines
 
 
 async def execute(executor: Executor, jobs: list[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event) -> None:
@@ -79,6 +80,6 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
     try:
         threads = sum((await client.nthreads()).values())
         # Twice the worker threads: workers never wait for the coordinator, and a stop leaves few in flight.
-        yield Executor(f"dask {address}", max(2, 2 * threads), run_job)
+        yield Executor(f"dask {address}", max(2, 2 * threads), run_job, remote=True)
     finally:
         await client.close()

@@ -214,7 +214,7 @@ class Runner:
         """The config a slab runs with. Remote workers get one that needs nothing of this machine: an
         absolute local output path, the password itself rather than its file, the resolved storage
         options (endpoint included); credentials of the store stay theirs (environment, profile, role)."""
-        if executor.name == "local":
+        if not executor.remote:
             return self.config
         sink = self.config.sink.model_copy(update={
             "path": os.path.abspath(self.config.sink.path) if self.data.local else self.config.sink.path,

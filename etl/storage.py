@@ -18,7 +18,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 import fsspec
@@ -145,27 +145,24 @@ class Storage:
         or KEEP. No concurrent `update` of the same file is lost: locally the folder is flocked;
         on S3 the write is conditional on the version read (retried with a fresh read on conflict).
         Other object stores get a plain read and write. Returns what change returned."""
-        if self.local:
-            with self._errors("write", rel), self._folder_lock(rel):
-                result = change(self.read(rel))
-                if result is None:
-                    self.remove(rel)
-                elif result is not KEEP:
-                    self.write_atomic(rel, result)
-                return result
-        if not self.s3:
+        if self.s3:
+            return self._update_s3(rel, change, attempts)
+        with self._folder_lock(rel) if self.local else nullcontext():
             result = change(self.read(rel))
             if result is None:
                 self.remove(rel)
             elif result is not KEEP:
                 self.write_atomic(rel, result)
             return result
+
+    def _update_s3(self, rel: str, change: Callable, attempts: int) -> object:
         for attempt in range(attempts):
-            with self._errors("write", rel):
+            with self._errors("read", rel):
                 data, etag = sync(self.fs.loop, self._s3_get, rel)
-                result = change(data)
-                if result is KEEP or (result is None and data is None):
-                    return result
+            result = change(data)
+            if result is KEEP or (result is None and data is None):
+                return result
+            with self._errors("write", rel):
                 if sync(self.fs.loop, self._s3_put_if, rel, result, etag):
                     return result
             log.debug("%s changed while being updated; reading it again", self.display(rel))
@@ -209,8 +206,9 @@ class Storage:
     @contextmanager
     def _folder_lock(self, rel: str) -> Iterator[None]:
         directory = os.path.dirname(self.full(rel))
-        os.makedirs(directory, exist_ok=True)
-        fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        with self._errors("lock", rel):
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # held for one read-modify-write: milliseconds
             yield

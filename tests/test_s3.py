@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from etl.cli import cli
 from etl.config import parse_config
-from etl.errors import LockedError
+from etl.errors import LockedError, StorageError
 from etl.pipeline import Runner, RunOptions
 from etl.state import StateStore
 from etl.storage import Storage
@@ -55,6 +55,11 @@ def test_full_then_incremental_run_into_s3(emulator, bucket, tmp_path, monkeypat
     monkeypatch.delenv("AWS_ENDPOINT_URL")
     again = run(make_config(emulator.base_url, lake, sink={"storage_options": {"endpoint_url": endpoint}}))
     assert again.as_dict()["points"] == 0 and again.as_dict()["objects"] == 2
+
+
+def test_a_missing_bucket_is_one_clear_output_error(emulator, s3_server):
+    with pytest.raises(StorageError, match=r"^cannot write s3://etl-no-such-bucket/lake/_probe-\w+: .*bucket does not exist"):
+        run(make_config(emulator.base_url, "s3://etl-no-such-bucket/lake"))
 
 
 def test_conditional_writes_lose_no_concurrent_update(bucket):
