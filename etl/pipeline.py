@@ -125,6 +125,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
+        self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
 
     def _window(self) -> tuple[int, int]:
         window = self.config.window
@@ -147,6 +148,7 @@ class Runner:
     async def run(self) -> RunSummary:
         started = time.monotonic()
         try:
+            self.scheduler = self._scheduler()
             if not self.options.dry_run:
                 self.data.check_writable()
                 with self.store.lock():
@@ -172,7 +174,6 @@ class Runner:
 
     async def _run_locked(self) -> None:
         summary = self.summary
-        scheduler = self._scheduler()
         if not self.options.dry_run:
             summary.temp_files_removed = self.data.remove_temp_files()
         state = self.store.load()
@@ -189,7 +190,7 @@ class Runner:
             if self.config.dimensions:
                 tables = await dimensions.collect(client, objects, params)
                 await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
-            async with self._executor(client, scheduler) as executor:
+            async with self._executor(client, self.scheduler) as executor:
                 summary.executor = executor.name
                 await self._execute(executor, slabs, state)
         if self.fatal is not None:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
 from collections import Counter
 
+import pytest
+
+from etl.errors import ConfigError
 from etl.pipeline import Runner, RunOptions
-from tests.conftest import START, config_dict, make_config, write_config
+from etl.plan import Slab
+from etl.timeutil import DAY_MS
+from etl.work import SlabJob
+from tests.conftest import END, START, config_dict, make_config, write_config
 from tests.expected import SERIES, assert_exact, read
 
 
@@ -42,6 +49,30 @@ def test_dask_executor_writes_row_for_row_what_the_local_one_writes(emulator, da
         assert read(remote, series).equals(read(local, series)), series
     assert files(remote) == files(local)
     assert json.loads((remote / "_state/state.json").read_text()) == json.loads((local / "_state/state.json").read_text())
+
+
+def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucket):
+    """The workers get the coordinator's resolved storage options (the endpoint of AWS_ENDPOINT_URL);
+    credentials come from the config's storage_options here, from their own environment in production."""
+    lake = f"{bucket}/lake"
+    config = make_config(emulator.base_url, lake, sink={"storage_options": {"key": "testing", "secret": "testing"}},
+                         executor={"kind": "dask", "address": dask_cluster.scheduler_address})
+    assert run(config).as_dict()["executor"].startswith("dask")
+    assert_exact(lake, START, END)
+
+
+def test_jobs_show_no_secret_where_dask_prints_them(tmp_path):
+    config = make_config("http://127.0.0.1:1/api", tmp_path, source={"password": "pa55-w0rd-x"})
+    job = SlabJob(config, Slab("raw", 0, DAY_MS), "0")
+    for text in (repr(job), str(job), repr(job.config), str(job.config.source)):
+        assert "pa55-w0rd-x" not in text
+    assert pickle.loads(pickle.dumps(job)).config.source.resolve_password() == "pa55-w0rd-x"  # still shipped
+
+
+def test_dask_without_a_scheduler_is_a_config_error(emulator, tmp_path):
+    with pytest.raises(ConfigError, match="needs --scheduler ADDRESS"):
+        run(make_config(emulator.base_url, tmp_path), executor="dask")
+    assert not (tmp_path / "_state").exists()  # refused before taking the lock
 
 
 def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_cluster, tmp_path):
