@@ -8,6 +8,7 @@ error) admits no more slabs; those in flight finish and are committed, on the cl
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -17,6 +18,8 @@ from etl.client import MonitoringClient
 from etl.errors import ConfigError, EtlError, NetworkError
 from etl.timeutil import iso
 from etl.work import SlabJob, SlabResult, process_slab, run_slab
+
+log = logging.getLogger("etl")
 
 RunJob = Callable[[SlabJob], Awaitable[SlabResult]]
 Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
@@ -79,6 +82,8 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
 
     try:
         threads = sum((await client.nthreads()).values())
+        if not threads:
+            log.warning("the Dask cluster at %s has no workers yet: slabs wait for one", address)
         # Twice the worker threads: workers never wait for the coordinator, and a stop leaves few in flight.
         yield Executor(f"dask {address}", max(2, 2 * threads), run_job, remote=True)
     finally:
