@@ -35,6 +35,7 @@ TMP_MAX_AGE = 3600.0  # seconds: a temp file of another host this old has no liv
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 LOCK_NAME = ".etl.lock"  # hidden: readers (pyarrow, DuckDB globs, Spark) skip dot files
 KEEP = object()  # returned by an `update` change: leave the file as it is
+_UNCONDITIONAL: set[str] = set()  # S3 endpoints that answered 501 Not Implemented to a conditional write
 _SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
 
 
@@ -73,6 +74,12 @@ class Storage:
         self.local = isinstance(self.fs, LocalFileSystem)
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         self.s3 = "s3" in protocols
+        self._endpoint = str(self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url"))
+
+    @property
+    def conditional(self) -> bool:
+        """S3 conditional writes, until the store answers 501 to one."""
+        return self._endpoint not in _UNCONDITIONAL
 
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
@@ -187,7 +194,7 @@ class Storage:
     async def _s3_put_if(self, rel: str, data: bytes | None, etag: str | None) -> bool:
         """False when the object is no longer the version `etag` names (None: absent)."""
         bucket, key = self._split(rel)
-        condition = {"IfMatch": etag} if etag else {"IfNoneMatch": "*"}
+        condition = ({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}) if self.conditional else {}
         try:
             if data is None:
                 await self.fs._call_s3("delete_object", Bucket=bucket, Key=key, **condition)
@@ -198,6 +205,11 @@ class Storage:
         except OSError as exc:
             if _precondition_failed(exc):
                 return False
+            if self.conditional and _status(exc) == 501:
+                log.warning("%s does not support conditional writes: concurrent writers of one file "
+                            "(shards of different layouts, two runs of one state) are not protected", self.url)
+                _UNCONDITIONAL.add(self._endpoint)
+                return await self._s3_put_if(rel, data, etag)
             raise
         finally:
             self.fs.invalidate_cache(self.full(rel))
@@ -284,9 +296,14 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _status(exc: OSError) -> int | None:
+    response = getattr(exc.__cause__, "response", None) or {}
+    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
 def _precondition_failed(exc: OSError) -> bool:
     response = getattr(exc.__cause__, "response", None) or {}
-    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    status = _status(exc)
     code = response.get("Error", {}).get("Code")
     # 409 ConditionalRequestConflict: two conditional writes raced on AWS; the loser may retry.
     return status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict") \
