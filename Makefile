@@ -6,8 +6,11 @@ ETL := $(BIN)/etl
 STAMP := $(VENV)/.installed
 EMULATOR_PORT ?= 8765
 DEMO_SQL := select object_name, kind, count(*) as points, min(ts) as first, max(ts) as last from raw_named group by all order by 1, 2
+S3_PORT ?= 9000
+SCHEDULER_PORT ?= 8786
+WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench soak clean
+.PHONY: run test lint emulator bench soak clean demo-s3 demo-dask
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +23,7 @@ install: $(STAMP)
 run: $(STAMP)
 	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
-	$(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30 && \
+	$(WAIT_EMULATOR) && \
 	ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --no-progress && \
 	echo "Query it (DuckDB views raw, average, candles, raw_named, dimensions...):" && \
 	echo "  $(ETL) query -c configs/demo.yaml \"$(DEMO_SQL)\"" && \
@@ -31,6 +34,28 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check etl tests $(wildcard benchmarks)
+
+## make demo-s3: the demo into a local S3 server (moto), then a DuckDB query over the bucket.
+demo-s3: $(STAMP)
+	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & e=$$!; \
+	$(BIN)/moto_server -H 127.0.0.1 -p $(S3_PORT) >/dev/null 2>&1 & m=$$!; \
+	trap 'kill $$e $$m 2>/dev/null; wait $$e $$m 2>/dev/null' EXIT; \
+	export AWS_ENDPOINT_URL=http://127.0.0.1:$(S3_PORT) AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo \
+	       AWS_DEFAULT_REGION=us-east-1 ETL_PASSWORD=demo; \
+	$(WAIT_EMULATOR) && \
+	$(BIN)/python -c "import s3fs; s3fs.S3FileSystem().mkdir('demo-lake')" &&  \
+	$(ETL) run -c configs/demo-s3.yaml --no-progress && \
+	$(ETL) query -c configs/demo-s3.yaml "select kind, count(*) as points from raw group by kind order by kind"
+
+## make demo-dask: a Dask scheduler and 2 worker processes on loopback run the demo (all slabs again).
+demo-dask: $(STAMP)
+	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & e=$$!; \
+	$(BIN)/dask scheduler --host 127.0.0.1 --port $(SCHEDULER_PORT) --no-dashboard >$(VENV)/dask.log 2>&1 & s=$$!; \
+	$(BIN)/dask worker tcp://127.0.0.1:$(SCHEDULER_PORT) --nworkers 2 --nthreads 1 --no-dashboard \
+	  >>$(VENV)/dask.log 2>&1 & w=$$!; \
+	trap 'kill $$e $$w $$s 2>/dev/null; wait $$e $$w $$s 2>/dev/null' EXIT; \
+	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --full-refresh --no-progress \
+	  --executor dask --scheduler tcp://127.0.0.1:$(SCHEDULER_PORT)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

@@ -29,7 +29,7 @@ def _setup_logging(debug: bool, quiet: bool) -> None:
     level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     if not debug:
-        for noisy in ("httpx", "httpcore", "asyncio"):
+        for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -86,7 +86,9 @@ def _summary_text(summary: dict) -> str:
     lines = [
         f"run {summary['run_id']}: {summary['status']} in {summary['seconds']:.1f}s",
         f"  window      {summary['window']['start']} .. {summary['window']['end']}" if summary["window"] else "",
-        f"  objects     {summary['objects']}    parameters {summary['parameters']}",
+        f"  objects     {summary['objects']}    parameters {summary['parameters']}"
+        + (f"    shard {summary['shard']}" if summary.get("shard") else ""),
+        f"  executor    {summary['executor']}" if summary.get("executor", "local") != "local" else "",
     ]
     for name, s in summary["series"].items():
         lines.append(f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files")
@@ -109,15 +111,19 @@ def _summary_text(summary: dict) -> str:
 @click.option("--from", "start", callback=_time, help="Backfill from this time (ISO 8601 with offset).")
 @click.option("--to", "end", callback=_time, help="Backfill up to this time (exclusive).")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
-@click.option("--shard", callback=_shard, help="Take only shard I of N of the parameters (I/N).")
+@click.option("--shard", callback=_shard,
+              help="Take only shard I of N of the parameters (I/N); each shard keeps its own checkpoints and lock.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), help="Where slabs run (default: the config's).")
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, progress) -> None:
+def run(config_path: str, start, end, full_refresh: bool, shard, executor, scheduler, as_json: bool, progress) -> None:
     """Fetch new data, write it, checkpoint it."""
     from etl.pipeline import Runner, RunOptions
 
     config = load_config(config_path)
-    runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
+    options = RunOptions(start, end, full_refresh, shard, progress, executor=executor, scheduler=scheduler)
+    runner = Runner(config, options)
     # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
     # to exit 130 (a temp file left behind is swept by the next run).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -168,19 +174,22 @@ def state() -> None:
     """Inspect or reset the checkpoints of a config."""
 
 
-def _store(config: Config):
+def _store(config: Config, shard: tuple[int, int] | None):
     from etl.state import StateStore
-    from etl.storage import Storage
 
-    return StateStore(Storage(config.state_path, config.sink.storage_options))
+    return StateStore.open(config.state_path, config.sink.storage_options, shard, config.state.lease / 1000)
+
+
+shard_option = click.option("--shard", callback=_shard, help="The checkpoints of shard I/N (runs with --shard I/N).")
 
 
 @state.command("show")
 @config_option
+@shard_option
 @click.option("--json", "as_json", is_flag=True)
-def state_show(config_path: str, as_json: bool) -> None:
+def state_show(config_path: str, shard, as_json: bool) -> None:
     """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(load_config(config_path, offline=True)).load().rows())
+    rows = list(_store(load_config(config_path, offline=True), shard).load().rows())
     if as_json:
         click.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -191,10 +200,11 @@ def state_show(config_path: str, as_json: bool) -> None:
 @config_option
 @click.option("--param", "params", type=int, multiple=True, help="Only these parameter ids.")
 @click.option("--series", "series", type=click.Choice(["raw", "average", "candles"]), multiple=True)
+@shard_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], yes: bool) -> None:
+def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard, yes: bool) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
-    store = _store(load_config(config_path, offline=True))
+    store = _store(load_config(config_path, offline=True), shard)
     if not yes:
         click.confirm("Forget these checkpoints?", abort=True)
     with store.lock():
@@ -261,8 +271,9 @@ def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output
     param = Parameter(param_id, "calculated" if param_list == "calculated" else "physical", 0, meta)
 
     async def go():
-        client = _client_from(None)._client
-        async with client:
+        from etl.client import MonitoringClient
+
+        async with MonitoringClient(*_env_connection()) as client:
             return await pull_series(client, param, kind, start, end)
 
     table, counters = asyncio.run(go())
@@ -311,16 +322,22 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _env_connection() -> tuple[str, str, str]:
+    """Base URL, login and password from ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD."""
+    names = ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD")
+    missing = [v for v in names if not os.environ.get(v)]
+    if missing:
+        raise ConfigError(f"no connection: pass --config FILE or set {', '.join(missing)}")
+    return os.environ[names[0]], os.environ[names[1]], os.environ[names[2]]
+
+
 def _client_from(config_path: str | None):
     from etl.client import SyncMonitoringClient
     from etl.pipeline import make_client
 
     if config_path:
         return SyncMonitoringClient(client=make_client(load_config(config_path)))
-    missing = [v for v in ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD") if not os.environ.get(v)]
-    if missing:
-        raise ConfigError(f"no connection: pass --config FILE or set {', '.join(missing)}")
-    return SyncMonitoringClient(os.environ["ETL_BASE_URL"], os.environ["ETL_USERNAME"], os.environ["ETL_PASSWORD"])
+    return SyncMonitoringClient(*_env_connection())
 
 
 def _explore(fetch: Callable[[Any], Any], columns: list[str] | None = None) -> Callable:

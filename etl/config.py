@@ -12,7 +12,15 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from etl import redact
 from etl.errors import ConfigError
@@ -46,7 +54,7 @@ class RetryConfig(Strict):
 class SourceConfig(Strict):
     base_url: str
     username: str
-    password: str | None = None
+    password: SecretStr | None = None  # SecretStr: shown as ****** wherever the config is printed
     password_file: Path | None = None
     verify_tls: bool = True
     ca_bundle: Path | None = None
@@ -92,7 +100,7 @@ class SourceConfig(Strict):
 
     def resolve_password(self) -> str:
         if self.password_file is None:
-            return self.password or ""
+            return self.password.get_secret_value() if self.password else ""
         try:
             secret = self.password_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
@@ -185,11 +193,26 @@ class SinkConfig(Strict):
 
 class StateConfig(Strict):
     path: str | None = Field(None, description="default: {sink.path}/_state")
+    lease: int = Field(120_000, description="object stores: a dead run's lock may be taken after this long")
+
+    @field_validator("lease", mode="before")
+    @classmethod
+    def _lease(cls, value: Any) -> int:
+        ms = _duration(value)
+        if ms < 1000:
+            raise ValueError("must be at least 1s")
+        return ms
 
 
 class ExecutorConfig(Strict):
     kind: Literal["local", "dask"] = "local"
-    address: str | None = None
+    address: str | None = Field(None, description="dask scheduler, e.g. tcp://10.0.0.5:8786")
+
+    @model_validator(mode="after")
+    def _address(self) -> ExecutorConfig:
+        if self.kind == "dask" and not self.address:
+            raise ValueError("kind dask needs address, e.g. tcp://127.0.0.1:8786")
+        return self
 
 
 class Config(Strict):
@@ -266,7 +289,7 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
         more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
         raise ConfigError(f"config error: {_location(first)}: {_message(first)}{more}") from None
     if config.source.password:
-        redact.register(config.source.password)
+        redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):
             log.warning("source.password is written in the config file; prefer ${ETL_PASSWORD} or password_file")
     return config

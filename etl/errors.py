@@ -112,3 +112,17 @@ class LockedError(EtlError):
 
 class Interrupted(EtlError):
     exit_code = ExitCode.INTERRUPTED
+
+
+_BY_CODE: dict[int, type[EtlError]] = {
+    ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: NetworkError,
+    ExitCode.SERVER: ApiError, ExitCode.DATA: DataError, ExitCode.OUTPUT: StorageError,
+    ExitCode.LOCKED: LockedError, ExitCode.INTERRUPTED: Interrupted,
+}
+
+
+def error_from(message: str, exit_code: int) -> EtlError:
+    """An error reported by another process (a Dask worker), keeping its message and exit code."""
+    error = _BY_CODE.get(exit_code, EtlError)(message)
+    error.exit_code = exit_code
+    return error

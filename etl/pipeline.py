@@ -1,32 +1,43 @@
-"""A run: discover, plan, fetch slabs with bounded concurrency, write them, then checkpoint them."""
+"""A run: discover, plan, run slabs on an executor, checkpoint each slab once its files are durable.
+
+The coordinator (this module) signs in, lists parameters, plans slabs against the checkpoints and writes
+the dimension tables; an executor (etl/executors.py) runs the slabs, here or on a Dask cluster, each
+through etl/work.py's process_slab; the coordinator commits a slab's windows to the state only after
+its result says the files are written.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import httpx
 import orjson
+from pydantic import SecretStr
 
 from etl import dimensions
-from etl.client import ClientStats, MonitoringClient, RetryPolicy
+from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
-from etl.errors import ApiError, ConfigError, DataError, EtlError, Interrupted
-from etl.extract import fetch_unit
+from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
+from etl.executors import Executor, dask_executor, execute, local_executor
 from etl.plan import PlanOptions, Slab, describe, plan
 from etl.progress import Progress
-from etl.sinks import DatasetWriter, Replaced, file_format
+from etl.sinks import file_format
 from etl.state import State, StateStore
 from etl.storage import Storage
 from etl.timeutil import iso, now_ms
-from etl.transform import UnitData, to_table
 from etl.walk import discover
+from etl.work import SlabJob, SlabResult, make_client
+
+__all__ = ["RunOptions", "RunSummary", "Runner", "make_client", "run"]
 
 log = logging.getLogger("etl")
 
@@ -39,6 +50,8 @@ class RunOptions:
     shard: tuple[int, int] | None = None
     progress: bool | None = None  # None: a bar when stderr is a terminal
     dry_run: bool = False  # plan only
+    executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
+    scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
 
 
 @dataclass
@@ -66,6 +79,8 @@ class RunSummary:
     failed_windows: list[str] = field(default_factory=list)
     client: ClientStats = field(default_factory=ClientStats)
     temp_files_removed: int = 0
+    executor: str = "local"
+    shard: tuple[int, int] | None = None
 
     def as_dict(self) -> dict:
         counters = dict(self.warnings)
@@ -91,30 +106,9 @@ class RunSummary:
             "failed_windows": self.failed_windows[:50],
             "failed_window_count": len(self.failed_windows),
             "temp_files_removed": self.temp_files_removed,
+            "executor": self.executor,
+            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
         }
-
-
-def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringClient:
-    source = config.source
-    return MonitoringClient(
-        source.base_url,
-        source.username,
-        source.resolve_password(),
-        timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
-        retry=RetryPolicy(**config.retry.model_dump()),
-        max_in_flight=config.extract.concurrency,
-        verify=source.tls_verify(),
-        stats=stats,
-    )
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    """Errors after which fetching more is pointless (server down, credentials gone, a bug)."""
-    if isinstance(exc, DataError):
-        return False
-    if isinstance(exc, ApiError):
-        return getattr(exc, "exit_code", 0) != DataError.exit_code
-    return True
 
 
 class Runner:
@@ -122,17 +116,16 @@ class Runner:
         self.config = config
         self.options = options
         self.data = Storage(config.sink.path, config.sink.storage_options)
-        self.store = StateStore(Storage(config.state_path, config.sink.storage_options))
+        self.store = StateStore.open(config.state_path, config.sink.storage_options, options.shard,
+                                     config.state.lease / 1000)
         self.fmt = file_format(config.sink.format, config.sink.compression)
-        label = f"s{options.shard[0]}of{options.shard[1]}" if options.shard else "0"
-        self.writers = {
-            s: DatasetWriter(self.data, s, self.fmt, list(config.sink.partition_by), label) for s in config.series
-        }
+        self.label = f"s{options.shard[0]}of{options.shard[1]}" if options.shard else "0"
         run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
-        self.summary = RunSummary(run_id=run_id, output=self.data.display())
+        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
+        self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
 
     def _window(self) -> tuple[int, int]:
         window = self.config.window
@@ -142,9 +135,20 @@ class Runner:
             raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
         return start, end
 
+    def _scheduler(self) -> str | None:
+        """The Dask scheduler to use, or None to run here."""
+        kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
+        if kind == "local":
+            return None
+        address = self.options.scheduler or self.config.executor.address
+        if not address:
+            raise ConfigError("the dask executor needs --scheduler ADDRESS (or executor.address in the config)")
+        return address
+
     async def run(self) -> RunSummary:
         started = time.monotonic()
         try:
+            self.scheduler = self._scheduler()
             if not self.options.dry_run:
                 self.data.check_writable()
                 with self.store.lock():
@@ -186,7 +190,9 @@ class Runner:
             if self.config.dimensions:
                 tables = await dimensions.collect(client, objects, params)
                 await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
-            await self._execute(client, slabs, state)
+            async with self._executor(client, self.scheduler) as executor:
+                summary.executor = executor.name
+                await self._execute(executor, slabs, state)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -197,11 +203,37 @@ class Runner:
                 "the rest is written and checkpointed; the next run retries them"
             )
 
-    async def _execute(self, client: MonitoringClient, slabs: list[Slab], state: State) -> None:
+    @asynccontextmanager
+    async def _executor(self, client: MonitoringClient, scheduler: str | None):
+        if scheduler is None:
+            yield local_executor(client, self.config.extract.slabs_in_flight)
+        else:
+            async with dask_executor(scheduler) as executor:
+                yield executor
+
+    def _job_config(self, executor: Executor) -> Config:
+        """The config a slab runs with. Remote workers get one that needs nothing of this machine: an
+        absolute local output path, the password itself rather than its file, the resolved storage
+        options (endpoint included); credentials of the store stay theirs (environment, profile, role)."""
+        if not executor.remote:
+            return self.config
+        sink = self.config.sink.model_copy(update={
+            "path": os.path.abspath(self.config.sink.path) if self.data.local else self.config.sink.path,
+            "storage_options": self.data.options,
+        })
+        source = self.config.source.model_copy(
+            update={"password": SecretStr(self.config.source.resolve_password()), "password_file": None}
+        )
+        return self.config.model_copy(update={"sink": sink, "source": source})
+
+    async def _execute(self, executor: Executor, slabs: list[Slab], state: State) -> None:
+        job_config = self._job_config(executor)
+        jobs = [SlabJob(job_config, slab, self.label) for slab in slabs]
         progress = Progress(sum(len(s.units) for s in slabs), self.options.progress)
-        admit = asyncio.Semaphore(self.config.extract.slabs_in_flight)
         commit_lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
+        # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
+        signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
 
         def on_signal(signum: int) -> None:
             if not self.interrupted:
@@ -209,64 +241,42 @@ class Runner:
             self.interrupted = True
             self.stop.set()
 
-        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        def fail(_job: SlabJob, exc: BaseException) -> None:
+            self.fatal = self.fatal or exc
+            self.stop.set()
+
+        async def commit(job: SlabJob, result: SlabResult) -> None:
+            for failure in result.failures:
+                self.summary.failed_windows.append(failure.describe())
+                if failure.fatal and self.fatal is None:
+                    self.fatal = failure.error or error_from(failure.message, failure.exit_code)
+                    self.stop.set()
+            # Checkpoint what was written even if some windows failed: failed ones stay open.
+            if result.done:
+                async with commit_lock:
+                    for param_id, start, end in result.done:
+                        state.add(param_id, result.series, start, end)
+                    await asyncio.to_thread(self.store.save, state)
+                totals = self.summary.series[result.series]
+                totals.slabs += 1
+                totals.windows += len(result.done)
+                totals.points += result.points
+                totals.files.update(result.files)
+            self.summary.warnings.update(result.counters)
+            if result.client is not None:
+                self.summary.client.add(result.client)
+            progress.advance(result.windows, result.points)
+
+        previous = {signum: signal.getsignal(signum) for signum in signals}
         for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
-
-        async def one(slab: Slab) -> None:
-            async with admit:
-                if self.stop.is_set():
-                    return
-                try:
-                    await self._slab(client, slab, state, commit_lock, progress)
-                except Exception as exc:  # a write that failed (disk full...) or a bug: stop admitting work
-                    self.fatal = self.fatal or exc
-                    self.stop.set()
-
         try:
-            await asyncio.gather(*(one(s) for s in slabs))
+            await execute(executor, jobs, commit, fail, self.stop)
         finally:
             progress.close()
             for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)
                 signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
-
-    async def _slab(self, client, slab: Slab, state: State, commit_lock: asyncio.Lock, progress: Progress) -> None:
-        max_points = self.config.extract.max_points
-        counters: Counter = Counter()
-        results = await asyncio.gather(
-            *(fetch_unit(client, u, max_points, counters) for u in slab.units), return_exceptions=True
-        )
-        good: list[UnitData] = []
-        for unit, result in zip(slab.units, results, strict=True):
-            if isinstance(result, UnitData):
-                good.append(result)
-                continue
-            if not isinstance(result, Exception):
-                raise result  # CancelledError and friends
-            self.summary.failed_windows.append(
-                f"param {unit.param.id} {unit.series} {iso(unit.start)}..{iso(unit.end)}: {result}"
-            )
-            if _is_fatal(result) and self.fatal is None:
-                self.fatal = result
-                self.stop.set()
-        # Write and checkpoint what succeeded even if some windows failed: failed ones stay open.
-        if good:
-            writer = self.writers[slab.series]
-            table = await asyncio.to_thread(to_table, slab.series, good)
-            ranges = [Replaced(g.unit.param.id, g.unit.param.object_id, g.unit.start, g.unit.end) for g in good]
-            written = await asyncio.to_thread(writer.write, table, ranges)
-            async with commit_lock:
-                for g in good:
-                    state.add(g.unit.param.id, slab.series, g.unit.start, g.unit.end)
-                await asyncio.to_thread(self.store.save, state)
-            totals = self.summary.series[slab.series]
-            totals.slabs += 1
-            totals.windows += len(good)
-            totals.points += table.num_rows
-            totals.files.update(written.files)
-        self.summary.warnings.update(counters)
-        progress.advance(len(slab.units), sum(len(g) for g in good))
 
 
 def run(config: Config, options: RunOptions | None = None) -> RunSummary:

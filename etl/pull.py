@@ -35,7 +35,8 @@ async def pull(
     step = DAY_MS if series == "raw" else 30 * DAY_MS
     units = [WorkUnit(param, series, s, e) for s, e in windows(start, end, step)]
     pieces = await asyncio.gather(*(fetch_unit(client, u, max_points, counters) for u in units))
-    return to_table(series, list(pieces)), counters
+    # The series endpoints do not say which object a parameter belongs to: no object_id column.
+    return to_table(series, list(pieces)).drop_columns(["object_id"]), counters
 
 
 def save(table: pa.Table, path: Path) -> None:

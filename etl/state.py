@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,12 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from etl.errors import LockedError, StorageError
-from etl.storage import Storage
+from etl.storage import KEEP, Storage
 from etl.timeutil import iso
 
 Interval = tuple[int, int]
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
+
+log = logging.getLogger(__name__)
 
 
 def merge(intervals: list[Interval]) -> list[Interval]:
@@ -104,26 +108,46 @@ class State:
             }
 
 
+def shard_folder(shard: tuple[int, int] | None) -> str:
+    """Where a shard keeps its checkpoints and lock, under the state path ("" when unsharded)."""
+    return f"shard-{shard[0]}of{shard[1]}" if shard else ""
+
+
 class StateStore:
-    def __init__(self, storage: Storage) -> None:
+    """state.json and the run lock of one (config, shard). Shards never share either, so N sharded
+    jobs run side by side without waiting for each other."""
+
+    def __init__(self, storage: Storage, lease_seconds: float = 120.0) -> None:
         self.storage = storage
+        self.lease_seconds = lease_seconds
+        self._lost: str | None = None  # set when a renewal finds another run holds our lease
+
+    @classmethod
+    def open(cls, url: str, options: dict | None = None, shard: tuple[int, int] | None = None,
+             lease_seconds: float = 120.0) -> StateStore:
+        folder = shard_folder(shard)
+        return cls(Storage(f"{url.rstrip('/')}/{folder}" if folder else url, options), lease_seconds)
 
     def load(self) -> State:
         data = self.storage.read(STATE_FILE)
         return State() if data is None else State.from_json(data, self.storage.display(STATE_FILE))
 
     def save(self, state: State) -> None:
+        if self._lost:
+            raise LockedError(self._lost)
         self.storage.write_atomic(STATE_FILE, state.to_json())
 
     @contextmanager
-    def lock(self, lease_seconds: float = 120.0) -> Iterator[None]:
+    def lock(self) -> Iterator[None]:
         """One run at a time per state. Locally an flock, which the kernel drops when its holder dies;
-        on object stores a lease that a dead run's successor may take once it has expired."""
+        on object stores a lease, renewed while the run lasts, that a dead run's successor may take
+        once it has expired. Taking and renewing it are conditional writes (Storage.update), so two
+        runs can never both believe they hold it."""
         if self.storage.local:
             with self._flock():
                 yield
         else:
-            with self._lease(lease_seconds):
+            with self._lease():
                 yield
 
     def _owner(self) -> dict:
@@ -149,26 +173,56 @@ class StateStore:
         finally:
             os.close(fd)  # closing drops the flock
 
+    @staticmethod
+    def _held(data: bytes | None) -> dict:
+        try:
+            held = json.loads(data) if data else {}
+        except ValueError:
+            held = {}
+        return held if isinstance(held, dict) else {}
+
     @contextmanager
-    def _lease(self, lease_seconds: float) -> Iterator[None]:
+    def _lease(self) -> Iterator[None]:
         token = uuid.uuid4().hex
-        now = time.time()
-        current = self.storage.read(LOCK_FILE)
-        if current:
-            try:
-                held = json.loads(current)
-            except ValueError:
-                held = {}
-            if held.get("expires", 0) > now:
+        where = self.storage.display(LOCK_FILE)
+        owner = self._owner()
+
+        def take(current: bytes | None) -> bytes:
+            held = self._held(current)
+            if held.get("token") not in (None, token) and held.get("expires", 0) > time.time():
                 raise LockedError(
-                    f"another run holds the state lock {self.storage.display(LOCK_FILE)} "
-                    f"(pid {held.get('pid')} on {held.get('host')}, since {held.get('since')}); wait for it to finish"
+                    f"another run holds the state lock {where} (pid {held.get('pid')} on {held.get('host')}, "
+                    f"since {held.get('since')}); wait for it to finish"
                 )
-        lease = {**self._owner(), "token": token, "expires": now + lease_seconds}
-        self.storage.write_atomic(LOCK_FILE, json.dumps(lease).encode())
-        if json.loads(self.storage.read(LOCK_FILE) or b"{}").get("token") != token:
-            raise LockedError(f"another run took the state lock {self.storage.display(LOCK_FILE)} at the same time")
+            return json.dumps({**owner, "token": token, "expires": time.time() + self.lease_seconds}).encode()
+
+        def renew(current: bytes | None) -> bytes:
+            if self._held(current).get("token") != token:
+                raise LockedError(f"lost the state lock {where} to another run (this one stalled past its lease)")
+            return take(current)
+
+        self.storage.update(LOCK_FILE, take)
+        self._lost = None
+        stop = threading.Event()
+
+        def keep_alive() -> None:
+            while not stop.wait(self.lease_seconds / 4):
+                try:
+                    self.storage.update(LOCK_FILE, renew)
+                except LockedError as exc:
+                    self._lost = str(exc)
+                    return
+                except StorageError as exc:  # a blip: the next renewal may succeed before expiry
+                    log.warning("could not renew the state lock: %s", exc)
+
+        renewer = threading.Thread(target=keep_alive, name="state-lease", daemon=True)
+        renewer.start()
         try:
             yield
         finally:
-            self.storage.remove(LOCK_FILE)
+            stop.set()
+            renewer.join()
+            try:
+                self.storage.update(LOCK_FILE, lambda cur: None if self._held(cur).get("token") == token else KEEP)
+            except StorageError as exc:
+                log.warning("could not release the state lock (it expires by itself): %s", exc)

@@ -1,33 +1,85 @@
-"""Files under one root (a local folder or any fsspec URL), written so readers never see a partial one."""
+"""Files under one root (a local folder or any fsspec URL), written so readers never see a partial one.
+
+Local files go to a hidden temp name, are fsynced, then renamed. Object stores get one PUT per file
+(S3 makes an object visible only once its upload is complete, multipart included), so no temp names
+exist there. Read-modify-write of a file (`update`) is safe against concurrent writers: S3 conditional
+writes (If-Match / If-None-Match) on object stores, an flock of the file's folder locally.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import logging
 import os
+import random
+import re
+import socket
+import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any
 
 import fsspec
+from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from etl.errors import StorageError
+from etl import redact
+from etl.errors import EtlError, StorageError
+
+log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".tmp"
+TMP_MAX_AGE = 3600.0  # seconds: a temp file of another host this old has no live writer
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
+LOCK_NAME = ".etl.lock"  # hidden: readers (pyarrow, DuckDB globs, Spark) skip dot files
+KEEP = object()  # returned by an `update` change: leave the file as it is
+_UNCONDITIONAL: set[str] = set()  # S3 endpoints that answered 501 Not Implemented to a conditional write
+_SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
 
 
-def _storage_error(action: str, path: str, exc: OSError) -> StorageError:
-    reason = exc.strerror or str(exc) or type(exc).__name__
-    return StorageError(f"cannot {action} {path}: {reason}")
+def _storage_error(action: str, path: str, exc: BaseException) -> StorageError:
+    reason = (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__).splitlines()[0]
+    if not isinstance(exc, OSError):
+        reason = f"{type(exc).__name__}: {reason}"  # NoCredentialsError and friends say little alone
+    return StorageError(redact.redact(f"cannot {action} {path}: {reason}"))
+
+
+def storage_options(url: str, options: dict[str, Any] | None) -> dict[str, Any]:
+    """The fsspec options of a URL. For s3:// the standard AWS_ENDPOINT_URL(_S3) variable is passed on
+    explicitly: recent botocore reads it itself, older botocore and pyarrow's S3 filesystem do not."""
+    options = dict(options or {})
+    redact.register(*(str(v) for k, v in options.items() if isinstance(v, str) and k.lower().endswith(_SECRET_OPTIONS)))
+    if url.startswith(("s3://", "s3a://")) and "endpoint_url" not in options \
+            and "endpoint_url" not in options.get("client_kwargs", {}):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            options["endpoint_url"] = endpoint
+    return options
 
 
 class Storage:
-    """Relative paths under `url`. Local writes go to a hidden temp name, are fsynced, then renamed;
-    object stores get a single PUT, which is atomic there."""
+    """Relative paths under `url`; every method raises StorageError (exit 7) rather than what the
+    backend raised, so a missing bucket or credential is one clear line."""
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
-        self.fs, self.root = fsspec.core.url_to_fs(self.url, **(options or {}))
+        self.options = storage_options(self.url, options)
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
+        except (ImportError, ValueError) as exc:
+            raise StorageError(f"cannot open {self.url}: {exc}") from None
         self.root = self.root.rstrip("/")
         self.local = isinstance(self.fs, LocalFileSystem)
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        self.s3 = "s3" in protocols
+        self._endpoint = str(self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url"))
+
+    @property
+    def conditional(self) -> bool:
+        """S3 conditional writes, until the store answers 501 to one."""
+        return self._endpoint not in _UNCONDITIONAL
 
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
@@ -35,15 +87,31 @@ class Storage:
     def display(self, rel: str = "") -> str:
         return f"{self.url}/{rel}" if rel else self.url
 
+    @contextmanager
+    def _errors(self, action: str, rel: str) -> Iterator[None]:
+        try:
+            yield
+        except EtlError:
+            raise
+        except OSError as exc:
+            raise _storage_error(action, self.display(rel), exc) from None
+        except Exception as exc:
+            if self.local:
+                raise
+            raise _storage_error(action, self.display(rel), exc) from None
+
+    # -- whole files ---------------------------------------------------------------------------
+
     def write_atomic(self, rel: str, data: bytes) -> None:
         path = self.full(rel)
-        try:
+        with self._errors("write", rel):
             if not self.local:
                 self.fs.pipe_file(path, data)
                 return
             directory, name = os.path.split(path)
             os.makedirs(directory, exist_ok=True)
-            tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+            # The name records its writer, so a concurrent run can tell a live temp file from a leftover.
+            tmp = os.path.join(directory, f".{name}.{os.getpid()}@{_HOST}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
             try:
                 with open(tmp, "wb") as handle:
                     handle.write(data)
@@ -59,46 +127,131 @@ class Storage:
                 os.fsync(dir_fd)  # the rename itself must survive a power cut before we checkpoint
             finally:
                 os.close(dir_fd)
-        except OSError as exc:
-            raise _storage_error("write", self.display(rel), exc) from None
 
     def read(self, rel: str) -> bytes | None:
-        try:
-            with self.fs.open(self.full(rel), "rb") as handle:
-                return handle.read()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise _storage_error("read", self.display(rel), exc) from None
+        # cat_file is one GET: unlike open(), it trusts no cached size of a file another process rewrote.
+        with self._errors("read", rel):
+            try:
+                return self.fs.cat_file(self.full(rel))
+            except FileNotFoundError:
+                return None
 
     def exists(self, rel: str) -> bool:
-        return self.fs.exists(self.full(rel))
+        with self._errors("read", rel):
+            self.fs.invalidate_cache(self.full(rel))
+            return self.fs.exists(self.full(rel))
+
+    def remove(self, rel: str) -> None:
+        with self._errors("remove", rel), suppress(FileNotFoundError):
+            self.fs.rm_file(self.full(rel))
+
+    # -- read-modify-write ------------------------------------------------------------------------
+
+    def update(self, rel: str, change: Callable[[bytes | None], bytes | None | object], attempts: int = 8) -> object:
+        """Replace `rel` by change(current bytes or None). change returns new bytes, None to delete,
+        or KEEP. No concurrent `update` of the same file is lost: locally the folder is flocked;
+        on S3 the write is conditional on the version read (retried with a fresh read on conflict).
+        Other object stores get a plain read and write. Returns what change returned."""
+        if self.s3:
+            return self._update_s3(rel, change, attempts)
+        with self._folder_lock(rel) if self.local else nullcontext():
+            result = change(self.read(rel))
+            if result is None:
+                self.remove(rel)
+            elif result is not KEEP:
+                self.write_atomic(rel, result)
+            return result
+
+    def _update_s3(self, rel: str, change: Callable, attempts: int) -> object:
+        for attempt in range(attempts):
+            with self._errors("read", rel):
+                data, etag = sync(self.fs.loop, self._s3_get, rel)
+            result = change(data)
+            if result is KEEP or (result is None and data is None):
+                return result
+            with self._errors("write", rel):
+                if sync(self.fs.loop, self._s3_put_if, rel, result, etag):
+                    return result
+            log.debug("%s changed while being updated; reading it again", self.display(rel))
+            time.sleep(random.uniform(0.01, 0.05) * 2**attempt)  # jitter: racing writers fall out of step
+        raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
+
+    def _split(self, rel: str) -> tuple[str, str]:
+        bucket, _, key = self.full(rel).partition("/")
+        return bucket, key
+
+    async def _s3_get(self, rel: str) -> tuple[bytes | None, str | None]:
+        bucket, key = self._split(rel)
+        try:
+            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None, None
+        try:
+            return await answer["Body"].read(), answer["ETag"]
+        finally:
+            answer["Body"].close()
+
+    async def _s3_put_if(self, rel: str, data: bytes | None, etag: str | None) -> bool:
+        """False when the object is no longer the version `etag` names (None: absent)."""
+        bucket, key = self._split(rel)
+        condition = ({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}) if self.conditional else {}
+        try:
+            if data is None:
+                await self.fs._call_s3("delete_object", Bucket=bucket, Key=key, **condition)
+            else:
+                await self.fs._call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
+        except (FileExistsError, FileNotFoundError):
+            return False  # If-None-Match failed, or If-Match on an object deleted meanwhile
+        except OSError as exc:
+            if _precondition_failed(exc):
+                return False
+            if self.conditional and _status(exc) == 501:
+                log.warning("%s does not support conditional writes: concurrent writers of one file "
+                            "(shards of different layouts, two runs of one state) are not protected", self.url)
+                _UNCONDITIONAL.add(self._endpoint)
+                return await self._s3_put_if(rel, data, etag)
+            raise
+        finally:
+            self.fs.invalidate_cache(self.full(rel))
+        return True
+
+    @contextmanager
+    def _folder_lock(self, rel: str) -> Iterator[None]:
+        directory = os.path.dirname(self.full(rel))
+        with self._errors("lock", rel):
+            os.makedirs(directory, exist_ok=True)
+            fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # held for one read-modify-write: milliseconds
+            yield
+        finally:
+            os.close(fd)
+
+    # -- listings ------------------------------------------------------------------------------
 
     def listdir(self, rel: str) -> list[str]:
-        """Names (not paths) in a folder; empty if it does not exist."""
-        try:
-            entries = self.fs.ls(self.full(rel), detail=False)
-        except FileNotFoundError:
-            return []
+        """Names (not paths) in a folder; empty if it does not exist. Never from a listing cache:
+        another process may have written there since."""
+        path = self.full(rel)
+        with self._errors("list", rel):
+            self.fs.invalidate_cache(path)
+            try:
+                entries = self.fs.ls(path, detail=False)
+            except FileNotFoundError:
+                return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
     def find(self, rel: str = "") -> list[str]:
         """Every file below rel, as paths relative to the root."""
         base = self.full(rel)
-        try:
-            found = self.fs.find(base)
-        except FileNotFoundError:
-            return []
+        with self._errors("list", rel):
+            self.fs.invalidate_cache(base)
+            try:
+                found = self.fs.find(base)
+            except FileNotFoundError:
+                return []
         prefix = self.root + "/"
         return sorted(f[len(prefix):] if f.startswith(prefix) else f for f in found)
-
-    def remove(self, rel: str) -> None:
-        try:
-            self.fs.rm_file(self.full(rel))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise _storage_error("remove", self.display(rel), exc) from None
 
     def check_writable(self) -> None:
         """Fail before fetching anything if the location cannot be written."""
@@ -107,10 +260,51 @@ class Storage:
         self.remove(probe)
 
     def remove_temp_files(self) -> int:
-        """Leftovers of a killed writer (local only: object stores have no temp names)."""
+        """Leftovers of killed writers (local only: object stores have no temp names). Temp files of
+        live writers (another shard writing the same folders right now) are left alone."""
         if not self.local:
             return 0
-        leftovers = [f for f in self.find() if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX)]
+        leftovers = [
+            f for f in self.find()
+            if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX) and self._abandoned(f)
+        ]
         for rel in leftovers:
             self.remove(rel)
         return len(leftovers)
+
+    def _abandoned(self, rel: str) -> bool:
+        parts = rel.rsplit("/", 1)[-1].split(".")
+        owner = parts[-3] if len(parts) >= 4 else ""
+        pid, _, host = owner.partition("@")
+        if host == _HOST and pid.isdigit():
+            return not _alive(int(pid))
+        if host:
+            try:
+                return time.time() - os.path.getmtime(self.full(rel)) > TMP_MAX_AGE
+            except FileNotFoundError:
+                return False  # renamed meanwhile
+        return True  # a name without its writer: from an older version
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _status(exc: OSError) -> int | None:
+    response = getattr(exc.__cause__, "response", None) or {}
+    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+
+
+def _precondition_failed(exc: OSError) -> bool:
+    response = getattr(exc.__cause__, "response", None) or {}
+    status = _status(exc)
+    code = response.get("Error", {}).get("Code")
+    # 409 ConditionalRequestConflict: two conditional writes raced on AWS; the loser may retry.
+    return status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict") \
+        or (exc.errno == errno.EINVAL and "pre-condition" in str(exc).lower())

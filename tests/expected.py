@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from etl.emulator.data import as_dataset, average_series, candles_series, raw_series
+from etl.storage import Storage
+from etl.timeutil import to_ms
 from etl.transform import SCHEMAS
 
 KINDS = {"analog": "physical", "signal": "signal", "calculated": "calculated"}
@@ -37,3 +40,26 @@ def expected_table(emulator_config, series: str, start: int, end: int, objects=N
          for name, parts in columns.items()},
         schema=SCHEMAS[series],
     )
+
+
+SERIES = ["raw", "average", "candles"]
+
+
+def read(root, series: str, fmt: str = "parquet") -> pa.Table:
+    """A series dataset (local folder or any fsspec URL) as one table sorted by (param_id, ts)."""
+    storage = Storage(str(root))
+    storage.fs.invalidate_cache()  # files written by other processes since the last listing
+    table = ds.dataset(storage.full(series), filesystem=None if storage.local else storage.fs, format=fmt,
+                       partitioning="hive").to_table()
+    return table.drop_columns(["date"]).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+
+
+def assert_exact(root, start: str, end: str, objects=(1, 2), series=SERIES) -> None:
+    """Every point of the source in [start, end), exactly once, nothing else."""
+    from tests.conftest import emulator_config
+
+    for name in series:
+        got = read(root, name)
+        want = expected_table(emulator_config(), name, to_ms(start), to_ms(end), objects)
+        assert got.num_rows == want.num_rows > 0, name
+        assert got.select(want.column_names).equals(want), name

@@ -90,7 +90,8 @@ def write_all(chunks: list[tuple[int, int, int]], folder: str) -> pa.Table:
     files = Storage(folder).find("raw")
     if not files:
         return SCHEMAS["raw"].empty_table()
-    table = ds.dataset([f"{folder}/{f}" for f in files], format="parquet").to_table()
+    # as readers do: hidden names (temp files, folder locks) are not data
+    table = ds.dataset(f"{folder}/raw", format="parquet", partitioning="hive").to_table().drop_columns(["date"])
     return table.sort_by([("param_id", "ascending"), ("ts", "ascending")])
 
 

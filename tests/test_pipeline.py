@@ -9,25 +9,18 @@ import sys
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
 from etl.pipeline import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
-from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import expected_table
-
-SERIES = ["raw", "average", "candles"]
+from tests import expected
+from tests.conftest import END, START, config_dict, make_config, write_config
+from tests.expected import SERIES, read
 
 
 def run(config, **options):
     return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
-
-
-def read(out: Path, series: str) -> pa.Table:
-    table = ds.dataset(out / series, format="parquet", partitioning="hive").to_table()
-    return table.drop_columns(["date"]).sort_by([("param_id", "ascending"), ("ts", "ascending")])
 
 
 def series_requests(emulator) -> list[dict]:
@@ -35,11 +28,7 @@ def series_requests(emulator) -> list[dict]:
 
 
 def assert_exact(out: Path, start: str = START, end: str = END, objects=(1, 2)) -> None:
-    for series in SERIES:
-        got = read(out, series)
-        want = expected_table(emulator_config(), series, to_ms(start), to_ms(end), objects)
-        assert got.num_rows == want.num_rows > 0, series
-        assert got.select(want.column_names).equals(want), series
+    expected.assert_exact(out, start, end, objects)
 
 
 def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):

@@ -37,6 +37,14 @@ class ClientStats:
     throttled_seconds: float = 0.0
     bytes_received: int = 0
 
+    def add(self, other: ClientStats) -> None:
+        """Fold in the counts of another client (one per Dask task)."""
+        self.requests += other.requests
+        self.retries.update(other.retries)
+        self.relogins += other.relogins
+        self.throttled_seconds += other.throttled_seconds
+        self.bytes_received += other.bytes_received
+
     def as_dict(self) -> dict:
         return {
             "requests": self.requests,

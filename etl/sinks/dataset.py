@@ -1,15 +1,18 @@
 """A Hive-partitioned dataset per series, written so that re-fetching any window is idempotent.
 
 Each partition holds one file per writer (`part-{label}.{ext}`; the label is "0" unless the fleet is
-sharded). Writing a slab rewrites its partitions: rows of the fetched (parameter, window) ranges are
-replaced by what was fetched, every other row is kept. A retried, overlapping or resumed window thus
-lands exactly once, deleted source points disappear, and each file is swapped in atomically.
+sharded: `s{I}of{N}`). Writing a slab rewrites its partitions: rows of the fetched (parameter, window)
+ranges are replaced by what was fetched, every other row is kept. A retried, overlapping or resumed
+window thus lands exactly once, deleted source points disappear, and each file is swapped in whole
+(rename locally, one PUT on object stores). Every rewrite is a Storage.update, so writers that share a
+file (a shard cleaning a file left by another shard layout) never lose each other's changes.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -17,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.sinks.formats import FileFormat
-from etl.storage import Storage
+from etl.storage import KEEP, Storage
 from etl.timeutil import DAY_MS
 from etl.transform import SCHEMAS
 
@@ -30,6 +33,9 @@ class Replaced:
     object_id: int
     start: int
     end: int
+
+
+_SHARD_LABEL = re.compile(r"^part-s\d+of(\d+)\.")
 
 
 @dataclass
@@ -71,6 +77,16 @@ def replaced_mask(table: pa.Table, ranges: list[Replaced]) -> np.ndarray:
     return mask
 
 
+def _unique(table: pa.Table) -> pa.Table:
+    """One row per (param_id, ts)."""
+    table = table.sort_by([("param_id", "ascending"), ("ts", "ascending")])
+    if table.num_rows < 2:
+        return table
+    param_ids, ts = table.column("param_id").to_numpy(), _ts_ms(table)
+    first = np.r_[True, (param_ids[1:] != param_ids[:-1]) | (ts[1:] != ts[:-1])]
+    return table if first.all() else table.filter(pa.array(first))
+
+
 class DatasetWriter:
     def __init__(
         self, storage: Storage, series: str, fmt: FileFormat, partition_by: list[str], label: str = "0"
@@ -110,16 +126,24 @@ class DatasetWriter:
     def compact(self, directory: str) -> int:
         """Merge every data file of one partition into this writer's file; returns how many files went.
 
-        The merged file is swapped in before the others are removed, so a reader listing the folder in
-        between may count those rows twice for a moment; it never sees a partial file or misses a row.
+        The merged file is swapped in before the others are removed: a reader listing the folder in
+        between may count rows twice for a moment, never a partial file or a missing row. A compaction
+        killed there leaves those duplicates until the next one, which drops them (rows are unique on
+        (param_id, ts) by construction).
         """
         names = self._data_files(directory)
         if len(names) < 2:
             return 0
         match = re.search(r"(?:^|/)object_id=(-?\d+)(?:/|$)", directory)
         object_id = int(match.group(1)) if match and "object_id" in self.partition_by else None
-        merged = pa.concat_tables([self._read(f"{directory}/{name}", object_id) for name in names])
-        self._store(f"{directory}/{self.file_name}", merged)
+        tables = []
+        for name in names:
+            rel = f"{directory}/{name}"
+            if (data := self.storage.read(rel)) is not None:
+                tables.append(self._decode(data, rel, object_id))
+        body = self._encode(_unique(pa.concat_tables(tables)))
+        own = f"{directory}/{self.file_name}"
+        self.storage.write_atomic(own, body) if body is not None else self.storage.remove(own)
         gone = [name for name in names if name != self.file_name]
         for name in gone:
             self.storage.remove(f"{directory}/{name}")
@@ -132,48 +156,57 @@ class DatasetWriter:
             mask &= table.column("object_id").to_numpy() == object_id
         return table.filter(pa.array(mask))
 
-    def _read(self, rel: str, object_id: int | None) -> pa.Table | None:
-        data = self.storage.read(rel)
-        if data is None:
-            return None
+    def _decode(self, data: bytes, rel: str, object_id: int | None) -> pa.Table:
         table = self.fmt.decode(data, self.file_schema, self.storage.display(rel))
         if object_id is not None:  # the column lives in the path, not the file
             table = table.add_column(0, "object_id", pa.array(np.full(table.num_rows, object_id, np.int64)))
         return table.select(self.schema.names)
 
-    def _store(self, rel: str, table: pa.Table) -> None:
+    def _encode(self, table: pa.Table) -> bytes | None:
+        """File bytes, sorted by (param_id, ts); None for no rows (the file is removed)."""
         if table.num_rows == 0:
-            self.storage.remove(rel)
-            return
+            return None
         order = pc.sort_indices(table, sort_keys=[("param_id", "ascending"), ("ts", "ascending")])
-        table = table.take(order).select(self.file_schema.names)
-        self.storage.write_atomic(rel, self.fmt.encode(table))
+        return self.fmt.encode(table.take(order).select(self.file_schema.names))
+
+    def _may_hold_ours(self, name: str) -> bool:
+        """Could another writer's file hold rows of our ranges? Not if it is hidden (temp files, locks),
+        not data, or written by a shard of our own layout: those hold other parameters by construction."""
+        if name == self.file_name or name.startswith((".", "_")) or not name.endswith(self.fmt.extension):
+            return False
+        ours, theirs = _SHARD_LABEL.match(self.file_name), _SHARD_LABEL.match(name)
+        return not (ours and theirs and ours.group(1) == theirs.group(1))
 
     def write(self, table: pa.Table, ranges: list[Replaced]) -> WriteResult:
         """Rewrite every partition the ranges touch; `table` holds exactly the fetched rows."""
         result = WriteResult()
         for directory, (day, object_id) in sorted(self._touched(ranges).items()):
             new_rows = self._rows_of(table, day, object_id)
+            for name in self.storage.listdir(directory):
+                # Files of another writer label (an earlier shard layout, an unsharded run) may hold rows
+                # of these ranges too; they lose them here.
+                if self._may_hold_ours(name):
+                    rel = f"{directory}/{name}"
+                    self.storage.update(rel, partial(self._without, rel=rel, object_id=object_id, ranges=ranges))
             own = f"{directory}/{self.file_name}"
-            for name in self._data_files(directory):
-                # Other writers' files (another shard label, or a compacted file) may hold rows of these
-                # ranges too; they lose them here.
-                if name == self.file_name:
-                    continue
-                rel = f"{directory}/{name}"
-                other = self._read(rel, object_id)
-                stale = replaced_mask(other, ranges)
-                if stale.any():
-                    self._store(rel, other.filter(pa.array(~stale)))
-            existing = self._read(own, object_id)
-            if existing is not None:
-                kept = existing.filter(pa.array(~replaced_mask(existing, ranges)))
-                merged = pa.concat_tables([kept, new_rows]) if new_rows.num_rows else kept
-            else:
-                merged = new_rows
-            if merged.num_rows or existing is not None:
-                self._store(own, merged)
-                if merged.num_rows:
-                    result.files.append(own)
+            merge = partial(self._merged, rel=own, object_id=object_id, ranges=ranges, new_rows=new_rows)
+            written = self.storage.update(own, merge)
+            if written is not None and written is not KEEP:
+                result.files.append(own)
             result.rows += new_rows.num_rows
         return result
+
+    def _without(self, data: bytes | None, rel: str, object_id: int | None, ranges: list[Replaced]):
+        if data is None:
+            return KEEP
+        other = self._decode(data, rel, object_id)
+        stale = replaced_mask(other, ranges)
+        return self._encode(other.filter(pa.array(~stale))) if stale.any() else KEEP
+
+    def _merged(self, data: bytes | None, rel: str, object_id: int | None, ranges: list[Replaced],
+                new_rows: pa.Table):
+        if data is None:
+            return self._encode(new_rows) if new_rows.num_rows else KEEP
+        existing = self._decode(data, rel, object_id)
+        kept = existing.filter(pa.array(~replaced_mask(existing, ranges)))
+        return self._encode(pa.concat_tables([kept, new_rows]) if new_rows.num_rows else kept)

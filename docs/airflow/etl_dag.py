@@ -1,0 +1,68 @@
+"""Example Airflow DAG: `etl run` every 15 minutes, one mapped task per shard, acting on etl's exit codes.
+
+Copy to your DAGs folder and adjust ETL, CONFIG and SHARDS. Needs Airflow 2.4+ (dynamic task mapping)
+and `etl` installed on the workers. The platform password comes from the Airflow Variable
+`etl_password` (masked in task logs because its name says "password").
+
+Exit codes (etl/errors.py): 0 ok; 4 network, 5 server, 130 interrupted: transient, Airflow retries the
+task with backoff; 8 another run holds the lock: skipped; 2 config, 3 auth, 6 data, 7 output,
+70 bug: failed at once without retries, and the failure callback alerts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from datetime import datetime, timedelta
+
+from airflow.decorators import dag, task
+from airflow.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.models import Variable
+
+ETL = "/srv/etl/.venv/bin/etl"
+CONFIG = "/srv/etl/configs/prod.yaml"
+SHARDS = 4
+
+RETRY = {4, 5, 130}  # ExitCode.NETWORK, ExitCode.SERVER, ExitCode.INTERRUPTED
+SKIP = {8}  # ExitCode.LOCKED
+
+
+def alert(context: dict) -> None:
+    """Replace with Slack, PagerDuty, e-mail...; Airflow calls it when a task finally fails."""
+    ti = context["task_instance"]
+    print(f"ALERT: {ti.dag_id}.{ti.task_id}[{ti.map_index}] failed: {context.get('exception')}")
+
+
+@dag(
+    schedule=timedelta(minutes=15),
+    start_date=datetime(2026, 11, 1),
+    catchup=False,  # etl catches up by itself from its checkpoints
+    max_active_runs=1,
+    default_args={"retries": 3, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": True,
+                  "on_failure_callback": alert},
+    tags=["monitoring", "etl"],
+)
+def monitoring_etl():
+    @task
+    def run_shard(shard: int) -> dict:
+        env = {**os.environ, "ETL_PASSWORD": Variable.get("etl_password")}
+        proc = subprocess.run(
+            [ETL, "-q", "run", "-c", CONFIG, "--shard", f"{shard}/{SHARDS}", "--json", "--no-progress"],
+            capture_output=True, text=True, env=env,
+        )
+        print(proc.stderr)
+        code = proc.returncode
+        if code == 0:
+            return json.loads(proc.stdout)  # the run summary, kept as the task's XCom
+        reason = (proc.stderr.strip().splitlines() or [f"exit {code}"])[-1]
+        if code in SKIP:
+            raise AirflowSkipException(reason)
+        if code in RETRY:
+            raise AirflowException(f"etl exit {code} (transient, retried): {reason}")
+        raise AirflowFailException(f"etl exit {code}: {reason}")
+
+    run_shard.expand(shard=list(range(SHARDS)))
+
+
+monitoring_etl()

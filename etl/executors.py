@@ -1,0 +1,90 @@
+"""Where slabs run: in this process (one shared client, as always) or on a dask.distributed cluster.
+
+Both executors admit a bounded number of slabs at a time, in plan order, and hand each result to the
+coordinator's `commit` as soon as it arrives; the coordinator checkpoints it. A stop (a signal, a fatal
+error) admits no more slabs; those in flight finish and are committed, on the cluster too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from etl.client import MonitoringClient
+from etl.errors import ConfigError, EtlError, NetworkError
+from etl.timeutil import iso
+from etl.work import SlabJob, SlabResult, process_slab, run_slab
+
+log = logging.getLogger("etl")
+
+RunJob = Callable[[SlabJob], Awaitable[SlabResult]]
+Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
+Fail = Callable[[SlabJob, BaseException], None]
+
+
+@dataclass(frozen=True)
+class Executor:
+    name: str
+    in_flight: int  # slabs admitted at once
+    run_job: RunJob
+    remote: bool = False  # jobs run in other processes, maybe on other machines
+
+
+async def execute(executor: Executor, jobs: list[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event) -> None:
+    admit = asyncio.Semaphore(executor.in_flight)
+
+    async def one(job: SlabJob) -> None:
+        async with admit:
+            if stop.is_set():
+                return
+            try:
+                await commit(job, await executor.run_job(job))
+            except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
+                fail(job, exc)
+
+    await asyncio.gather(*(one(job) for job in jobs))
+
+
+def local_executor(client: MonitoringClient, slabs_in_flight: int) -> Executor:
+    """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
+    return Executor("local", slabs_in_flight, lambda job: process_slab(job, client))
+
+
+@asynccontextmanager
+async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIterator[Executor]:
+    """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
+    rescheduled by Dask and redone from scratch, which rewrites the same files."""
+    try:
+        from distributed import Client
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+    except ImportError:
+        raise ConfigError("executor dask needs dask.distributed: pip install 'dask[distributed]'") from None
+    try:
+        client = await Client(address, asynchronous=True, timeout=connect_timeout)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NetworkError(f"cannot reach the Dask scheduler at {address}: {reason}") from None
+    run = uuid.uuid4().hex[:8]
+
+    async def run_job(job: SlabJob) -> SlabResult:
+        key = f"slab-{job.slab.series}-{iso(job.slab.start)}-{run}"
+        try:
+            return await client.submit(run_slab, job, key=key, pure=False)
+        except EtlError:
+            raise
+        except (KilledWorker, FutureCancelledError, OSError) as exc:
+            raise NetworkError(f"{job!r}: the Dask cluster lost it ({type(exc).__name__}: {exc})") from None
+
+    try:
+        threads = sum((await client.nthreads()).values())
+        if not threads:
+            log.warning("the Dask cluster at %s has no workers yet: slabs wait for one", address)
+        # Twice the worker threads: workers never wait for the coordinator, and a stop leaves few in flight.
+        yield Executor(f"dask {address}", max(2, 2 * threads), run_job, remote=True)
+    finally:
+        await client.close()

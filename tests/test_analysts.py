@@ -1,0 +1,121 @@
+"""Analyst commands: `etl query` (DuckDB views), `etl pull` (one-off export), `etl plot` (PNG)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from etl.cli import cli
+from etl.errors import DataError
+from etl.pipeline import Runner, RunOptions
+from etl.timeutil import DAY_MS, to_ms
+from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
+from tests.expected import SERIES, expected_table
+
+VIEWS = {"raw", "average", "candles", "raw_named", "average_named", "candles_named", "objects", "units",
+         "parameters", "zones", "classifiers", "room_types", "rooms", "commands"}
+
+
+@pytest.fixture(scope="module")
+def lake(emulator, tmp_path_factory):
+    """One run's output and its config file."""
+    root = tmp_path_factory.mktemp("lake")
+    asyncio.run(Runner(make_config(emulator.base_url, root / "out"), RunOptions(progress=False)).run())
+    return write_config(root / "c.yaml", config_dict(emulator.base_url, root / "out"))
+
+
+def invoke(*args: str, env: dict | None = None):
+    result = CliRunner(env=env).invoke(cli, list(args), catch_exceptions=True)
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def want(series: str, param_id: int | None = None, start: str = START, end: str = END) -> pa.Table:
+    table = expected_table(emulator_config(), series, to_ms(start), to_ms(end))
+    return table if param_id is None else table.filter(pc.equal(table["param_id"], param_id))
+
+
+def test_query_registers_series_dimension_and_named_views(lake):
+    assert set(invoke("query", "-c", str(lake)).split()) == VIEWS
+    for series in SERIES:
+        count = invoke("query", "-c", str(lake), f"select count(*) as n from {series}").split()
+        assert count == ["n", str(want(series).num_rows)], series
+    # *_named joins names to ids: every row named, as the dimension tables spell them
+    named = invoke("query", "-c", str(lake), "select param_id, param_name, object_name, count(*) as n from raw_named "
+                   "group by all order by param_id")
+    lines = named.splitlines()
+    assert lines[0].split() == ["param_id", "param_name", "object_name", "n"] and len(lines) == 1 + 8
+    con = duckdb.connect()
+    names = dict(con.sql(f"select id, name from '{lake.parent}/out/dimensions/parameters.parquet'").fetchall())
+    for line in lines[1:]:
+        param_id, *_ = line.split()
+        assert names[int(param_id)] in line and "None" not in line and "NaN" not in line
+
+
+def test_query_writes_csv_and_parquet(lake, tmp_path):
+    sql = "select param_id, ts, open, high, low, close from candles order by param_id, ts"
+    assert "wrote" in invoke("query", "-c", str(lake), sql, "-o", str(tmp_path / "c.parquet"))
+    assert "wrote" in invoke("query", "-c", str(lake), sql, "-o", str(tmp_path / "c.csv"))
+    expected = want("candles").select(["param_id", "ts", "open", "high", "low", "close"])
+    from_parquet = pq.read_table(tmp_path / "c.parquet")
+    assert from_parquet.num_rows == expected.num_rows
+    assert from_parquet.column("close").to_pylist() == expected.column("close").to_pylist()
+    from_csv = pcsv.read_csv(tmp_path / "c.csv")
+    assert from_csv.column_names == expected.column_names and from_csv.num_rows == expected.num_rows
+
+
+def test_query_error_is_one_line_with_exit_2(lake):
+    result = subprocess.run([sys.executable, "-m", "etl", "query", "-c", str(lake), "select nope from raw"],
+                            capture_output=True, text=True, timeout=60)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("etl: error")]
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(errors) == 1 and errors[0].startswith("etl: error: query failed: Binder Error"), result.stderr
+
+
+def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator, tmp_path):
+    env = {"ETL_BASE_URL": fresh_emulator.base_url, "ETL_USERNAME": "demo", "ETL_PASSWORD": "demo"}
+    end = "2026-11-04T00:00:00Z"
+    fresh_emulator.set_faults(error_rate=0.3, seed=3)
+    out = invoke("pull", "1001", "--from", START, "--to", end, "-o", str(tmp_path / "raw.parquet"), env=env)
+    expected = want("raw", 1001, end=end)
+    assert f"wrote {expected.num_rows:,} raw points of parameter 1001" in out
+    assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["object_id"]))
+    requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/api/db/measure/1001/")]
+    assert all(r["interval_ms"] <= DAY_MS for r in requests)  # raw in 24 h windows
+    assert len([r for r in requests if r["status"] == 200]) == 3  # one answer per day
+    assert any(r["status"] >= 500 for r in fresh_emulator.requests())  # some failed and were retried
+
+    fresh_emulator.set_faults(reset=True)
+    invoke("pull", "1501", "--list", "calculated", "--kind", "candles", "--from", START, "--to", end,
+           "-o", str(tmp_path / "candles.csv"), env=env)
+    got = pcsv.read_csv(tmp_path / "candles.csv")
+    assert got.column("close").to_pylist() == want("candles", 1501, end=end).column("close").to_pylist()
+
+
+def test_pull_without_a_connection_names_what_is_missing(tmp_path):
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("ETL_")}
+    result = subprocess.run([sys.executable, "-m", "etl", "pull", "1001", "--from", START, "--to", END,
+                             "-o", str(tmp_path / "x.csv")], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "etl: error: no connection: pass --config FILE or set ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD"
+
+
+def test_plot_writes_a_png_of_a_series(lake, tmp_path):
+    for series, param in (("raw", 1001), ("candles", 2501)):
+        png = tmp_path / f"{series}.png"
+        out = invoke("plot", "-c", str(lake), str(param), "--from", START, "--to", END, "--kind", series, "-o", str(png))
+        assert out.strip() == f"plotted {want(series, param).num_rows:,} points to {png}"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    with pytest.raises(DataError, match="no raw points of parameter 9999"):
+        invoke("plot", "-c", str(lake), "9999", "--from", START, "--to", END, "-o", str(tmp_path / "none.png"))

@@ -1,0 +1,57 @@
+"""Storage on a local folder: read-modify-write under concurrency, temp files of live and dead writers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+from etl.storage import KEEP, TMP_SUFFIX, Storage, storage_options
+
+
+def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
+    Storage(str(tmp_path)).write_atomic("d/counter", b"0")
+
+    def bump() -> None:
+        storage = Storage(str(tmp_path))
+        for _ in range(25):
+            storage.update("d/counter", lambda data: str(int(data) + 1).encode())
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    storage = Storage(str(tmp_path))
+    assert storage.read("d/counter") == b"100"
+    assert storage.update("d/counter", lambda data: KEEP) is KEEP and storage.read("d/counter") == b"100"
+    assert storage.update("d/counter", lambda data: None) is None and storage.read("d/counter") is None
+    assert storage.listdir("d") == [".etl.lock"]  # the lock stays; readers skip dot files
+
+
+def test_only_temp_files_of_dead_writers_are_removed(tmp_path):
+    storage = Storage(str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = os.uname().nodename
+    names = {
+        "live": f"raw/.part-0.parquet.{os.getpid()}@{host}.aaaa{TMP_SUFFIX}",  # a concurrent writer, this process
+        "dead": f"raw/.part-0.parquet.{int(dead.stdout)}@{host}.bbbb{TMP_SUFFIX}",  # killed before its rename
+        "elsewhere": f"raw/.part-1.parquet.123@some-other-host.cccc{TMP_SUFFIX}",  # young, another machine
+        "old": f"raw/.part-2.parquet.dddd{TMP_SUFFIX}",  # named by an older version: no writer recorded
+    }
+    for rel in names.values():
+        storage.write_atomic(rel, b"x")
+    assert storage.remove_temp_files() == 2
+    assert sorted(storage.find()) == sorted([names["live"], names["elsewhere"]])
+
+
+def test_s3_endpoint_from_environment_unless_the_options_name_one(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    assert storage_options("s3://b/x", {})["endpoint_url"] == "http://127.0.0.1:9000"
+    assert storage_options("s3://b/x", {"endpoint_url": "http://minio:9000"})["endpoint_url"] == "http://minio:9000"
+    assert "endpoint_url" not in storage_options("s3://b/x", {"client_kwargs": {"endpoint_url": "http://m:1"}})
+    assert "endpoint_url" not in storage_options("/local/folder", {})
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:9000")  # the service-specific one wins
+    assert storage_options("s3://b/x", {})["endpoint_url"] == "http://s3-only:9000"
