@@ -6,7 +6,6 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
-import pandas as pd
 
 SECOND_MS = 1000
 MINUTE_MS = 60 * SECOND_MS
@@ -63,7 +62,34 @@ def parse_duration_ms(value: str | int | float | timedelta) -> int:
 
 # The canonical wire form "YYYY-MM-DDTHH:MM:SS.mmmZ" is 24 characters; parsing it digit by digit
 # with numpy is ~5x faster than pandas' ISO parser, which stays the fallback for anything else.
-_CANON = 24
+CANONICAL_LEN = 24
+_SEPARATORS = {4: b"-", 7: b"-", 10: b"T", 13: b":", 16: b":", 19: b".", 23: b"Z"}
+_DIGITS = np.array([i not in _SEPARATORS for i in range(CANONICAL_LEN)])
+_SEPARATOR_BYTES = np.frombuffer(b"".join(_SEPARATORS.values()), np.uint8)
+_MONTH_DAYS = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+
+
+def canonical_ms(a: np.ndarray) -> np.ndarray | None:
+    """Epoch ms of an (n, 24) uint8 array of canonical stamps; None unless every row is a valid one."""
+    d = a.astype(np.int64) - 48
+    if not ((a[:, ~_DIGITS] == _SEPARATOR_BYTES).all() and (d[:, _DIGITS] <= 9).all() and (d[:, _DIGITS] >= 0).all()):
+        return None
+    year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+    month = d[:, 5] * 10 + d[:, 6]
+    day = d[:, 8] * 10 + d[:, 9]
+    hour, minute, second = (d[:, i] * 10 + d[:, i + 1] for i in (11, 14, 17))
+    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
+    valid = (month >= 1) & (month <= 12) & (day >= 1) & (hour <= 23) & (minute <= 59) & (second <= 59)
+    if not (valid.all() and (day <= _MONTH_DAYS[month] - ((month == 2) & ~leap)).all()):
+        return None  # impossible dates: the slow parser names them
+    # days_from_civil (H. Hinnant), valid for the proleptic Gregorian calendar
+    y = year - (month <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    millis = d[:, 20] * 100 + d[:, 21] * 10 + d[:, 22]
+    return days * DAY_MS + hour * HOUR_MS + minute * MINUTE_MS + second * SECOND_MS + millis
 
 
 def parse_iso_ms(stamps: list) -> np.ndarray:
@@ -75,30 +101,18 @@ def parse_iso_ms(stamps: list) -> np.ndarray:
         joined = "".join(stamps).encode("ascii")
     except (TypeError, UnicodeEncodeError):
         joined = b""
-    if len(joined) == _CANON * n:
-        a = np.frombuffer(joined, dtype=np.uint8).reshape(n, _CANON)
-        if (
-            (a[:, 4] == 45).all() and (a[:, 10] == 84).all() and (a[:, 19] == 46).all()
-            and (a[:, 23] == 90).all()
-        ):
-            d = a.astype(np.int64) - 48
-            year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-            month = d[:, 5] * 10 + d[:, 6]
-            day = d[:, 8] * 10 + d[:, 9]
-            # days_from_civil (H. Hinnant), valid for the proleptic Gregorian calendar
-            y = year - (month <= 2)
-            era = y // 400
-            yoe = y - era * 400
-            doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
-            days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-            hms = (d[:, 11] * 10 + d[:, 12]) * HOUR_MS + (d[:, 14] * 10 + d[:, 15]) * MINUTE_MS
-            return days * DAY_MS + hms + (d[:, 17] * 10 + d[:, 18]) * 1000 + d[:, 20] * 100 + d[:, 21] * 10 + d[:, 22]
+    if len(joined) == CANONICAL_LEN * n:
+        parsed = canonical_ms(np.frombuffer(joined, dtype=np.uint8).reshape(n, CANONICAL_LEN))
+        if parsed is not None:
+            return parsed
     return _parse_slow(stamps)
 
 
 def _parse_slow(stamps: list) -> np.ndarray:
     if all(isinstance(s, int | float) and not isinstance(s, bool) for s in stamps):
         return np.asarray(stamps, dtype=np.int64)
+    import pandas as pd  # only for odd stamps: a run of canonical ones never loads pandas (~30 MB, 0.3 s)
+
     try:
         parsed = pd.to_datetime(pd.Series(stamps, dtype=object), format="ISO8601", utc=True)
     except (ValueError, TypeError) as exc:
