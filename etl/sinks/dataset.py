@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -61,12 +60,11 @@ def replaced_mask(table: pa.Table, ranges: list[Replaced]) -> np.ndarray:
             by_rank.append({})
         by_rank[rank][r.param_id] = (r.start, r.end)
     for level in by_rank:
-        index = pd.Index(list(level))
-        bounds = np.array(list(level.values()), dtype=np.int64)
-        pos = index.get_indexer(param_ids)
-        hit = pos >= 0
-        safe = np.where(hit, pos, 0)
-        mask |= hit & (ts >= bounds[safe, 0]) & (ts < bounds[safe, 1])
+        ids = np.array(sorted(level), dtype=np.int64)
+        bounds = np.array([level[i] for i in ids.tolist()], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, param_ids), len(ids) - 1)
+        hit = ids[pos] == param_ids
+        mask |= hit & (ts >= bounds[pos, 0]) & (ts < bounds[pos, 1])
     return mask
 
 
