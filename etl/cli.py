@@ -111,7 +111,10 @@ def _summary_text(summary: dict) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, progress) -> None:
     """Fetch new data, write it, checkpoint it."""
+    from etl.allocator import release_freed_memory
     from etl.pipeline import Runner, RunOptions
+
+    release_freed_memory()
 
     config = load_config(config_path)
     runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
