@@ -17,7 +17,7 @@ import pyarrow.json as pajson
 
 from etl.client.models import Candles, Points
 from etl.errors import InvalidResponse
-from etl.timeutil import CANONICAL_LEN, canonical_ms, parse_iso_ms
+from etl.timeutil import parse_iso_ms
 
 
 def decode_json(body: bytes) -> Any:
@@ -87,11 +87,14 @@ def decode_points(body: bytes) -> Points | Any:
 
 
 # -- the fast path -------------------------------------------------------------------------------
-# Arrow's JSON reader parses the whole answer in C++ without holding the GIL (so it can run beside
-# the event loop) and straight into columns; its numbers match orjson's bit for bit. It only takes
-# answers whose every point has a canonical stamp and a value; anything else is left to the JSON path.
+# Arrow's JSON reader parses the whole answer in C++ without holding the GIL (so it runs beside the
+# event loop), straight into columns, stamps included. Where it accepts a value it reads it as the
+# JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/test_decode.py);
+# what it refuses (NaN, epoch-ms stamps, odd shapes) and nulls are left to the JSON path.
 
-_POINTS_SCHEMA = pa.schema([("points", pa.list_(pa.struct([("timestmp", pa.string()), ("value", pa.float64())])))])
+_POINTS_SCHEMA = pa.schema([
+    ("points", pa.list_(pa.struct([("timestmp", pa.timestamp("ms", tz="UTC")), ("value", pa.float64())]))),
+])
 _PARSE = pajson.ParseOptions(explicit_schema=_POINTS_SCHEMA, unexpected_field_behavior="ignore")
 
 
@@ -113,17 +116,4 @@ def read_points(body: bytes) -> Points | None:
     stamps, values = records.flatten()
     if stamps.null_count or values.null_count:
         return None
-    ts = _canonical(stamps)
-    return None if ts is None else Points(ts=ts, value=values.to_numpy())
-
-
-def _canonical(stamps: pa.StringArray) -> np.ndarray | None:
-    n = len(stamps)
-    if n == 0:
-        return np.empty(0, dtype=np.int64)
-    _, offsets, data = stamps.buffers()
-    bounds = np.frombuffer(offsets, dtype=np.int32)[stamps.offset:stamps.offset + n + 1]
-    if bounds[-1] - bounds[0] != CANONICAL_LEN * n or (np.diff(bounds) != CANONICAL_LEN).any():
-        return None
-    chars = np.frombuffer(data, dtype=np.uint8)[bounds[0]:bounds[-1]].reshape(n, CANONICAL_LEN)
-    return canonical_ms(chars)
+    return Points(ts=stamps.cast(pa.int64()).to_numpy(), value=values.to_numpy())
