@@ -44,6 +44,13 @@ def _ts_ms(table: pa.Table) -> np.ndarray:
     return table.column("ts").combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
+def _in_order(table: pa.Table) -> bool:
+    """Sorted by (param_id, ts)."""
+    param_ids, ts = table.column("param_id").to_numpy(), _ts_ms(table)
+    same = param_ids[1:] == param_ids[:-1]
+    return bool(((param_ids[1:] > param_ids[:-1]) | (same & (ts[1:] >= ts[:-1]))).all())
+
+
 def replaced_mask(table: pa.Table, ranges: list[Replaced]) -> np.ndarray:
     """True for rows inside one of the ranges, vectorised (a few passes when a parameter has several)."""
     mask = np.zeros(table.num_rows, dtype=bool)
@@ -92,12 +99,11 @@ class DatasetWriter:
                 touched[self._partition(day, r.object_id)] = (day, r.object_id if by_object else None)
         return touched
 
-    def _rows_of(self, table: pa.Table, day: int, object_id: int | None) -> pa.Table:
-        days = _ts_ms(table) // DAY_MS
+    def _rows_of(self, table: pa.Table, days: np.ndarray, day: int, object_id: int | None) -> pa.Table:
         mask = days == day
         if object_id is not None:
             mask &= table.column("object_id").to_numpy() == object_id
-        return table.filter(pa.array(mask))
+        return table if mask.all() else table.filter(pa.array(mask))
 
     def _read(self, rel: str, object_id: int | None) -> pa.Table | None:
         data = self.storage.read(rel)
@@ -112,15 +118,16 @@ class DatasetWriter:
         if table.num_rows == 0:
             self.storage.remove(rel)
             return
-        order = pc.sort_indices(table, sort_keys=[("param_id", "ascending"), ("ts", "ascending")])
-        table = table.take(order).select(self.file_schema.names)
-        self.storage.write_atomic(rel, self.fmt.encode(table))
+        if not _in_order(table):  # fresh partitions usually are: the fetch builds them so
+            table = table.take(pc.sort_indices(table, sort_keys=[("param_id", "ascending"), ("ts", "ascending")]))
+        self.storage.write_atomic(rel, self.fmt.encode(table.select(self.file_schema.names)))
 
     def write(self, table: pa.Table, ranges: list[Replaced]) -> WriteResult:
         """Rewrite every partition the ranges touch; `table` holds exactly the fetched rows."""
         result = WriteResult()
+        days = _ts_ms(table) // DAY_MS
         for directory, (day, object_id) in sorted(self._touched(ranges).items()):
-            new_rows = self._rows_of(table, day, object_id)
+            new_rows = self._rows_of(table, days, day, object_id)
             own = f"{directory}/{self.file_name}"
             for name in self.storage.listdir(directory):
                 # Other writers' files (another shard label, or a compacted file) may hold rows of these
