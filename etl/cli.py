@@ -111,6 +111,8 @@ def _summary_text(summary: dict) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, progress) -> None:
     """Fetch new data, write it, checkpoint it."""
+    import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
+
     from etl.allocator import release_freed_memory
     from etl.pipeline import Runner, RunOptions
 

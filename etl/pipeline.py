@@ -186,10 +186,14 @@ class Runner:
             summary.planned = describe(slabs)
             if self.options.dry_run:
                 return
+            writing = None
             if self.config.dimensions:
                 tables = await dimensions.collect(client, objects, params)
-                await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
+                # Written while the series are fetched: the first windows need not wait for it.
+                writing = asyncio.ensure_future(asyncio.to_thread(dimensions.write, self.data, self.fmt, tables))
             await self._execute(client, slabs, state)
+            if writing is not None:
+                await writing
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
