@@ -101,6 +101,15 @@ def _summary_text(summary: dict) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _event_loop():
+    """uvloop where it exists: a run spends its event loop's time in socket reads, which it does in C."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
 @cli.command()
 @config_option
 @click.option("--from", "start", callback=_time, help="Backfill from this time (ISO 8601 with offset).")
@@ -121,7 +130,7 @@ def run(config_path: str, start, end, full_refresh: bool, shard, as_json: bool, 
     config = load_config(config_path)
     runner = Runner(config, RunOptions(start, end, full_refresh, shard, progress))
     try:
-        summary = asyncio.run(runner.run())
+        summary = _event_loop()(runner.run())
     except EtlError:
         click.echo(_summary_text(runner.summary.as_dict()), err=True)
         raise
