@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ETL := $(BIN)/etl
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
 EMULATOR_PORT ?= 8765
 
 .PHONY: run test lint emulator bench soak clean
@@ -14,6 +16,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# dlt (the peer the benchmark measures) resolves beside the dev extras, so it shares the venv.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
 
 ## make run: start the emulator, run configs/demo.yaml into output/demo, print the summary, stop.
 run: $(STAMP)
@@ -28,6 +35,11 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check etl tests $(wildcard benchmarks)
+
+## make bench: etl run next to the download ceiling, a naive script and dlt (README, Performance).
+## BENCH_ARGS="--repeat 5 --latency 0.05" to change the runs; results in benchmarks/results/latest.json.
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

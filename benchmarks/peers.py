@@ -1,6 +1,6 @@
 """The contenders that are not `etl run`, each meant to run in its own process.
 
-    python benchmarks/peers.py ceiling|naive|dlt --requests FILE [--out DIR]
+    python benchmarks/peers.py ceiling|ceiling-uvloop|naive|dlt --requests FILE [--out DIR]
 
 FILE (written by run.py) holds the sign-in and the exact series requests `etl run` makes. Each
 contender prints one JSON line: {"seconds": <time from sign-in to the last byte written>}.
@@ -133,7 +133,7 @@ def _before_end(stamp: str | int, end: int) -> bool:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000 < end
 
 
-CONTENDERS = {"ceiling": ceiling, "naive": naive, "dlt": dlt_peer}
+CONTENDERS = {"ceiling": ceiling, "ceiling-uvloop": ceiling, "naive": naive, "dlt": dlt_peer}
 
 
 def main() -> None:
@@ -145,7 +145,12 @@ def main() -> None:
     spec = json.loads(args.requests.read_text())
     run = CONTENDERS[args.contender]
     started = time.perf_counter()
-    received = asyncio.run(run(spec, args.out)) if asyncio.iscoroutinefunction(run) else run(spec, args.out)
+    if asyncio.iscoroutinefunction(run):
+        # etl run uses uvloop: this ceiling shows what the same loop gives bare httpx
+        loop = __import__("uvloop").run if args.contender.endswith("uvloop") else asyncio.run
+        received = loop(run(spec, args.out))
+    else:
+        received = run(spec, args.out)
     json.dump({"seconds": time.perf_counter() - started, "bytes": received}, sys.stdout)
     print()
 
