@@ -16,6 +16,7 @@ import orjson
 
 from etl import dimensions
 from etl.client import ClientStats, MonitoringClient, RetryPolicy
+from etl.client.models import ObjectFull, Parameter
 from etl.config import Config
 from etl.errors import ApiError, DataError, EtlError, Interrupted
 from etl.extract import fetch_unit
@@ -186,14 +187,11 @@ class Runner:
             summary.planned = describe(slabs)
             if self.options.dry_run:
                 return
-            writing = None
-            if self.config.dimensions:
-                tables = await dimensions.collect(client, objects, params)
-                # Written while the series are fetched: the first windows need not wait for it.
-                writing = asyncio.ensure_future(asyncio.to_thread(dimensions.write, self.data, self.fmt, tables))
+            # Reference tables are fetched and written beside the series: the first windows need not wait.
+            snapshot = asyncio.ensure_future(self._dimensions(client, objects, params)) if self.config.dimensions else None
             await self._execute(client, slabs, state)
-            if writing is not None:
-                await writing
+            if snapshot is not None:
+                await snapshot
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -203,6 +201,10 @@ class Runner:
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them"
             )
+
+    async def _dimensions(self, client: MonitoringClient, objects: list[ObjectFull], params: list[Parameter]) -> None:
+        tables = await dimensions.collect(client, objects, params)
+        await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
 
     async def _execute(self, client: MonitoringClient, slabs: list[Slab], state: State) -> None:
         progress = Progress(sum(len(s.units) for s in slabs), self.options.progress)
