@@ -155,6 +155,10 @@ class Session:
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
                 raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
         self.stats.bytes_received += len(response.content)
+        # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
+        # free the answer and its body; a run makes too few objects for that to come often, and the
+        # bodies would pile up. Without the loop each answer is freed as soon as it is decoded.
+        response.stream = httpx.ByteStream(response.content)
         return response
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
