@@ -19,7 +19,7 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     doc = json.loads(out.read_text())
     points = doc["dataset"]["points"]
     assert points > 1000 and doc["dataset"]["requests"] >= doc["dataset"]["planned_windows"] > 0
-    main, cpu_bound = doc["tables"]["20ms"], doc["tables"]["0ms"]
+    main, cpu_bound = doc["tables"]["50ms"], doc["tables"]["0ms"]
     for name in ("etl", "naive"):
         assert main[name]["best"]["rows"] == points, name  # the same work: every source point, once
     assert cpu_bound["etl"]["best"]["rows"] == points
@@ -27,6 +27,5 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     assert main["etl"]["best"]["seconds"] < main["naive"]["best"]["seconds"]
     assert doc["memory"]["2"]["rows"] > doc["memory"]["1"]["rows"]
     assert doc["emulator"]["requests"] > 0 and doc["emulator"]["errors"] == 0
-    assert {"ceiling_share_20ms", "ceiling_share_0ms", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} \
-        <= set(doc["targets"])
+    assert {"ceiling_share", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} <= set(doc["targets"])
     assert "skipped: --skip" in done.stdout  # dlt's row says why it is missing
