@@ -63,33 +63,35 @@ def parse_duration_ms(value: str | int | float | timedelta) -> int:
 # The canonical wire form "YYYY-MM-DDTHH:MM:SS.mmmZ" is 24 characters; parsing it digit by digit
 # with numpy is ~5x faster than pandas' ISO parser, which stays the fallback for anything else.
 CANONICAL_LEN = 24
-_SEPARATORS = {4: b"-", 7: b"-", 10: b"T", 13: b":", 16: b":", 19: b".", 23: b"Z"}
-_DIGITS = np.array([i not in _SEPARATORS for i in range(CANONICAL_LEN)])
-_SEPARATOR_BYTES = np.frombuffer(b"".join(_SEPARATORS.values()), np.uint8)
-_MONTH_DAYS = np.array([0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])
+_TEMPLATE = b"0000-00-00T00:00:00.000Z"
+# Subtracting the template leaves each digit's value and zero at each separator; any other byte
+# lands above its column's limit (uint8 arithmetic wraps below zero).
+_BASE = np.frombuffer(_TEMPLATE, np.uint8)
+_LIMIT = np.array([9 if c == "0" else 0 for c in _TEMPLATE.decode()], np.uint8)
+# Per year 0..9999: leap or not, and days from 1970-01-01 to its January 1st (proleptic Gregorian).
+_YEARS = np.arange(10_000)
+_LEAP = (_YEARS % 4 == 0) & ((_YEARS % 100 != 0) | (_YEARS % 400 == 0))
+_YEAR_START = np.concatenate(([0], np.cumsum(365 + _LEAP)))[:-1] - 719_528  # 0000-01-01 .. 1970-01-01
+_MONTH_START = np.array([0, 0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334, 365])  # non-leap
+_MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31, 0])
 
 
 def canonical_ms(a: np.ndarray) -> np.ndarray | None:
     """Epoch ms of an (n, 24) uint8 array of canonical stamps; None unless every row is a valid one."""
-    d = a.astype(np.int64) - 48
-    if not ((a[:, ~_DIGITS] == _SEPARATOR_BYTES).all() and (d[:, _DIGITS] <= 9).all() and (d[:, _DIGITS] >= 0).all()):
+    d = a - _BASE
+    if not (d <= _LIMIT).all():
         return None
-    year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
-    month = d[:, 5] * 10 + d[:, 6]
-    day = d[:, 8] * 10 + d[:, 9]
-    hour, minute, second = (d[:, i] * 10 + d[:, i + 1] for i in (11, 14, 17))
-    leap = (year % 4 == 0) & ((year % 100 != 0) | (year % 400 == 0))
-    valid = (month >= 1) & (month <= 12) & (day >= 1) & (hour <= 23) & (minute <= 59) & (second <= 59)
-    if not (valid.all() and (day <= _MONTH_DAYS[month] - ((month == 2) & ~leap)).all()):
+    month, day, hour, minute, second = (d[:, 5:18:3] * 10 + d[:, 6:19:3]).T  # each at most 99: uint8
+    year = d[:, :4].astype(np.int64) @ np.array([1000, 100, 10, 1])
+    milli = d[:, 20:23].astype(np.int64) @ np.array([100, 10, 1])
+    month = np.minimum(month, 13)  # 13 is no month: its length is 0
+    leap = _LEAP[year]
+    if not ((day >= 1) & (day <= _MONTH_DAYS[month] + (leap & (month == 2))) & (hour <= 23) & (minute <= 59)
+            & (second <= 59)).all():
         return None  # impossible dates: the slow parser names them
-    # days_from_civil (H. Hinnant), valid for the proleptic Gregorian calendar
-    y = year - (month <= 2)
-    era = y // 400
-    yoe = y - era * 400
-    doy = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
-    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
-    millis = d[:, 20] * 100 + d[:, 21] * 10 + d[:, 22]
-    return days * DAY_MS + hour * HOUR_MS + minute * MINUTE_MS + second * SECOND_MS + millis
+    days = _YEAR_START[year] + _MONTH_START[month] + (leap & (month > 2)) + day - 1
+    seconds = (hour.astype(np.int64) * 60 + minute) * 60 + second
+    return (days * 86_400 + seconds) * SECOND_MS + milli
 
 
 def parse_iso_ms(stamps: list) -> np.ndarray:
