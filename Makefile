@@ -4,6 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ETL := $(BIN)/etl
 STAMP := $(VENV)/.installed
+BENCH_STAMP := $(VENV)/.bench-installed
+BENCH_ARGS ?=
 EMULATOR_PORT ?= 8765
 DEMO_SQL := select object_name, kind, count(*) as points, min(ts) as first, max(ts) as last from raw_named group by all order by 1, 2
 S3_PORT ?= 9000
@@ -18,6 +20,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# dlt (the peer the benchmark measures) resolves beside the dev extras, so it shares the venv.
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
 
 ## make run: start the emulator, run configs/demo.yaml into output/demo, print the summary, stop.
 run: $(STAMP)
@@ -56,6 +63,11 @@ demo-dask: $(STAMP)
 	trap 'kill $$e $$w $$s 2>/dev/null; wait $$e $$w $$s 2>/dev/null' EXIT; \
 	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --full-refresh --no-progress \
 	  --executor dask --scheduler tcp://127.0.0.1:$(SCHEDULER_PORT)
+
+## make bench: etl run next to the download ceiling, a naive script and dlt (README, Performance).
+## BENCH_ARGS="--repeat 5 --latency 0.05" to change the runs; results in benchmarks/results/latest.json.
+bench: $(BENCH_STAMP)
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

@@ -106,6 +106,15 @@ def _summary_text(summary: dict) -> str:
     return "\n".join(line for line in lines if line)
 
 
+def _event_loop():
+    """uvloop where it exists: a run spends its event loop's time in socket reads, which it does in C."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
 @cli.command()
 @config_option
 @click.option("--from", "start", callback=_time, help="Backfill from this time (ISO 8601 with offset).")
@@ -119,7 +128,12 @@ def _summary_text(summary: dict) -> str:
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 def run(config_path: str, start, end, full_refresh: bool, shard, executor, scheduler, as_json: bool, progress) -> None:
     """Fetch new data, write it, checkpoint it."""
+    import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
+
+    from etl.allocator import release_freed_memory
     from etl.pipeline import Runner, RunOptions
+
+    release_freed_memory()
 
     config = load_config(config_path)
     options = RunOptions(start, end, full_refresh, shard, progress, executor=executor, scheduler=scheduler)
@@ -128,7 +142,7 @@ def run(config_path: str, start, end, full_refresh: bool, shard, executor, sched
     # to exit 130 (a temp file left behind is swept by the next run).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        summary = asyncio.run(runner.run())
+        summary = _event_loop()(runner.run())
     except EtlError:
         if runner.summary.series or runner.summary.failed_windows:  # show what got done; else the error says it all
             click.echo(_summary_text(runner.summary.as_dict()), err=True)

@@ -25,6 +25,7 @@ from pydantic import SecretStr
 
 from etl import dimensions
 from etl.client import ClientStats, MonitoringClient
+from etl.client.models import ObjectFull, Parameter
 from etl.config import Config
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.executors import Executor, dask_executor, execute, local_executor
@@ -187,12 +188,18 @@ class Runner:
             summary.planned = describe(slabs)
             if self.options.dry_run:
                 return
-            if self.config.dimensions:
-                tables = await dimensions.collect(client, objects, params)
-                await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
-            async with self._executor(client, self.scheduler) as executor:
-                summary.executor = executor.name
-                await self._execute(executor, slabs, state)
+            # Reference tables are fetched and written beside the series: the first windows need not wait.
+            snapshot = asyncio.ensure_future(self._dimensions(client, objects, params)) if self.config.dimensions else None
+            try:
+                async with self._executor(client, self.scheduler) as executor:
+                    summary.executor = executor.name
+                    await self._execute(executor, slabs, state)
+            except BaseException:
+                if snapshot is not None:
+                    snapshot.cancel()
+                raise
+            if snapshot is not None:
+                await snapshot
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -225,6 +232,10 @@ class Runner:
             update={"password": SecretStr(self.config.source.resolve_password()), "password_file": None}
         )
         return self.config.model_copy(update={"sink": sink, "source": source})
+
+    async def _dimensions(self, client: MonitoringClient, objects: list[ObjectFull], params: list[Parameter]) -> None:
+        tables = await dimensions.collect(client, objects, params)
+        await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
 
     async def _execute(self, executor: Executor, slabs: list[Slab], state: State) -> None:
         job_config = self._job_config(executor)

@@ -35,6 +35,20 @@ class UnitData:
 
 def clean(unit: WorkUnit, data: Points | Candles, warnings: Counter) -> UnitData:
     """Keep points inside [start, end), with every value present, once per timestamp (first kept)."""
+    ts = data.ts
+    if len(ts) < 2 or (np.diff(ts) > 0).all():  # the usual answer: ascending, one point per stamp
+        lo, hi = (int(i) for i in np.searchsorted(ts, (unit.start, unit.end)))
+        values = {c: getattr(data, c)[lo:hi] for c in VALUE_COLUMNS[unit.series]}
+        if not any(np.isnan(v).any() for v in values.values()):
+            # The closing bound is requested inclusively, so a point exactly at `end` is expected, not odd.
+            outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == unit.end)
+            if outside:
+                warnings["points_outside_window"] += outside
+            return UnitData(unit, ts[lo:hi], values)
+    return _clean_any(unit, data, warnings)
+
+
+def _clean_any(unit: WorkUnit, data: Points | Candles, warnings: Counter) -> UnitData:
     columns = VALUE_COLUMNS[unit.series]
     values = {c: getattr(data, c) for c in columns}
     ts = data.ts

@@ -24,7 +24,7 @@ from etl.client.models import (
     User,
 )
 from etl.client.retry import ClientStats, RetryPolicy
-from etl.client.series import parse_candles, parse_points
+from etl.client.series import decode_points, parse_candles, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
 from etl.timeutil import DAY_MS, to_ms
@@ -184,7 +184,11 @@ class MonitoringClient:
     # 4.4 measurements -------------------------------------------------------------------------
     async def _points(self, path: str, param_id: int, start: Time, end: Time, count: int | None, raw: bool) -> Points:
         s, e = _window(start, end, raw=raw)
-        return parse_points(await self._get(f"{path}/{int(param_id)}/{s}/{e}", count=count))
+        return await self._fetch_points(f"{path}/{int(param_id)}/{s}/{e}", count)
+
+    async def _fetch_points(self, path: str, count: int | None) -> Points:
+        answer = await self.session.call("GET", path, _query(count=count), decode=decode_points, in_thread=True)
+        return answer if isinstance(answer, Points) else parse_points(answer)
 
     async def _candles(self, path: str, param_id: int, start: Time, end: Time, count: int | None) -> Candles:
         s, e = _window(start, end, raw=False)
@@ -202,7 +206,7 @@ class MonitoringClient:
     async def measure_average_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
         """The document's second spelling, /db/measure/{id}/average/{start}/{end}."""
         s, e = _window(start, end, raw=False)
-        return parse_points(await self._get(f"/db/measure/{int(param_id)}/average/{s}/{e}", count=count))
+        return await self._fetch_points(f"/db/measure/{int(param_id)}/average/{s}/{e}", count)
 
     async def measure_candles_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
         s, e = _window(start, end, raw=False)

@@ -6,6 +6,8 @@ import asyncio
 import email.utils
 import ssl
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from http.cookies import SimpleCookie
 from typing import Any
@@ -99,6 +101,9 @@ class Session:
         self._generation = 0  # bumped at each sign-in, so concurrent rejections sign in once
         self._login_lock = asyncio.Lock()
         self._in_flight = asyncio.Semaphore(max_in_flight)
+        # Decoders that release the GIL run here, beside the event loop. Two threads parse faster than
+        # one loop downloads; more would only add per-thread allocator caches to the peak memory.
+        self._decoders = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etl-decode")
         self._http = httpx.AsyncClient(
             timeout=timeout,
             verify=verify,
@@ -113,6 +118,7 @@ class Session:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        self._decoders.shutdown(wait=False, cancel_futures=True)
 
     # -- public ------------------------------------------------------------------------------
 
@@ -120,8 +126,15 @@ class Session:
         async with self._login_lock:
             return await self._retried("POST /auth/login", self._sign_in_once)
 
-    async def call(self, method: str, path: str, params: Any = None, *, expect_json: bool = True) -> Any:
-        return await self._retried(f"{method} {path}", lambda: self._call_once(method, path, params, expect_json))
+    async def call(
+        self, method: str, path: str, params: Any = None, *, expect_json: bool = True,
+        decode: Callable[[bytes], Any] = decode_json, in_thread: bool = False,
+    ) -> Any:
+        """The answer's body through `decode` (JSON by default), in a decoder thread if asked (for
+        decoders that release the GIL); an InvalidResponse from it is retried like a bad status."""
+        return await self._retried(
+            f"{method} {path}", lambda: self._call_once(method, path, params, expect_json, decode, in_thread)
+        )
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -162,6 +175,10 @@ class Session:
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
                 raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
         self.stats.bytes_received += len(response.content)
+        # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
+        # free the answer and its body; a run makes too few objects for that to come often, and the
+        # bodies would pile up. Without the loop each answer is freed as soon as it is decoded.
+        response.stream = httpx.ByteStream(response.content)
         return response
 
     def _raise_for_status(self, response: httpx.Response, what: str) -> None:
@@ -210,25 +227,39 @@ class Session:
                 self.stats.relogins += 1
             await self._sign_in_once()
 
-    async def _call_once(self, method: str, path: str, params: Any, expect_json: bool) -> Any:
+    async def _call_once(
+        self, method: str, path: str, params: Any, expect_json: bool, decode: Callable[[bytes], Any],
+        in_thread: bool,
+    ) -> Any:
         await self._ensure_session()
+        what = f"{method} {path}"
         for signed_in_again in (False, True):
             generation = self._generation
             response = await self._send(method, path, params, with_session=True)
             try:
-                return self._decode(response, f"{method} {path}", expect_json)
+                body = self._body(response, what, expect_json)
             except _SessionRejected as rejected:
                 if signed_in_again and not rejected.definite:
-                    raise InvalidResponse(f"{method} {path}: answered an HTML page instead of JSON") from None
+                    raise InvalidResponse(f"{what}: answered an HTML page instead of JSON") from None
                 if signed_in_again:
                     raise SessionRejected(
-                        f"{method} {path}: session rejected (HTTP {response.status_code}) "
+                        f"{what}: session rejected (HTTP {response.status_code}) "
                         "right after signing in again; does this login have the rights?"
                     ) from None
                 await self._ensure_session(rejected_generation=generation)
+                continue
+            if body is None:
+                return None
+            try:
+                if in_thread:
+                    return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
+                return decode(body)
+            except InvalidResponse as exc:
+                raise InvalidResponse(f"{what}: {exc}") from None
         raise AssertionError("unreachable")
 
-    def _decode(self, response: httpx.Response, what: str, expect_json: bool) -> Any:
+    def _body(self, response: httpx.Response, what: str, expect_json: bool) -> bytes | None:
+        """The body of an answer that is worth decoding (None: an empty one where that is fine)."""
         status = response.status_code
         if status in (401, 403):
             raise _SessionRejected(definite=True)
@@ -242,14 +273,11 @@ class Session:
             if b"password" in body.lower() or b"login" in body.lower():
                 raise _SessionRejected(definite=False)
             raise InvalidResponse(f"{what}: answered an HTML page instead of JSON")
-        if not expect_json:
-            return decode_json(body) if body.strip() else None
         if not body.strip():
-            raise InvalidResponse(f"{what}: empty answer")
-        try:
-            return decode_json(body)
-        except InvalidResponse as exc:
-            raise InvalidResponse(f"{what}: {exc}") from None
+            if expect_json:
+                raise InvalidResponse(f"{what}: empty answer")
+            return None
+        return body
 
 
 __all__ = ["Session", "ApiError"]

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -52,6 +51,13 @@ def _ts_ms(table: pa.Table) -> np.ndarray:
     return table.column("ts").combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
+def _in_order(table: pa.Table) -> bool:
+    """Sorted by (param_id, ts)."""
+    param_ids, ts = table.column("param_id").to_numpy(), _ts_ms(table)
+    same = param_ids[1:] == param_ids[:-1]
+    return bool(((param_ids[1:] > param_ids[:-1]) | (same & (ts[1:] >= ts[:-1]))).all())
+
+
 def replaced_mask(table: pa.Table, ranges: list[Replaced]) -> np.ndarray:
     """True for rows inside one of the ranges, vectorised (a few passes when a parameter has several)."""
     mask = np.zeros(table.num_rows, dtype=bool)
@@ -68,12 +74,11 @@ def replaced_mask(table: pa.Table, ranges: list[Replaced]) -> np.ndarray:
             by_rank.append({})
         by_rank[rank][r.param_id] = (r.start, r.end)
     for level in by_rank:
-        index = pd.Index(list(level))
-        bounds = np.array(list(level.values()), dtype=np.int64)
-        pos = index.get_indexer(param_ids)
-        hit = pos >= 0
-        safe = np.where(hit, pos, 0)
-        mask |= hit & (ts >= bounds[safe, 0]) & (ts < bounds[safe, 1])
+        ids = np.array(sorted(level), dtype=np.int64)
+        bounds = np.array([level[i] for i in ids.tolist()], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, param_ids), len(ids) - 1)
+        hit = ids[pos] == param_ids
+        mask |= hit & (ts >= bounds[pos, 0]) & (ts < bounds[pos, 1])
     return mask
 
 
@@ -149,12 +154,11 @@ class DatasetWriter:
             self.storage.remove(f"{directory}/{name}")
         return len(gone)
 
-    def _rows_of(self, table: pa.Table, day: int, object_id: int | None) -> pa.Table:
-        days = _ts_ms(table) // DAY_MS
+    def _rows_of(self, table: pa.Table, days: np.ndarray, day: int, object_id: int | None) -> pa.Table:
         mask = days == day
         if object_id is not None:
             mask &= table.column("object_id").to_numpy() == object_id
-        return table.filter(pa.array(mask))
+        return table if mask.all() else table.filter(pa.array(mask))
 
     def _decode(self, data: bytes, rel: str, object_id: int | None) -> pa.Table:
         table = self.fmt.decode(data, self.file_schema, self.storage.display(rel))
@@ -166,8 +170,9 @@ class DatasetWriter:
         """File bytes, sorted by (param_id, ts); None for no rows (the file is removed)."""
         if table.num_rows == 0:
             return None
-        order = pc.sort_indices(table, sort_keys=[("param_id", "ascending"), ("ts", "ascending")])
-        return self.fmt.encode(table.take(order).select(self.file_schema.names))
+        if not _in_order(table):  # fresh partitions usually are: the fetch builds them so
+            table = table.take(pc.sort_indices(table, sort_keys=[("param_id", "ascending"), ("ts", "ascending")]))
+        return self.fmt.encode(table.select(self.file_schema.names))
 
     def _may_hold_ours(self, name: str) -> bool:
         """Could another writer's file hold rows of our ranges? Not if it is hidden (temp files, locks),
@@ -180,8 +185,9 @@ class DatasetWriter:
     def write(self, table: pa.Table, ranges: list[Replaced]) -> WriteResult:
         """Rewrite every partition the ranges touch; `table` holds exactly the fetched rows."""
         result = WriteResult()
+        days = _ts_ms(table) // DAY_MS
         for directory, (day, object_id) in sorted(self._touched(ranges).items()):
-            new_rows = self._rows_of(table, day, object_id)
+            new_rows = self._rows_of(table, days, day, object_id)
             for name in self.storage.listdir(directory):
                 # Files of another writer label (an earlier shard layout, an unsharded run) may hold rows
                 # of these ranges too; they lose them here.

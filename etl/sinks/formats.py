@@ -29,7 +29,10 @@ class ParquetFormat:
 
     def encode(self, table: pa.Table) -> bytes:
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression=self.compression, row_group_size=1 << 20)
+        # Dictionaries pay off on few-valued columns (ids, kinds, names), not on timestamps and
+        # measured values: there they cost time and bytes (a 150k-row slab: 2.5x slower, 1.6x larger).
+        keyed = [f.name for f in table.schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))]
+        pq.write_table(table, sink, compression=self.compression, row_group_size=1 << 20, use_dictionary=keyed)
         return sink.getvalue().to_pybytes()
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table:

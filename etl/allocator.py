@@ -1,0 +1,29 @@
+"""Allocator settings for long runs: freed large buffers go back to the OS, so a run's memory follows
+what it holds rather than what it once held (the 1-week vs 10-week figures in benchmarks/)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import pyarrow as pa
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
+MMAP_THRESHOLD = 128 * 1024
+
+
+def release_freed_memory() -> None:
+    """Call once, before the work starts (it changes process-wide settings)."""
+    # Arrow's default allocator (mimalloc) keeps freed pages in per-thread caches; through the
+    # system allocator, with the threshold below, every large Arrow buffer is unmapped when freed.
+    pa.set_memory_pool(pa.system_memory_pool())
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        # Answers, columns and encoded files are larger than this: each gets its own mapping. A fixed
+        # value also stops glibc from raising the threshold after every large free, which would move
+        # such buffers into per-thread heaps that seldom shrink.
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass  # not glibc (musl...): its defaults stay

@@ -1,0 +1,31 @@
+"""The benchmark script runs end to end on a tiny dataset, so that `make bench` cannot rot."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
+    out = tmp_path / "bench.json"
+    # dlt is an optional extra (make bench installs it); the naive peer stands in for the peers here
+    done = subprocess.run([sys.executable, "benchmarks/run.py", "--quick", "--skip", "dlt", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    doc = json.loads(out.read_text())
+    points = doc["dataset"]["points"]
+    assert points > 1000 and doc["dataset"]["requests"] >= doc["dataset"]["planned_windows"] > 0
+    main, cpu_bound = doc["tables"]["50ms"], doc["tables"]["0ms"]
+    for name in ("etl", "naive"):
+        assert main[name]["best"]["rows"] == points, name  # the same work: every source point, once
+    assert cpu_bound["etl"]["best"]["rows"] == points
+    assert 20 < main["ceiling"]["best"]["peak_rss_mb"] < main["etl"]["best"]["peak_rss_mb"]  # measured per child
+    assert main["etl"]["best"]["seconds"] < main["naive"]["best"]["seconds"]
+    assert doc["memory"]["2"]["rows"] > doc["memory"]["1"]["rows"]
+    assert doc["emulator"]["requests"] > 0 and doc["emulator"]["errors"] == 0
+    assert {"ceiling_share", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} <= set(doc["targets"])
+    assert "skipped: --skip" in done.stdout  # dlt's row says why it is missing

@@ -1,0 +1,102 @@
+"""The fast point reader agrees with the JSON path on every answer it accepts, and takes the usual ones."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from etl.client.series import decode_json, decode_points, parse_points, read_points
+from etl.emulator.app import encode_points, iso_strings
+from etl.errors import InvalidResponse
+from etl.timeutil import parse_iso_ms
+
+# 2017..2030: the emulator's encoder tabulates every day between the first and the last stamp
+stamps = st.lists(st.integers(1_500_000_000_000, 1_900_000_000_000), max_size=40).map(
+    lambda xs: np.array(sorted(xs), np.int64))
+decimals = st.floats(-9999.999, 9999.999, allow_nan=False).map(lambda v: round(v, 3))
+doubles = st.floats(allow_nan=False, allow_infinity=False)
+
+
+def reference(body: bytes):
+    """What the plain JSON path makes of an answer: Points, or the error it raises."""
+    try:
+        return parse_points(decode_json(body))
+    except (ValueError, InvalidResponse):
+        return "error"
+
+
+def same(a, b) -> bool:
+    return np.array_equal(a.ts, b.ts) and np.array_equal(a.value, b.value, equal_nan=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(stamps, st.data())
+def test_emulator_and_compact_answers_take_the_fast_path_and_match(ts, data):
+    values = np.array(data.draw(st.lists(decimals, min_size=len(ts), max_size=len(ts))), np.float64)
+    full = np.array(data.draw(st.lists(doubles, min_size=len(ts), max_size=len(ts))), np.float64)
+    iso = iso_strings(ts)
+    bodies = [
+        encode_points(1001, ts, values),  # padded numbers, as the emulator writes them
+        orjson.dumps({"id": 1001, "points": [{"timestmp": s, "value": v} for s, v in zip(iso, full.tolist(), strict=True)]}),
+        json.dumps({"points": [{"value": v, "timestmp": s} for s, v in zip(iso, values.tolist(), strict=True)]},
+                   indent=2).encode(),  # other key order, newlines
+    ]
+    for body in bodies:
+        fast = read_points(body)
+        assert fast is not None, body[:200]
+        assert same(fast, reference(body))
+
+
+ODD = [
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":NaN}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":null}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z"}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":"12.5"}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T03:00:00.000+03:00","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00Z","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.00012Z","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":null,"value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-02-30T00:00:00.000Z","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T24:00:00.000Z","value":1}]}',
+    b'{"id":1,"points":[{"timestmp":1793491200000,"value":1}]}',
+    b'{"id":1,"points":[null]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":1,"quality":{"ok":true}}],"meta":{}}',
+    b'{"id":1,"points":[]}',
+    b'{"id":1}',
+    b'[{"timestmp":"2026-11-01T00:00:00.000Z","value":1}]',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":1}]}\n{"id":2,"points":[]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":1}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":1e400}]}',
+    b'{"id":1,"points":[{"timestmp":"2026-11-01T00:00:00.000Z","value":1,"value":2}]}',
+    b"not json",
+]
+
+
+@pytest.mark.parametrize("body", ODD, ids=range(len(ODD)))
+def test_odd_answers_decode_as_the_json_path_does(body):
+    want = reference(body)
+    try:
+        answer = decode_points(body)
+        got = answer if not isinstance(answer, dict | list) else parse_points(answer)
+    except (ValueError, InvalidResponse):
+        got = "error"
+    assert (got == "error") if isinstance(want, str) else same(got, want)
+
+
+def test_canonical_stamps_are_checked_digit_by_digit():
+    good = ["2024-02-29T23:59:59.999Z", "1970-01-01T00:00:00.000Z", "2026-11-01T12:34:56.789Z"]
+    want = np.array([np.datetime64(s[:-1], "ms").astype(np.int64) for s in good])
+    assert (parse_iso_ms(good) == want).all()
+    # not canonical but readable: the slow path reads it
+    assert (parse_iso_ms(["2026-11-01 12:34:56.789Z"]) == parse_iso_ms([good[2]])).all()
+    for bad in ["2025-02-29T00:00:00.000Z", "2026-13-01T00:00:00.000Z", "2026-11-01T00:60:00.000Z",
+                "2026-11-01T24:00:00.000Z", "2026-11-01T00:00:00.0a0Z"]:
+        with pytest.raises(ValueError):
+            parse_iso_ms([bad])
