@@ -45,7 +45,7 @@ def cli(debug: bool, quiet: bool) -> None:
       etl emulator serve            a local platform to try everything against
       etl plan -c configs/demo.yaml what a run would fetch
       etl run  -c configs/demo.yaml fetch, write, checkpoint
-    Exit codes: 0 ok, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
+    Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
     7 output, 8 locked, 70 internal, 130 interrupted.
     """
     global _debug
