@@ -35,7 +35,7 @@ from etl.sinks import file_format
 from etl.state import State, StateStore
 from etl.storage import Storage
 from etl.timeutil import iso, now_ms
-from etl.walk import discover
+from etl.walk import discover, in_shard
 from etl.work import SlabJob, SlabResult, make_client
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "make_client", "run"]
@@ -182,9 +182,11 @@ class Runner:
         summary.window = (start, end)
         async with make_client(self.config, summary.client) as client:
             await client.sign_in()
-            objects, params = await discover(client, self.config.select, self.options.shard)
-            summary.objects, summary.parameters = len(objects), len(params)
-            slabs = plan(self.config, params, state, PlanOptions(start, end, self.options.full_refresh))
+            objects, params = await discover(client, self.config.select)
+            # A shard fetches its own parameters; its dimension tables still name every parameter.
+            mine = [p for p in params if in_shard(p.id, self.options.shard)]
+            summary.objects, summary.parameters = len(objects), len(mine)
+            slabs = plan(self.config, mine, state, PlanOptions(start, end, self.options.full_refresh))
             summary.planned = describe(slabs)
             if self.options.dry_run:
                 return

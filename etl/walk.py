@@ -19,9 +19,7 @@ def in_shard(param_id: int, shard: tuple[int, int] | None) -> bool:
     return zlib.crc32(str(param_id).encode()) % count == index
 
 
-async def discover(
-    client: MonitoringClient, select: SelectConfig, shard: tuple[int, int] | None = None
-) -> tuple[list[ObjectFull], list[Parameter]]:
+async def discover(client: MonitoringClient, select: SelectConfig) -> tuple[list[ObjectFull], list[Parameter]]:
     objects = await client.objects(states=select.object_states)
     if select.objects != "all":
         visible = {o.id for o in objects}
@@ -42,7 +40,7 @@ async def discover(
     params = []
     for batch in found:
         for p in batch:
-            if p.kind not in wanted.kinds or p.id in wanted.exclude_ids or not in_shard(p.id, shard):
+            if p.kind not in wanted.kinds or p.id in wanted.exclude_ids:
                 continue
             if wanted.ids is not None and p.id not in wanted.ids:
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import pytest
 
 from etl.cli import main
@@ -27,6 +28,8 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
     for shard in ((0, 2), (1, 2)):
         run(config, RunOptions(shard=shard))
     before = _files(out, "raw")
+    # each shard fetched half of the parameters, but the dimension table names all of them
+    assert pq.read_table(out / "dimensions" / "parameters.parquet").num_rows == 8
     assert any("part-s0of2" in f for f in before) and any("part-s1of2" in f for f in before)
 
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, out, series=["raw", "average"]))
