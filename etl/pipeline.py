@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 import orjson
 from pydantic import SecretStr
 
-from etl import dimensions
+from etl import dimensions, redact
 from etl.client import ClientStats, MonitoringClient
 from etl.client.models import ObjectFull, Parameter
 from etl.config import Config
@@ -156,9 +156,11 @@ class Runner:
                     await self._run_locked()
             else:
                 await self._run_locked()
-        except EtlError as exc:
-            self.summary.status = "interrupted" if isinstance(exc, Interrupted) else "failed"
-            self.summary.error = str(exc)
+        except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
+            stopped = isinstance(exc, Interrupted | KeyboardInterrupt | asyncio.CancelledError)
+            self.summary.status = "interrupted" if stopped else "failed"
+            self.summary.error = redact.redact(str(exc) if isinstance(exc, EtlError) else
+                                               f"{type(exc).__name__}: {exc}".removesuffix(": "))
             raise
         finally:
             self.summary.seconds = time.monotonic() - started

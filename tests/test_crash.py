@@ -208,6 +208,8 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert stderr.strip().splitlines()[-1].startswith("etl: interrupted") and "Traceback" not in stderr
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "out" / "_runs").glob("*.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
 
 
 # -- the state lock ---------------------------------------------------------------------------------
