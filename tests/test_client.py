@@ -102,6 +102,16 @@ def test_restricted_login_sees_only_its_objects(emulator):
         assert all(r.get("objectId") == 1 for r in c.search_params_all([1, 2]))
 
 
+def test_a_missing_right_is_an_auth_error_at_once(emulator):
+    """403 from a fresh session is final: one re-sign-in to rule out a stale session, then no retries."""
+    with client_for(emulator, "restricted", "restricted") as c:
+        assert "control" not in {p["name"] for p in c.sign_in().privileges}
+        with pytest.raises(AuthError, match="HTTP 403") as refused:
+            c.set_value(1001, 1.0)
+        assert not isinstance(refused.value, RetriesExhausted)
+        assert c.stats.relogins == 1 and sum(c.stats.retries.values()) == 0
+
+
 def test_password_with_special_characters_signs_in():
     password = "p&ss=w rd%+?#/é"
     users = [{"login": "odd user", "password": password, "objects": "all"}]

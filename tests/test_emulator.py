@@ -129,6 +129,10 @@ def test_restricted_login_sees_only_odd_objects_everywhere(emu):
             assert {r["objectId"] for r in c.get(path).json()} == {1, 3}, path
         assert c.get("/db/contrdeviceparam?objectId=2").json() == []
         assert {r["objectId"] for r in c.post("/room").json()} == {1, 3}
+        # it may read what it sees, but not act on it
+        assert c.post("/db/contrdeviceparam/1001/setvalue", params={"value": 1}).status_code == 403
+        assert c.post("/db/unit/101/command", params={"extCommandId": 1011, "commandData": ""}).status_code == 403
+        assert emu.commands() == []
 
 
 # -- records --------------------------------------------------------------------------------------

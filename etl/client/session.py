@@ -242,7 +242,10 @@ class Session:
                 if signed_in_again and not rejected.definite:
                     raise InvalidResponse(f"{what}: answered an HTML page instead of JSON") from None
                 if signed_in_again:
-                    raise SessionRejected(
+                    # A 403 from a fresh session is a missing right, final; a 401 (or a redirect to the
+                    # login page) may be a short-lived session expiring in the queue: retried.
+                    refused = AuthError if response.status_code == 403 else SessionRejected
+                    raise refused(
                         f"{what}: session rejected (HTTP {response.status_code}) "
                         "right after signing in again; does this login have the rights?"
                     ) from None

@@ -161,9 +161,14 @@ class User:
     login: str
     password: str
     objects: frozenset[int] | None  # None: every object
+    control: bool = True  # may set values and run commands
 
     def sees(self, object_id: int) -> bool:
         return self.objects is None or object_id in self.objects
+
+    def require_control(self) -> None:
+        if not self.control:
+            raise ApiError(403, "forbidden", f"login {self.login!r} may read but not act on equipment")
 
 
 @dataclass
@@ -311,12 +316,13 @@ class Emulator:
         if users is None:
             odd = [i for i in self.dataset.object_ids if i % 2]
             users = [{"login": "demo", "password": "demo", "objects": "all"},
-                     {"login": "restricted", "password": "restricted", "objects": odd}]
+                     {"login": "restricted", "password": "restricted", "objects": odd, "control": False}]
         out: dict[str, User] = {}
         for i, u in enumerate(users):
             objects = u.get("objects", "all")
             out[str(u["login"])] = User(i, str(u["login"]), str(u["password"]),
-                                        None if objects == "all" else frozenset(int(o) for o in objects))
+                                        None if objects == "all" else frozenset(int(o) for o in objects),
+                                        bool(u.get("control", True)))
         return out
 
     def now(self) -> int:
@@ -493,7 +499,7 @@ class Emulator:
         ]
         headers = [(b"set-cookie", c.encode()) for c in cookies]
         headers.append((b"access-control-allow-credentials", b"true"))
-        return Answer(orjson.dumps(data.user_record(user.index, user.login)), headers=headers)
+        return Answer(orjson.dumps(data.user_record(user.index, user.login, user.control)), headers=headers)
 
     def _objects(self, q: Request) -> list[int]:
         return [o for o in self.dataset.object_ids if q.user.sees(o)]
@@ -659,6 +665,7 @@ class Emulator:
         p = self._param(q, q.args[0])
         if not p.physical:
             raise _not_found(f"physical parameter {p.id}")
+        q.user.require_control()
         raw = q.one("value")
         try:
             value = float(raw or "")
@@ -690,6 +697,7 @@ class Emulator:
 
     def run_command(self, q: Request) -> bytes:
         device_id = self._device(q, q.args[0])
+        q.user.require_control()
         command_id = q.integer("extCommandId")
         if command_id is None or q.one("commandData") is None:
             raise _bad("extCommandId and commandData are required")

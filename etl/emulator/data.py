@@ -443,10 +443,11 @@ def ext_commands(device_id: int) -> list[dict]:
     ]
 
 
-def user_record(index: int, login: str) -> dict:
+def user_record(index: int, login: str, control: bool = True) -> dict:
     return {
         "id": index + 1, "login": login, "firstname": login.title(), "lastname": "User", "middlename": "",
         "state": {"id": 1, "name": "active", "comment": "the user is active and may sign in"},
         "theme": 1, "ilocale": USER_LOCALE, "defaultScreen": 1, "soundOn": False, "comment": None,
-        "authService": "LOCAL", "privileges": [{"id": 1, "name": "read"}, {"id": 2, "name": "control"}],
+        "authService": "LOCAL",
+        "privileges": [{"id": 1, "name": "read"}, *([{"id": 2, "name": "control"}] if control else [])],
     }
