@@ -26,6 +26,7 @@ from etl.timeutil import iso
 Interval = tuple[int, int]
 STATE_FILE = "state.json"
 LOCK_FILE = "lock"
+LEASE_SETTLE = 1.0  # seconds between taking a lease and reading it back where writes are not conditional
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,9 @@ class StateStore:
     def lock(self) -> Iterator[None]:
         """One run at a time per state. Locally an flock, which the kernel drops when its holder dies;
         on object stores a lease, renewed while the run lasts, that a dead run's successor may take
-        once it has expired. Taking and renewing it are conditional writes (Storage.update), so two
-        runs can never both believe they hold it."""
+        once it has expired. On S3, taking and renewing it are conditional writes (Storage.update), so
+        two runs can never both believe they hold it; stores without them get a read-back after a
+        settle delay, which narrows that race but cannot close it."""
         if self.storage.local:
             with self._flock():
                 yield
@@ -202,6 +204,12 @@ class StateStore:
             return take(current)
 
         self.storage.update(LOCK_FILE, take)
+        if not self.storage.compare_and_swap:
+            # Two runs may both have read "free" and written: the last write wins. Let a rival's write
+            # land, then read back (best effort: such stores offer nothing stronger).
+            time.sleep(LEASE_SETTLE)
+            if self._held(self.storage.read(LOCK_FILE)).get("token") != token:
+                raise LockedError(f"another run took the state lock {where} at the same time; wait for it to finish")
         self._lost = None
         stop = threading.Event()
 

@@ -81,6 +81,11 @@ class Storage:
         """S3 conditional writes, until the store answers 501 to one."""
         return self._endpoint not in _UNCONDITIONAL
 
+    @property
+    def compare_and_swap(self) -> bool:
+        """Whether `update` is safe against concurrent writers: a local flock, or S3 conditional writes."""
+        return self.local or (self.s3 and self.conditional)
+
     def full(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from etl.storage import KEEP, TMP_SUFFIX, Storage, storage_options
 
 
@@ -55,3 +57,29 @@ def test_s3_endpoint_from_environment_unless_the_options_name_one(monkeypatch):
     assert "endpoint_url" not in storage_options("/local/folder", {})
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:9000")  # the service-specific one wins
     assert storage_options("s3://b/x", {})["endpoint_url"] == "http://s3-only:9000"
+
+
+def test_a_lease_lost_to_a_simultaneous_taker_is_refused_where_writes_are_not_conditional(monkeypatch):
+    """memory:// has no compare-and-swap: after taking the lease, a run reads it back and steps aside
+    when a rival's write landed last."""
+    from etl.errors import LockedError
+    from etl.state import LOCK_FILE, StateStore
+
+    monkeypatch.setattr("etl.state.LEASE_SETTLE", 0.01)
+    store = StateStore(Storage("memory://lease-race/state"), lease_seconds=60)
+    assert not store.storage.compare_and_swap
+    real_update = Storage.update
+
+    def update_then_rival_writes(self, rel, change, attempts=8):
+        result = real_update(self, rel, change, attempts)
+        self.write_atomic(LOCK_FILE, b'{"token": "rival", "expires": 9e99, "pid": 1, "host": "other"}')
+        return result
+
+    monkeypatch.setattr(Storage, "update", update_then_rival_writes)
+    with pytest.raises(LockedError, match="at the same time"), store.lock():
+        pass
+    monkeypatch.setattr(Storage, "update", real_update)
+    store.storage.remove(LOCK_FILE)
+    with store.lock():  # alone, the lease is taken and released
+        assert b'"token"' in store.storage.read(LOCK_FILE)
+    assert store.storage.read(LOCK_FILE) is None
