@@ -225,7 +225,8 @@ class Runner:
     def _job_config(self, executor: Executor) -> Config:
         """The config a slab runs with. Remote workers get one that needs nothing of this machine: an
         absolute local output path, the password itself rather than its file, the resolved storage
-        options (endpoint included); credentials of the store stay theirs (environment, profile, role)."""
+        options (endpoint included), the CA bundle by absolute path (workers need it at that path);
+        credentials of the store stay theirs (environment, profile, role)."""
         if not executor.remote:
             return self.config
         sink = self.config.sink.model_copy(update={
@@ -233,7 +234,8 @@ class Runner:
             "storage_options": self.data.options,
         })
         source = self.config.source.model_copy(
-            update={"password": SecretStr(self.config.source.resolve_password()), "password_file": None}
+            update={"password": SecretStr(self.config.source.resolve_password()), "password_file": None,
+                    "ca_bundle": self.config.source.ca_bundle.resolve() if self.config.source.ca_bundle else None}
         )
         return self.config.model_copy(update={"sink": sink, "source": source})
 

@@ -523,3 +523,15 @@ def test_cli_serves_and_waits():
     dead = subprocess.run([sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "0.3"],
                           capture_output=True, text=True)
     assert dead.returncode == 1 and "did not answer" in dead.stderr
+
+
+@pytest.mark.parametrize("args", [["--params-per-object", "600"], ["--calc-per-object", "500"],
+                                  ["--tls-cert", "PEM", "--tls-key", "PEM"]])
+def test_serve_refuses_bad_settings_before_listening(tmp_path, args):
+    pem = tmp_path / "bad.pem"
+    pem.write_text("not a certificate")
+    result = subprocess.run([sys.executable, "-m", "etl", "emulator", "serve", "--port", "0",
+                             *[str(pem) if a == "PEM" else a for a in args]],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "listening" not in result.stderr and "Traceback" not in result.stderr
+    assert "Invalid value" in result.stderr

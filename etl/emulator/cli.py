@@ -13,6 +13,7 @@ import click
 import httpx
 import yaml
 
+from etl.emulator.data import CALC_OFFSET
 from etl.emulator.faults import HOSTILE_KINDS, Faults
 
 
@@ -71,9 +72,9 @@ _rate = click.FloatRange(0, 1)
 @click.option("--base-path", default="/api", show_default=True, help="Every platform path lives under it.")
 @click.option("--seed", default=42, show_default=True, type=int, help="Same seed, same data.")
 @click.option("--objects", default=3, show_default=True, type=click.IntRange(0), help="Objects 1..N.")
-@click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0),
+@click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0, CALC_OFFSET - 1),
               help="Physical parameters per object; the last one is a signal parameter.")
-@click.option("--calc-per-object", default=2, show_default=True, type=click.IntRange(0),
+@click.option("--calc-per-object", default=2, show_default=True, type=click.IntRange(0, 999 - CALC_OFFSET),
               help="Calculated parameters per object.")
 @click.option("--period-range", default="10:900", show_default=True, callback=_period,
               help="Sampling periods MIN:MAX in seconds (each parameter gets one).")
@@ -115,6 +116,11 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
+    if tls_cert:
+        try:  # now, not after "listening" is printed
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(tls_cert, tls_key)
+        except (ssl.SSLError, OSError) as exc:
+            raise click.BadParameter(f"{tls_cert} / {tls_key}: {exc}", param_hint="--tls-cert/--tls-key") from None
     faults = Faults(hostile=hostile, seed=fault_seed, **fault_settings)
     config = EmulatorConfig(
         host=host, port=port, base_path=base_path, seed=seed, objects=objects, params_per_object=params_per_object,
