@@ -191,7 +191,7 @@ def state() -> None:
 def _store(config: Config, shard: tuple[int, int] | None):
     from etl.state import StateStore
 
-    return StateStore.open(config.state_path, config.sink.storage_options, shard, config.state.lease / 1000)
+    return StateStore.for_config(config, shard)
 
 
 shard_option = click.option("--shard", callback=_shard, help="The checkpoints of shard I/N (runs with --shard I/N).")

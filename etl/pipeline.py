@@ -31,7 +31,7 @@ from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.executors import Executor, dask_executor, execute, local_executor
 from etl.plan import PlanOptions, Slab, describe, plan
 from etl.progress import Progress
-from etl.sinks import file_format
+from etl.sinks import file_format, shard_label
 from etl.state import State, StateStore
 from etl.storage import Storage
 from etl.timeutil import iso, now_ms
@@ -117,10 +117,9 @@ class Runner:
         self.config = config
         self.options = options
         self.data = Storage(config.sink.path, config.sink.storage_options)
-        self.store = StateStore.open(config.state_path, config.sink.storage_options, options.shard,
-                                     config.state.lease / 1000)
+        self.store = StateStore.for_config(config, options.shard)
         self.fmt = file_format(config.sink.format, config.sink.compression)
-        self.label = f"s{options.shard[0]}of{options.shard[1]}" if options.shard else "0"
+        self.label = shard_label(options.shard)
         run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()

@@ -11,6 +11,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -18,10 +19,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from etl.errors import LockedError, StorageError
 from etl.storage import KEEP, Storage
 from etl.timeutil import iso
+
+if TYPE_CHECKING:
+    from etl.config import Config
 
 Interval = tuple[int, int]
 STATE_FILE = "state.json"
@@ -109,7 +114,11 @@ class State:
             }
 
 
-def shard_folder(shard: tuple[int, int] | None) -> str:
+Shard = tuple[int, int]  # (index, count)
+_SHARD_FOLDER = re.compile(r"shard-(\d+)of(\d+)")
+
+
+def shard_folder(shard: Shard | None) -> str:
     """Where a shard keeps its checkpoints and lock, under the state path ("" when unsharded)."""
     return f"shard-{shard[0]}of{shard[1]}" if shard else ""
 
@@ -128,6 +137,17 @@ class StateStore:
              lease_seconds: float = 120.0) -> StateStore:
         folder = shard_folder(shard)
         return cls(Storage(f"{url.rstrip('/')}/{folder}" if folder else url, options), lease_seconds)
+
+    @classmethod
+    def for_config(cls, config: Config, shard: Shard | None = None) -> StateStore:
+        return cls.open(config.state_path, config.sink.storage_options, shard, config.state.lease / 1000)
+
+    @classmethod
+    def all_for_config(cls, config: Config) -> list[StateStore]:
+        """The unsharded store and every shard's that exists."""
+        names = Storage(config.state_path, config.sink.storage_options).listdir("")
+        shards = [(int(m.group(1)), int(m.group(2))) for name in names if (m := _SHARD_FOLDER.fullmatch(name))]
+        return [cls.for_config(config, shard) for shard in [None, *shards]]
 
     def load(self) -> State:
         data = self.storage.read(STATE_FILE)

@@ -141,11 +141,6 @@ class Storage:
             except FileNotFoundError:
                 return None
 
-    def exists(self, rel: str) -> bool:
-        with self._errors("read", rel):
-            self.fs.invalidate_cache(self.full(rel))
-            return self.fs.exists(self.full(rel))
-
     def remove(self, rel: str) -> None:
         with self._errors("remove", rel), suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))

@@ -82,7 +82,6 @@ class WindowFailure:
 @dataclass
 class SlabResult:
     series: str
-    start: int
     done: list[tuple[int, int, int]] = field(default_factory=list)  # (param_id, start, end) written
     failures: list[WindowFailure] = field(default_factory=list)
     windows: int = 0  # planned
@@ -96,7 +95,7 @@ class SlabResult:
         return dataclasses.replace(self, failures=[dataclasses.replace(f, error=None) for f in self.failures])
 
 
-def dataset_writer(config: Config, series: str, label: str) -> DatasetWriter:
+def dataset_writer(config: Config, series: str, label: str = "0") -> DatasetWriter:
     storage = Storage(config.sink.path, config.sink.storage_options)
     fmt = file_format(config.sink.format, config.sink.compression)
     return DatasetWriter(storage, series, fmt, list(config.sink.partition_by), label)
@@ -109,7 +108,7 @@ async def process_slab(job: SlabJob, client: MonitoringClient) -> SlabResult:
     fetched = await asyncio.gather(
         *(fetch_unit(client, u, job.config.extract.max_points, counters) for u in slab.units), return_exceptions=True
     )
-    result = SlabResult(slab.series, slab.start, windows=len(slab.units), counters=counters)
+    result = SlabResult(slab.series, windows=len(slab.units), counters=counters)
     good: list[UnitData] = []
     for unit, outcome in zip(slab.units, fetched, strict=True):
         if isinstance(outcome, UnitData):
@@ -126,10 +125,9 @@ async def process_slab(job: SlabJob, client: MonitoringClient) -> SlabResult:
         writer = dataset_writer(job.config, slab.series, job.label)
         table = await asyncio.to_thread(to_table, slab.series, good)
         ranges = [Replaced(g.unit.param.id, g.unit.param.object_id, g.unit.start, g.unit.end) for g in good]
-        written = await asyncio.to_thread(writer.write, table, ranges)
+        result.files = await asyncio.to_thread(writer.write, table, ranges)
         result.done = [(g.unit.param.id, g.unit.start, g.unit.end) for g in good]
         result.points = table.num_rows
-        result.files = written.files
     return result
 
 

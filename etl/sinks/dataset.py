@@ -11,7 +11,7 @@ file (a shard cleaning a file left by another shard layout) never lose each othe
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -37,10 +37,9 @@ class Replaced:
 _SHARD_LABEL = re.compile(r"^part-s\d+of(\d+)\.")
 
 
-@dataclass
-class WriteResult:
-    files: list[str] = field(default_factory=list)
-    rows: int = 0
+def shard_label(shard: tuple[int, int] | None) -> str:
+    """The writer label of a shard's files (part-{label}.ext): "sIofN", or "0" unsharded."""
+    return f"s{shard[0]}of{shard[1]}" if shard else "0"
 
 
 def _date(day: int) -> str:
@@ -116,17 +115,17 @@ class DatasetWriter:
                 touched[self._partition(day, r.object_id)] = (day, r.object_id if by_object else None)
         return touched
 
+    def _is_data(self, name: str) -> bool:
+        """Hidden names (temp files, folder locks, markers) are not data, as for every reader."""
+        return not name.startswith((".", "_")) and name.endswith(self.fmt.extension)
+
     def _data_files(self, directory: str) -> list[str]:
-        """Data file names of a partition; hidden names (temp files, markers) are not data."""
-        return [
-            name for name in self.storage.listdir(directory)
-            if not name.startswith((".", "_")) and name.endswith(self.fmt.extension)
-        ]
+        return [name for name in self.storage.listdir(directory) if self._is_data(name)]
 
     def partitions(self) -> list[str]:
         """Every partition folder of this series that holds a data file."""
-        return sorted({rel.rsplit("/", 1)[0] for rel in self.storage.find(self.series)
-                       if rel.endswith(self.fmt.extension) and not rel.rsplit("/", 1)[-1].startswith((".", "_"))})
+        folders = (rel.rsplit("/", 1) for rel in self.storage.find(self.series))
+        return sorted({folder for folder, name in folders if self._is_data(name)})
 
     def compact(self, directory: str) -> int:
         """Merge every data file of one partition into this writer's file; returns how many files went.
@@ -177,14 +176,15 @@ class DatasetWriter:
     def _may_hold_ours(self, name: str) -> bool:
         """Could another writer's file hold rows of our ranges? Not if it is hidden (temp files, locks),
         not data, or written by a shard of our own layout: those hold other parameters by construction."""
-        if name == self.file_name or name.startswith((".", "_")) or not name.endswith(self.fmt.extension):
+        if name == self.file_name or not self._is_data(name):
             return False
         ours, theirs = _SHARD_LABEL.match(self.file_name), _SHARD_LABEL.match(name)
         return not (ours and theirs and ours.group(1) == theirs.group(1))
 
-    def write(self, table: pa.Table, ranges: list[Replaced]) -> WriteResult:
-        """Rewrite every partition the ranges touch; `table` holds exactly the fetched rows."""
-        result = WriteResult()
+    def write(self, table: pa.Table, ranges: list[Replaced]) -> list[str]:
+        """Rewrite every partition the ranges touch; `table` holds exactly the fetched rows. Returns
+        the files that hold rows now."""
+        files = []
         days = _ts_ms(table) // DAY_MS
         for directory, (day, object_id) in sorted(self._touched(ranges).items()):
             new_rows = self._rows_of(table, days, day, object_id)
@@ -198,9 +198,8 @@ class DatasetWriter:
             merge = partial(self._merged, rel=own, object_id=object_id, ranges=ranges, new_rows=new_rows)
             written = self.storage.update(own, merge)
             if written is not None and written is not KEEP:
-                result.files.append(own)
-            result.rows += new_rows.num_rows
-        return result
+                files.append(own)
+        return files
 
     def _without(self, data: bytes | None, rel: str, object_id: int | None, ranges: list[Replaced]):
         if data is None:
