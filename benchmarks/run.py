@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import platform
@@ -106,7 +107,12 @@ class Emulator:
         )
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = self.url + "/api"
-        subprocess.run([PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True)
+        try:
+            subprocess.run([PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True)
+        except BaseException:
+            self.proc.kill()
+            self.log.close()
+            raise
         self.control = EmulatorControl(self.url)
         self.ps = psutil.Process(self.proc.pid)
 
@@ -314,6 +320,7 @@ def main() -> int:
     except ImportError:
         skipped.setdefault("dlt", "dlt not installed (pip install -e '.[bench]')")
     workdir = Path(tempfile.mkdtemp(prefix="etl-bench-"))
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)  # also when a contender fails
     emulator = Emulator(workdir, "emulator", [
         "--objects", str(shape.objects), "--params-per-object", str(shape.params_per_object),
         "--calc-per-object", str(shape.calc_per_object), "--period-range", shape.period_range, "--now", now])
@@ -382,7 +389,6 @@ def main() -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1))
     print(f"results: {args.json}")
-    shutil.rmtree(workdir, ignore_errors=True)
     return 1 if args.strict and not all(ok for ok, _ in checks.values()) else 0
 
 
