@@ -1,0 +1,165 @@
+"""The pipeline's vocabulary: series, parameter kinds, the window, shards and buckets, output schemas.
+
+A window (one parameter's series over [start, end)) is the unit of the whole pipeline: planned,
+fetched, written, checkpointed and reported as failed as a `Window`. This module imports nothing of
+the pipeline; strings (paths, JSON keys, labels) are turned into these types at the edges.
+
+Time is epoch milliseconds, UTC. Every interval we keep is half-open, [start, end). The platform
+answers inclusive intervals (a point stamped exactly at `end` comes back too); `keep_span` and
+`Window.request` are the only places that know it.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+import pyarrow as pa
+
+
+class Series(StrEnum):
+    RAW = "raw"
+    AVERAGE = "average"
+    CANDLES = "candles"
+
+    @property
+    def value_columns(self) -> tuple[str, ...]:
+        return ("open", "high", "low", "close") if self is Series.CANDLES else ("value",)
+
+
+class ParamKind(StrEnum):
+    PHYSICAL = "physical"
+    CALCULATED = "calculated"
+    SIGNAL = "signal"  # a physical parameter whose values are 0 or 1
+
+
+SERIES = tuple(Series)
+PARAM_KINDS = tuple(ParamKind)
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """What the pipeline needs of a parameter: its id, its object and its kind (which picks the route)."""
+
+    id: int
+    object_id: int
+    kind: ParamKind
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Window:
+    """One parameter's series over [start, end) (epoch ms, UTC)."""
+
+    param_id: int
+    object_id: int
+    kind: ParamKind
+    series: Series
+    start: int
+    end: int
+
+    @property
+    def param(self) -> Param:
+        return Param(self.param_id, self.object_id, self.kind)
+
+    def request(self) -> tuple[int, int]:
+        """The bounds to send: the server includes both, so the point at `end` comes back and is dropped
+        (it belongs to the next window)."""
+        return self.start, self.end
+
+    def describe(self) -> str:
+        from etl.timeutil import iso
+
+        return f"param {self.param_id} {self.series} {iso(self.start)}..{iso(self.end)}"
+
+
+def keep_span(ts: np.ndarray, start: int, end: int) -> tuple[int, int]:
+    """Positions [lo, hi) of the stamps in [start, end) in an ascending array (an inclusive answer's
+    point at `end` falls out here)."""
+    lo, hi = np.searchsorted(ts, (start, end))
+    return int(lo), int(hi)
+
+
+def cut(start: int, end: int, step: int) -> list[tuple[int, int]]:
+    """[start, end) cut at every multiple of `step` (epoch-aligned: UTC midnights for a day)."""
+    pieces = []
+    while start < end:
+        boundary = start - start % step + step
+        pieces.append((start, min(end, boundary)))
+        start = pieces[-1][1]
+    return pieces
+
+
+def _crc(param_id: int) -> int:
+    # crc32, not hash(): the same on every run, machine and Python version.
+    return zlib.crc32(str(param_id).encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Shard `index` of `count`: the parameters whose crc32 of the decimal id is `index` modulo `count`."""
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"shard {self.index}/{self.count}: I must be in 0..N-1")
+
+    def contains(self, param_id: int) -> bool:
+        return _crc(param_id) % self.count == self.index
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @property
+    def label(self) -> str:
+        """In file names: part-...-s{I}of{N}-..."""
+        return f"s{self.index}of{self.count}"
+
+    @property
+    def folder(self) -> str:
+        """Its checkpoints and lock: {state}/shard-{I}of{N}/"""
+        return f"shard-{self.index}of{self.count}"
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """'I/N'."""
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if not match:
+            raise ValueError(f"{text!r} is not a shard: use I/N, e.g. 0/4")
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    @classmethod
+    def from_label(cls, text: str) -> Shard | None:
+        match = re.fullmatch(r"s(\d+)of(\d+)", text)
+        return cls(int(match.group(1)), int(match.group(2))) if match else None
+
+    @classmethod
+    def from_folder(cls, text: str) -> Shard | None:
+        match = re.fullmatch(r"shard-(\d+)of(\d+)", text)
+        return cls(int(match.group(1)), int(match.group(2))) if match else None
+
+
+def bucket_of(param_id: int, buckets: int) -> int:
+    """The file bucket of a parameter within a partition. The high half of the crc, so that it is
+    independent of the shard (the low bits modulo N)."""
+    return (_crc(param_id) >> 16) % buckets
+
+
+# -- output schemas ----------------------------------------------------------------------------------
+
+TS = pa.timestamp("ms", tz="UTC")
+KEY_COLUMNS = (
+    pa.field("source", pa.string()),
+    pa.field("object_id", pa.int64()),
+    pa.field("param_id", pa.int64()),
+    pa.field("kind", pa.string()),
+    pa.field("ts", TS),
+)
+SCHEMAS: dict[Series, pa.Schema] = {
+    series: pa.schema([*KEY_COLUMNS, *(pa.field(c, pa.float64()) for c in series.value_columns)])
+    for series in Series
+}
