@@ -39,8 +39,8 @@ import yaml
 
 from etl.config import load_config
 from etl.emulator.server import EmulatorControl
-from etl.plan import PlanOptions, plan
-from etl.state import State
+from etl.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.state import Coverage
 from etl.timeutil import DAY_MS, iso, to_ms
 
 HERE = Path(__file__).resolve().parent
@@ -192,9 +192,11 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
     params = asyncio.run(_discover(config))
     start, end = config.window.start_ms, config.window.end_ms(0)
     units = {}
-    for slab in plan(config, params, State(), PlanOptions(start, end)):
-        for u in slab.units:
-            units.setdefault((u.param.id, u.series), []).append(u)
+    spans = spans_for(config.extract.raw_window, config.extract.aggregate_window)
+    for slab in Plan(Fleet(params, config.sink.buckets), Coverage(), PlanOptions(start, end), config.series,
+                     spans).slabs():
+        for u in slab.windows:
+            units.setdefault((u.param_id, u.series.value), []).append(u)
     requests, covered = [], set()
     base_path = "/api"
     for entry in emulator.control.requests():
@@ -204,9 +206,9 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
         s, e = (int(x) for x in path.rstrip("/").split("/")[-2:])
         series = "average" if "/average/" in path else "candles" if "/candles/" in path else "raw"
         unit = next(u for u in units[(entry["param_id"], series)] if u.start <= s and e <= u.end)
-        covered.add((unit.param.id, series, unit.start))
-        requests.append({"path": path, "query": entry["query"], "series": series, "param_id": unit.param.id,
-                         "object_id": unit.param.object_id, "kind": unit.param.kind, "start": s, "end": e})
+        covered.add((unit.param_id, series, unit.start))
+        requests.append({"path": path, "query": entry["query"], "series": series, "param_id": unit.param_id,
+                         "object_id": unit.object_id, "kind": unit.kind.value, "start": s, "end": e})
     planned = sum(len(v) for v in units.values())
     if len(covered) != planned:
         raise RuntimeError(f"the warm-up run fetched {len(covered)} of {planned} planned windows")
@@ -215,12 +217,12 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
 
 
 async def _discover(config):
-    from etl.pipeline import make_client
-    from etl.walk import discover
+    from etl.build import Build
+    from etl.discover import discover
 
-    async with make_client(config) as client:
+    async with Build(config).client() as client:
         await client.sign_in()
-        return (await discover(client, config.select))[1]
+        return (await discover(client, config.select)).params()
 
 
 def emulator_throughput(workdir: Path, now: str, seconds: float, workers: int) -> dict:

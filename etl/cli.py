@@ -65,16 +65,15 @@ def _time(_ctx: Any, param: click.Parameter, value: str | None) -> int | None:
         raise click.BadParameter(f"{value!r}: {exc}; use e.g. 2026-11-01T00:00:00Z") from None
 
 
-def _shard(_ctx: Any, _param: click.Parameter, value: str | None) -> tuple[int, int] | None:
+def _shard(_ctx: Any, _param: click.Parameter, value: str | None):
+    from etl.model import Shard
+
     if value is None:
         return None
     try:
-        index, count = (int(x) for x in value.split("/"))
-    except ValueError:
-        raise click.BadParameter("use I/N, e.g. 0/4") from None
-    if not 0 <= index < count:
-        raise click.BadParameter("I must be in 0..N-1")
-    return index, count
+        return Shard.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 config_option = click.option(
@@ -188,10 +187,10 @@ def state() -> None:
     """Inspect or reset the checkpoints of a config."""
 
 
-def _store(config: Config, shard: tuple[int, int] | None):
-    from etl.state import StateStore
+def _store(config: Config, shard):
+    from etl.build import Build
 
-    return StateStore.for_config(config, shard)
+    return Build(config, shard).state_store()
 
 
 shard_option = click.option("--shard", callback=_shard, help="The checkpoints of shard I/N (runs with --shard I/N).")
@@ -224,7 +223,7 @@ def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ..
     with store.lock():
         current = store.load()
         removed = current.reset(set(params) or None, set(series) or None)
-        store.save(current)
+        store.replace(current)
     click.echo(f"removed {removed} checkpoint(s)")
 
 
@@ -273,7 +272,7 @@ def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output
     """One-off export of one parameter (connection from ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD)."""
     from pathlib import Path
 
-    from etl.client.models import Parameter
+    from etl.model import Param, ParamKind, Series
     from etl.pull import pull as pull_series
     from etl.pull import save
 
@@ -281,8 +280,8 @@ def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output
         raise ConfigError(f"output {output}: name it .csv or .parquet")
     if start >= end:
         raise ConfigError("--from must be before --to")
-    meta = {"type": "signal"} if param_list == "signal" else {}
-    param = Parameter(param_id, "calculated" if param_list == "calculated" else "physical", 0, meta)
+    param = Param(param_id, 0, ParamKind(param_list))
+    kind = Series(kind)
 
     async def go():
         from etl.client import MonitoringClient
@@ -346,11 +345,11 @@ def _env_connection() -> tuple[str, str, str]:
 
 
 def _client_from(config_path: str | None):
+    from etl.build import Build
     from etl.client import SyncMonitoringClient
-    from etl.pipeline import make_client
 
     if config_path:
-        return SyncMonitoringClient(client=make_client(load_config(config_path)))
+        return SyncMonitoringClient(client=Build(load_config(config_path)).client())
     return SyncMonitoringClient(*_env_connection())
 
 

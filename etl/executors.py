@@ -1,8 +1,9 @@
 """Where slabs run: in this process (one shared client, as always) or on a dask.distributed cluster.
 
-Both executors admit a bounded number of slabs at a time, in plan order, and hand each result to the
-coordinator's `commit` as soon as it arrives; the coordinator checkpoints it. A stop (a signal, a fatal
-error) admits no more slabs; those in flight finish and are committed, on the cluster too.
+Both executors take slabs from the plan as they go (the plan makes them lazily), a bounded number at
+a time, in plan order, and hand each result to the coordinator's `commit` as soon as it arrives; the
+coordinator checkpoints it. A stop (a signal, a fatal error) admits no more slabs; those in flight
+write what they fetched and are committed, on the cluster too.
 """
 
 from __future__ import annotations
@@ -10,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from etl.build import Build
 from etl.client import MonitoringClient
 from etl.errors import ConfigError, EtlError, NetworkError
+from etl.slab import SlabJob, SlabResult, process_slab, run_slab
 from etl.timeutil import iso
-from etl.work import SlabJob, SlabResult, process_slab, run_slab
 
 log = logging.getLogger("etl")
 
@@ -34,24 +36,39 @@ class Executor:
     remote: bool = False  # jobs run in other processes, maybe on other machines
 
 
-async def execute(executor: Executor, jobs: list[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event) -> None:
+async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail,
+                  stop: asyncio.Event) -> None:
     admit = asyncio.Semaphore(executor.in_flight)
 
     async def one(job: SlabJob) -> None:
-        async with admit:
+        try:
+            await commit(job, await executor.run_job(job))
+        except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
+            fail(job, exc)
+        finally:
+            admit.release()
+
+    running: set[asyncio.Task] = set()
+    try:
+        for job in jobs:
+            await admit.acquire()
             if stop.is_set():
-                return
-            try:
-                await commit(job, await executor.run_job(job))
-            except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
-                fail(job, exc)
+                break
+            task = asyncio.ensure_future(one(job))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
+    except BaseException:
+        for task in running:
+            task.cancel()
+        raise
 
-    await asyncio.gather(*(one(job) for job in jobs))
 
-
-def local_executor(client: MonitoringClient, slabs_in_flight: int) -> Executor:
+def local_executor(client: MonitoringClient, build: Build, slabs_in_flight: int, stop: asyncio.Event) -> Executor:
     """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
-    return Executor("local", slabs_in_flight, lambda job: process_slab(job, client))
+    return Executor("local", slabs_in_flight,
+                    lambda job: process_slab(job, client, build.slab_writer(job.slab), stop))
 
 
 @asynccontextmanager
@@ -72,7 +89,7 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
     run = uuid.uuid4().hex[:8]
 
     async def run_job(job: SlabJob) -> SlabResult:
-        key = f"slab-{job.slab.series}-{iso(job.slab.start)}-{run}"
+        key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"
         try:
             return await client.submit(run_slab, job, key=key, pure=False)
         except EtlError:

@@ -1,4 +1,4 @@
-"""Fetch work units: one request per unit, split in halves while an answer is full."""
+"""Fetch one window: one request, split in halves while an answer is full."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ from collections import Counter
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Candles, Points
+from etl.client.models import Candles, Parameter, Points
 from etl.errors import DataError
-from etl.plan import WorkUnit
-from etl.transform import UnitData, clean
+from etl.model import ParamKind, Series, Window
 
 
 def _concat(parts: list[Points | Candles]) -> Points | Candles:
@@ -22,25 +21,29 @@ def _concat(parts: list[Points | Candles]) -> Points | Candles:
     return type(first)(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields})
 
 
-async def fetch_window(
-    client: MonitoringClient, unit: WorkUnit, start: int, end: int, max_points: int, counters: Counter
-) -> list[Points | Candles]:
-    """[start, end) of one unit. The closing bound is sent inclusively, because servers differ on it;
-    points at `end` are dropped later. An answer with `max_points` points may be cut: split and refetch."""
-    data = await client.series(unit.param, unit.series, start, end, count=max_points)
+async def _series(client: MonitoringClient, window: Window, start: int, end: int, count: int) -> Points | Candles:
+    source = "calculated" if window.kind is ParamKind.CALCULATED else "physical"
+    meta = {"type": "signal"} if window.kind is ParamKind.SIGNAL else {}
+    param = Parameter(window.param_id, source, window.object_id, meta)
+    return await client.series(param, window.series.value, start, end, count=count)
+
+
+async def _fetch(client: MonitoringClient, window: Window, start: int, end: int, max_points: int,
+                 counters: Counter) -> list[Points | Candles]:
+    """[start, end] as the server gives it (both ends included). An answer with `max_points` points may
+    be cut: split and refetch."""
+    data = await _series(client, window, start, end, max_points)
     counters["requests"] += 1
-    if len(data) < max_points or unit.param.kind == "signal" and unit.series == "raw":
+    if len(data) < max_points or window.kind is ParamKind.SIGNAL and window.series is Series.RAW:
         return [data]  # /db/signal takes no count: its answers are never cut
     if end - start < 2:
-        raise DataError(
-            f"parameter {unit.param.id} {unit.series}: more than {max_points} points within 1 ms; "
-            "raise extract.max_points"
-        )
+        raise DataError(f"parameter {window.param_id} {window.series}: more than {max_points} points within "
+                        "1 ms; raise extract.max_points")
     counters["splits"] += 1
     middle = start + (end - start) // 2
     first, second = await asyncio.gather(
-        fetch_window(client, unit, start, middle, max_points, counters),
-        fetch_window(client, unit, middle, end, max_points, counters),
+        _fetch(client, window, start, middle, max_points, counters),
+        _fetch(client, window, middle, end, max_points, counters),
     )
     # Both halves hold the point at `middle` (inclusive bounds): the first half gives it up.
     return [_before(part, middle) for part in first] + second
@@ -53,6 +56,7 @@ def _before(data: Points | Candles, bound: int) -> Points | Candles:
     return type(data)(**{f: getattr(data, f)[keep] for f in data.__dataclass_fields__})
 
 
-async def fetch_unit(client: MonitoringClient, unit: WorkUnit, max_points: int, counters: Counter) -> UnitData:
-    parts = await fetch_window(client, unit, unit.start, unit.end, max_points, counters)
-    return clean(unit, _concat(parts), counters)
+async def fetch_window(client: MonitoringClient, window: Window, max_points: int, counters: Counter) -> Points | Candles:
+    """Every point the server has for the window (its end included: the caller drops it)."""
+    start, end = window.request()
+    return _concat(await _fetch(client, window, start, end, max_points, counters))

@@ -92,6 +92,11 @@ def cut(start: int, end: int, step: int) -> list[tuple[int, int]]:
     return pieces
 
 
+def slug(text: str) -> str:
+    """A name safe in paths and file names (a source's default name: its host)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "source"
+
+
 def _crc(param_id: int) -> int:
     # crc32, not hash(): the same on every run, machine and Python version.
     return zlib.crc32(str(param_id).encode())

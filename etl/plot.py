@@ -7,40 +7,46 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from etl.build import Build
 from etl.config import Config
 from etl.errors import DataError
-from etl.storage import Storage
-from etl.transform import TS
+from etl.model import TS, Series
 
 
-def load(config: Config, param_id: int, series: str, start: int, end: int):
-    storage = Storage(config.sink.path, config.sink.storage_options)
+def load(config: Config, param_id: int, series: Series, start: int, end: int):
+    build = Build(config)
+    storage, layout = build.data, build.layout(series)
     fmt = "parquet" if config.sink.format == "parquet" else "csv"
-    dataset = ds.dataset(storage.full(series), filesystem=None if storage.local else storage.fs, format=fmt,
-                         partitioning="hive", exclude_invalid_files=True)
+    dataset = ds.dataset(storage.full(series.value), schema=layout.schema if fmt == "parquet" else None,
+                         filesystem=None if storage.local else storage.fs, format=fmt, partitioning="hive",
+                         exclude_invalid_files=True)
     ts = pc.field("ts").cast(TS) if fmt == "csv" else pc.field("ts")
+    mine = (pc.field("source") == config.source.name) | pc.field("source").is_null()
     table = dataset.to_table(
-        filter=(pc.field("param_id") == param_id) & (ts >= pc.scalar(start).cast(TS)) & (ts < pc.scalar(end).cast(TS))
+        filter=(pc.field("param_id") == param_id) & mine
+        & (ts >= pc.scalar(start).cast(TS)) & (ts < pc.scalar(end).cast(TS))
     )
     if table.num_rows == 0:
         raise DataError(f"no {series} points of parameter {param_id} in the output for that window")
     return table.sort_by("ts").to_pandas()
 
 
-def plot(config: Config, param_id: int, series: str, start: int, end: int, out: Path) -> int:
+def plot(config: Config, param_id: int, series: Series, start: int, end: int, out: Path) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    series = Series(series)
     frame = load(config, param_id, series, start, end)
     fig, ax = plt.subplots(figsize=(11, 4))
-    if series == "candles":
+    if series is Series.CANDLES:
         ax.fill_between(frame["ts"], frame["low"], frame["high"], alpha=0.3, label="low..high")
         ax.plot(frame["ts"], frame["close"], linewidth=1, label="close")
         ax.legend()
     else:
-        ax.plot(frame["ts"], frame["value"], linewidth=0.8, drawstyle="steps-post" if series == "raw" else "default")
+        ax.plot(frame["ts"], frame["value"], linewidth=0.8,
+                drawstyle="steps-post" if series is Series.RAW else "default")
     ax.set_title(f"parameter {param_id} ({frame['kind'].iloc[0]}), {series}")
     ax.set_xlabel("UTC")
     ax.grid(alpha=0.3)

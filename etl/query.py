@@ -4,32 +4,37 @@ from __future__ import annotations
 
 import duckdb
 
+from etl.build import Build
 from etl.config import Config
 from etl.dimensions import FOLDER
-from etl.storage import Storage
+from etl.model import Series
 
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
 def connect(config: Config) -> duckdb.DuckDBPyConnection:
-    storage = Storage(config.sink.path, config.sink.storage_options)
+    build = Build(config)
+    storage = build.data
     con = duckdb.connect()
     prefix = storage.full("")
     if not storage.local:
         # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
         con.register_filesystem(storage.fs)
         prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
-    ext = ".parquet" if config.sink.format == "parquet" else ".csv"
+    ext = build.fmt.extension
     reader = "read_parquet" if ext == ".parquet" else "read_csv"
-    for series in ("raw", "average", "candles"):
-        if any(f.endswith(ext) for f in storage.find(series)):
-            con.sql(f"create view {series} as select * from {reader}('{prefix}/{series}/**/*{ext}', hive_partitioning=1)")
+    for series in Series:
+        layout = build.layout(series)
+        if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
+            # union_by_name: files of older versions have no source column
+            con.sql(f"create view {series} as select * from "
+                    f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)")
     present = set(storage.listdir(FOLDER))
     for name in DIMENSIONS:
         if f"{name}{ext}" in present:
             con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}{ext}')")
     if {"parameters", "objects"} <= {n[: -len(ext)] for n in present}:
-        for series in ("raw", "average", "candles"):
+        for series in Series:
             if _has_view(con, series):
                 con.sql(
                     f"create view {series}_named as select o.shortname as object_name, p.name as param_name, s.* "

@@ -7,15 +7,19 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.emulator.data import as_dataset, average_series, candles_series, raw_series
+from etl.model import SCHEMAS, Series
 from etl.storage import Storage
 from etl.timeutil import to_ms
-from etl.transform import SCHEMAS
 
 KINDS = {"analog": "physical", "signal": "signal", "calculated": "calculated"}
 
 
-def expected_table(emulator_config, series: str, start: int, end: int, objects=None) -> pa.Table:
+SOURCE = "127.0.0.1"  # the emulator's host: the default source name
+
+
+def expected_table(emulator_config, series: str, start: int, end: int, objects=None, source: str = SOURCE) -> pa.Table:
     """Every point in [start, end) of every parameter of the objects, in the output schema."""
+    series = Series(series)
     ds = as_dataset(emulator_config)
     now = getattr(emulator_config, "now_ms", None)
     columns: dict[str, list] = {name: [] for name in SCHEMAS[series].names}
@@ -29,11 +33,12 @@ def expected_table(emulator_config, series: str, start: int, end: int, objects=N
                 ts, *values = candles_series(ds, pid, start, end, now)
             keep = ts < end
             n = int(keep.sum())
+            columns["source"].append(np.full(n, source, object))
             columns["object_id"].append(np.full(n, object_id, np.int64))
             columns["param_id"].append(np.full(n, pid, np.int64))
             columns["kind"].append(np.full(n, KINDS[ds.param(pid).kind], object))
             columns["ts"].append(ts[keep])
-            for name, v in zip(SCHEMAS[series].names[4:], values, strict=True):
+            for name, v in zip(series.value_columns, values, strict=True):
                 columns[name].append(v[keep])
     return pa.table(
         {name: pa.array(np.concatenate(parts) if parts else [], type=SCHEMAS[series].field(name).type)
@@ -45,13 +50,28 @@ def expected_table(emulator_config, series: str, start: int, end: int, objects=N
 SERIES = ["raw", "average", "candles"]
 
 
+def checkpoints(out, shard=None, source: str = SOURCE):
+    """The coverage a run left (a local folder or any fsspec URL), read as the tool reads it."""
+    from etl.state import StateStore
+
+    folder = f"{out}/_state/{source}" + (f"/{shard.folder}" if shard else "")
+    return StateStore(Storage(folder)).load()
+
+
+def data_files(root, series: str) -> list[str]:
+    """The data files of a series, relative to the root."""
+    storage = Storage(str(root))
+    return sorted(f for f in storage.find(series) if not f.rsplit("/", 1)[-1].startswith("."))
+
+
 def read(root, series: str, fmt: str = "parquet") -> pa.Table:
     """A series dataset (local folder or any fsspec URL) as one table sorted by (param_id, ts)."""
     storage = Storage(str(root))
     storage.fs.invalidate_cache()  # files written by other processes since the last listing
     table = ds.dataset(storage.full(series), filesystem=None if storage.local else storage.fs, format=fmt,
                        partitioning="hive").to_table()
-    return table.drop_columns(["date"]).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+    table = table.drop_columns([c for c in ("date",) if c in table.column_names])
+    return table.select(SCHEMAS[Series(series)].names).sort_by([("param_id", "ascending"), ("ts", "ascending")])
 
 
 def assert_exact(root, start: str, end: str, objects=(1, 2), series=SERIES) -> None:

@@ -90,7 +90,7 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     out = invoke("pull", "1001", "--from", START, "--to", end, "-o", str(tmp_path / "raw.parquet"), env=env)
     expected = want("raw", 1001, end=end)
     assert f"wrote {expected.num_rows:,} raw points of parameter 1001" in out
-    assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["object_id"]))
+    assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["source", "object_id"]))
     requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/api/db/measure/1001/")]
     assert all(r["interval_ms"] <= DAY_MS for r in requests)  # raw in 24 h windows
     assert len([r for r in requests if r["status"] == 200]) == 3  # one answer per day

@@ -38,9 +38,10 @@ def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
     assert body["status"] == "ok" and body["objects"] == 2 and body["parameters"] == 8
     assert body["series"]["raw"]["windows"] == 8 * 2  # one per parameter per day
     assert list((tmp_path / "_runs").glob("*.json"))
-    # date partitions, one file each per run
-    files = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "raw").rglob("*.parquet"))
-    assert files == ["raw/date=2026-11-01/part-0.parquet", "raw/date=2026-11-02/part-0.parquet"]
+    # date partitions, a file per bucket of parameters
+    files = expected.data_files(tmp_path, "raw")
+    assert {f.rsplit("/", 1)[0] for f in files} == {"raw/date=2026-11-01", "raw/date=2026-11-02"}
+    assert {f.rsplit("/", 1)[1] for f in files} <= {f"part-{expected.SOURCE}-b{i}of4.parquet" for i in range(4)}
 
 
 def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_emulator, tmp_path):
@@ -81,8 +82,8 @@ def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
     run(make_config(emulator.base_url, tmp_path / "pq"))
     run(make_config(emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")}))
     header = next((tmp_path / "csv" / "raw").rglob("*.csv")).read_text().splitlines()[:2]
-    assert header[0] == "object_id,param_id,kind,ts,value"
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", header[1].split(",")[3])
+    assert header[0] == "source,object_id,param_id,kind,ts,value"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", header[1].split(",")[4])
     con = duckdb.connect()
     for series in SERIES:
         pq_rows = con.sql(
@@ -104,7 +105,7 @@ def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
 def test_object_partitioning(emulator, tmp_path):
     config = make_config(emulator.base_url, tmp_path, sink={"partition_by": ["date", "object_id"]})
     run(config)
-    assert (tmp_path / "raw" / "date=2026-11-01" / "object_id=2" / "part-0.parquet").exists()
+    assert list((tmp_path / "raw" / "date=2026-11-01" / "object_id=2").glob("part-*.parquet"))
     got = ds.dataset(tmp_path / "raw", format="parquet", partitioning="hive").to_table()
     assert set(got.column("object_id").to_pylist()) == {1, 2}
 
