@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, config_option, env_connection, window_options
+from etl.cli.params import SERIES_CHOICE, config_option, connection_option, open_client, window_options
 from etl.config import load_config
 from etl.errors import ConfigError
 
@@ -48,14 +48,13 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Export")
 @click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
-@click.option("--list", "param_list", type=click.Choice(["physical", "calculated", "signal"]), default="physical",
-              help="Which list the parameter comes from.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE",
               help="FILE.csv or FILE.parquet")
-def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output: str) -> None:
-    """One-off export of one parameter (connection from ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD)."""
-    from etl.client import MonitoringClient
-    from etl.client.models import Parameter
+@connection_option
+def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
+    """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
+    the run's retries; no checkpoints."""
+    from etl.lookup import find_param
     from etl.pull import pull as pull_series
     from etl.pull import save
 
@@ -63,12 +62,10 @@ def pull(param_id: int, start: int, end: int, kind: str, param_list: str, output
         raise ConfigError(f"output {output}: name it .csv or .parquet")
     if start >= end:
         raise ConfigError("--from must be before --to")
-    meta = {"type": "signal"} if param_list == "signal" else {}
-    param = Parameter(param_id, "calculated" if param_list == "calculated" else "physical", 0, meta)
 
     async def go():
-        async with MonitoringClient(*env_connection()) as client:
-            return await pull_series(client, param, kind, start, end)
+        async with open_client(config_path) as client:
+            return await pull_series(client, await find_param(client, param_id), kind, start, end)
 
     table, counters = asyncio.run(go())
     save(table, Path(output))

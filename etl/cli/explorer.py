@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, connection_option, env_connection, window_options
-from etl.cli.render import echo_json, echo_record, echo_table, plain
-from etl.config import load_config
+from etl.cli.params import SERIES_CHOICE, connection_option, open_client, window_options
+from etl.cli.render import echo_json, echo_record, echo_table, plain, series_rows
+
+if TYPE_CHECKING:
+    from etl.client import MonitoringClient
 
 
 @click.group()
@@ -17,22 +20,17 @@ def api() -> None:
     """Explore the platform: one command per kind of record (connection: --config or ETL_* env)."""
 
 
-def _client_from(config_path: str | None):
-    from etl.client import SyncMonitoringClient
-    from etl.pipeline import make_client
-
-    if config_path:
-        return SyncMonitoringClient(client=make_client(load_config(config_path)))
-    return SyncMonitoringClient(*env_connection())
+async def _call(config_path: str | None, fetch: Callable[..., Awaitable], arguments: dict) -> Any:
+    async with open_client(config_path) as client:
+        return await fetch(client, **arguments)
 
 
-def _api_command(name: str, fetch: Callable, *params: Callable, columns: list[str] | None = None,
+def _api_command(name: str, fetch: Callable[..., Awaitable], *params: Callable, columns: list[str] | None = None,
                  help: str = "") -> None:
-    """Register `etl api NAME`: connect, `fetch(client, **arguments)`, print a table or JSON."""
+    """Register `etl api NAME`: connect, `await fetch(client, **arguments)`, print a table or JSON."""
 
-    def command(config_path: str | None, as_json: bool, **kwargs: Any) -> None:
-        with _client_from(config_path) as client:
-            result = fetch(client, **kwargs)
+    def command(config_path: str | None, as_json: bool, **arguments: Any) -> None:
+        result = asyncio.run(_call(config_path, fetch, arguments))
         if as_json:
             echo_json(result)
         elif isinstance(result, list):
@@ -46,19 +44,14 @@ def _api_command(name: str, fetch: Callable, *params: Callable, columns: list[st
     api.command(name, help=help)(connection_option(command))
 
 
-def _series_rows(client, param_id: int, start: int, end: int, kind: str, param_list: str) -> list[dict]:
-    from etl.client.models import Candles, Parameter
-    from etl.timeutil import iso
+async def _params(c: MonitoringClient, object_id: int) -> list:
+    return [*await c.physical_params(object_id), *await c.calculated_params(object_id)]
 
-    source = "calculated" if param_list == "calculated" else "physical"
-    meta = {"type": "signal"} if param_list == "signal" else {}
-    data = client.series(Parameter(param_id, source, 0, meta), kind, start, end)
-    if isinstance(data, Candles):
-        return [
-            {"ts": iso(int(t)), "open": o, "high": h, "low": lo, "close": c}
-            for t, o, h, lo, c in zip(data.ts, data.open, data.high, data.low, data.close, strict=True)
-        ]
-    return [{"ts": iso(int(t)), "value": float(v)} for t, v in zip(data.ts, data.value, strict=True)]
+
+async def _series(c: MonitoringClient, param_id: int, start: int, end: int, kind: str) -> list[dict]:
+    from etl.lookup import find_param
+
+    return series_rows(await c.series(await find_param(c, param_id), kind, start, end))
 
 
 def _confirm(action: str, yes: bool) -> None:
@@ -66,14 +59,14 @@ def _confirm(action: str, yes: bool) -> None:
         click.confirm(f"This acts on real equipment: {action}. Go ahead?", abort=True)
 
 
-def _set_value(c, param_id: int, value: float, yes: bool):
+async def _set_value(c: MonitoringClient, param_id: int, value: float, yes: bool) -> Any:
     _confirm(f"set parameter {param_id} to {value}", yes)
-    return c.set_value(param_id, value) or {"ok": True}
+    return await c.set_value(param_id, value) or {"ok": True}
 
 
-def _run_command(c, device_id: int, command_id: int, data: str, yes: bool):
+async def _run_command(c: MonitoringClient, device_id: int, command_id: int, data: str, yes: bool) -> Any:
     _confirm(f"run command {command_id} on device {device_id} with data {data!r}", yes)
-    return c.run_command(device_id, command_id, data) or {"ok": True}
+    return await c.run_command(device_id, command_id, data) or {"ok": True}
 
 
 _id = click.argument
@@ -85,14 +78,12 @@ _api_command("objects", lambda c: c.objects(), columns=["id", "shortname", "full
 _api_command("object", lambda c, object_id: c.object(object_id), _id("object_id", type=int), help="One object.")
 _api_command("units", lambda c, object_id: c.units(object_id), _id("object_id", type=int),
              help="Devices of an object.")
-_api_command("params", lambda c, object_id: c.physical_params(object_id) + c.calculated_params(object_id),
-             _id("object_id", type=int), help="Physical and calculated parameters of an object.")
+_api_command("params", _params, _id("object_id", type=int), help="Physical and calculated parameters of an object.")
 _api_command(
-    "series", _series_rows, _id("param_id", type=int), window_options(required=True, what="Read", end_note="the platform includes it"),
+    "series", _series, _id("param_id", type=int),
+    window_options(required=True, what="Read", end_note="the platform includes it"),
     click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series."),
-    click.option("--list", "param_list", type=click.Choice(["physical", "calculated", "signal"]),
-                 default="physical", help="Which list the parameter comes from."),
-    help="A series of one parameter (raw windows at most 24 h; use 'etl run' for more).",
+    help="A series of one parameter of any kind (raw windows at most 24 h; 'etl pull' takes longer ones).",
 )
 _api_command("status", lambda c, param_id: c.param_status(param_id), _id("param_id", type=int),
              help="Current status of a parameter.")

@@ -1,4 +1,4 @@
-"""Parameter types and the options several commands share."""
+"""Parameter types, the options several commands share, and the client a connection option names."""
 
 from __future__ import annotations
 
@@ -78,10 +78,16 @@ def window_options(required: bool, what: str, end_note: str = "exclusive"):
     return lambda command: start(end(command))
 
 
-def env_connection() -> tuple[str, str, str]:
-    """Base URL, login and password from ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD."""
+def open_client(config_path: str | None):
+    """The client of a config's source, or of ETL_BASE_URL, ETL_USERNAME and ETL_PASSWORD."""
+    from etl.client import MonitoringClient
+    from etl.config import load_config
+    from etl.pipeline import make_client
+
+    if config_path:
+        return make_client(load_config(config_path))
     names = ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD")
     missing = [v for v in names if not os.environ.get(v)]
     if missing:
         raise ConfigError(f"no connection: pass --config FILE or set {', '.join(missing)}")
-    return os.environ[names[0]], os.environ[names[1]], os.environ[names[2]]
+    return MonitoringClient(*(os.environ[name] for name in names))

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
+
+from etl.timeutil import iso
+
+if TYPE_CHECKING:
+    from etl.client.models import Candles, Points
 
 
 def plain(value: Any) -> Any:
@@ -43,6 +48,17 @@ def _cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return orjson.dumps(value).decode()
     return str(value)
+
+
+def series_rows(data: Points | Candles) -> list[dict]:
+    from etl.client.models import Candles
+
+    if isinstance(data, Candles):
+        return [
+            {"ts": iso(int(t)), "open": o, "high": h, "low": lo, "close": c}
+            for t, o, h, lo, c in zip(data.ts, data.open, data.high, data.low, data.close, strict=True)
+        ]
+    return [{"ts": iso(int(t)), "value": float(v)} for t, v in zip(data.ts, data.value, strict=True)]
 
 
 def summary_text(summary: dict) -> str:
