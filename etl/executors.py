@@ -15,7 +15,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from etl.client import MonitoringClient
-from etl.errors import ConfigError, EtlError, NetworkError
+from etl.errors import EtlError, NetworkError
+from etl.optional import require
 from etl.timeutil import iso
 from etl.work import SlabJob, SlabResult, process_slab, run_slab
 
@@ -58,12 +59,11 @@ def local_executor(client: MonitoringClient, slabs_in_flight: int) -> Executor:
 async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIterator[Executor]:
     """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
     rescheduled by Dask and redone from scratch, which rewrites the same files."""
-    try:
-        from distributed import Client
-        from distributed.client import FutureCancelledError
-        from distributed.scheduler import KilledWorker
-    except ImportError:
-        raise ConfigError("executor dask needs dask.distributed: pip install 'dask[distributed]'") from None
+    require("distributed", "the dask executor")
+    from distributed import Client
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
     try:
         client = await Client(address, asynchronous=True, timeout=connect_timeout)
     except Exception as exc:

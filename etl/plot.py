@@ -9,6 +9,7 @@ import pyarrow.dataset as ds
 
 from etl.config import Config
 from etl.errors import DataError
+from etl.optional import require
 from etl.storage import Storage
 from etl.transform import TS
 
@@ -28,8 +29,7 @@ def load(config: Config, param_id: int, series: str, start: int, end: int):
 
 
 def plot(config: Config, param_id: int, series: str, start: int, end: int, out: Path) -> int:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "'etl plot'")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
