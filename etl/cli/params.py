@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
 import click
 
 from etl.errors import ConfigError
 from etl.model import SERIES, Shard
 from etl.timeutil import to_ms
+
+if TYPE_CHECKING:
+    from etl.client import MonitoringClient
 
 
 class TimeType(click.ParamType):
@@ -78,7 +82,7 @@ def window_options(required: bool, what: str, end_note: str = "exclusive"):
     return lambda command: start(end(command))
 
 
-def open_client(config_path: str | None):
+def open_client(config_path: str | None) -> MonitoringClient:
     """The client of a config's source, or of ETL_BASE_URL, ETL_USERNAME and ETL_PASSWORD."""
     from etl.client import MonitoringClient
     from etl.config import load_config
