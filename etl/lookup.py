@@ -22,4 +22,4 @@ async def find_param(client: MonitoringClient, param_id: int) -> Parameter:
         for param in await fetch():
             if param.id == param_id:
                 return param
-    raise ConfigError(f"parameter {param_id} is in no parameter list of login {client.session.username!r}")
+    raise ConfigError(f"parameter {param_id} is in neither parameter list (physical, calculated) of this login")
