@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 from etl.build import Build
 from etl.client import MonitoringClient
-from etl.errors import ConfigError, EtlError, NetworkError
+from etl.errors import EtlError, NetworkError
+from etl.optional import require
 from etl.slab import SlabJob, SlabResult, process_slab, run_slab
 from etl.timeutil import iso
 
@@ -75,12 +76,11 @@ def local_executor(client: MonitoringClient, build: Build, slabs_in_flight: int,
 async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIterator[Executor]:
     """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
     rescheduled by Dask and redone from scratch, which rewrites the same files."""
-    try:
-        from distributed import Client
-        from distributed.client import FutureCancelledError
-        from distributed.scheduler import KilledWorker
-    except ImportError:
-        raise ConfigError("executor dask needs dask.distributed: pip install 'dask[distributed]'") from None
+    require("distributed", "the dask executor")
+    from distributed import Client
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
     try:
         client = await Client(address, asynchronous=True, timeout=connect_timeout)
     except Exception as exc:

@@ -11,6 +11,7 @@ from etl.build import Build
 from etl.config import Config
 from etl.errors import DataError
 from etl.model import TS, Series
+from etl.optional import require
 
 
 def load(config: Config, param_id: int, series: Series, start: int, end: int):
@@ -32,8 +33,7 @@ def load(config: Config, param_id: int, series: Series, start: int, end: int):
 
 
 def plot(config: Config, param_id: int, series: Series, start: int, end: int, out: Path) -> int:
-    import matplotlib
-
+    matplotlib = require("matplotlib", "'etl plot'")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -32,6 +32,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from etl import redact
 from etl.errors import EtlError, StorageError
+from etl.optional import require
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,8 @@ class Storage:
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
+        if self.url.startswith(("s3://", "s3a://")):
+            require("s3fs", self.url)
         self.options = storage_options(self.url, options)
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)

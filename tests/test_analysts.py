@@ -97,7 +97,7 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     assert any(r["status"] >= 500 for r in fresh_emulator.requests())  # some failed and were retried
 
     fresh_emulator.set_faults(reset=True)
-    invoke("pull", "1501", "--list", "calculated", "--kind", "candles", "--from", START, "--to", end,
+    invoke("pull", "1501", "--kind", "candles", "--from", START, "--to", end,
            "-o", str(tmp_path / "candles.csv"), env=env)
     got = pcsv.read_csv(tmp_path / "candles.csv")
     assert got.column("close").to_pylist() == want("candles", 1501, end=end).column("close").to_pylist()
@@ -112,7 +112,7 @@ def test_pull_without_a_connection_names_what_is_missing(tmp_path):
 
 
 def test_plot_writes_a_png_of_a_series(lake, tmp_path):
-    for series, param in (("raw", 1001), ("candles", 2501)):
+    for series, param in (("raw", 1001), ("candles", 2501), ("raw", 2003)):  # physical, calculated, signal
         png = tmp_path / f"{series}.png"
         out = invoke("plot", "-c", str(lake), str(param), "--from", START, "--to", END, "--kind", series, "-o", str(png))
         assert out.strip() == f"plotted {want(series, param).num_rows:,} points to {png}"
