@@ -11,14 +11,10 @@ itself, so no lock file lands among the data). Large files never need to be held
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
 import random
-import re
-import socket
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,19 +26,16 @@ import fsspec
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from etl import redact
+from etl import redact, s3, tempfiles
 from etl.errors import EtlError, StorageError
 from etl.optional import require
+from etl.tempfiles import TMP_SUFFIX
 
 log = logging.getLogger(__name__)
 
-TMP_SUFFIX = ".tmp"
-TMP_MAX_AGE = 3600.0  # seconds: a temp file of another host this old has no live writer
-_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
 KEEP = object()  # returned by an `update` change: leave the file as it is
 _UNCONDITIONAL: set[str] = set()  # S3 endpoints that answered 501 Not Implemented to a conditional write
 _SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
-_CHUNK = 1 << 20
 
 
 @dataclass
@@ -135,12 +128,6 @@ class Storage:
 
     # -- whole files ---------------------------------------------------------------------------
 
-    def _temp_path(self, path: str) -> str:
-        """A hidden name beside `path` that records its writer, so a concurrent run can tell a live temp
-        file from a killed writer's leftover."""
-        directory, name = os.path.split(path)
-        return os.path.join(directory, f".{name}.{os.getpid()}@{_HOST}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
-
     def write_atomic(self, rel: str, data: bytes) -> None:
         path = self.full(rel)
         with self.errors("write", rel):
@@ -148,7 +135,7 @@ class Storage:
                 self.fs.pipe_file(path, data)
                 return
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = self._temp_path(path)
+            tmp = tempfiles.beside(path)
             try:
                 with open(tmp, "wb") as handle:
                     handle.write(data)
@@ -194,12 +181,9 @@ class Storage:
                 except FileNotFoundError:
                     return Version(rel, None, None)
                 return Version(rel, handle, _local_token(os.fstat(handle.fileno())))
-            spool = _spool_path()
+            spool = tempfiles.spool()
             try:
-                if self.s3:
-                    token = sync(self.fs.loop, self._s3_download, rel, spool)
-                else:
-                    token = self._download(path, spool)
+                token = self._s3(s3.download, rel, spool) if self.s3 else self._download(path, spool)
             except BaseException:
                 with suppress(FileNotFoundError):
                     os.unlink(spool)
@@ -212,11 +196,11 @@ class Storage:
     def new_output(self, rel: str) -> str:
         """A local path to write a new version of `rel` to (beside it locally, so the swap is a rename)."""
         if not self.local:
-            return _spool_path()
+            return tempfiles.spool()
         path = self.full(rel)
         with self.errors("write", rel):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        return self._temp_path(path)
+        return tempfiles.beside(path)
 
     def commit(self, rel: str, output: str | None, token: Any) -> bool:
         """Make `output` (None: no file) the content of `rel` if it is still the version `token` names
@@ -227,10 +211,10 @@ class Storage:
                 return self._commit_local(rel, output, token)
             if self.s3:
                 if output is None:
-                    done = sync(self.fs.loop, self._s3_put_if, rel, None, token)
+                    done = self._s3_put_if(rel, None, token)
                 else:
                     with open(output, "rb") as body:
-                        done = sync(self.fs.loop, self._s3_put_if, rel, body, token)
+                        done = self._s3_put_if(rel, body, token)
             else:
                 if output is None:
                     self.remove(rel)
@@ -292,73 +276,34 @@ class Storage:
     def _update_s3(self, rel: str, change: Callable, attempts: int) -> object:
         for attempt in range(attempts):
             with self.errors("read", rel):
-                data, etag = sync(self.fs.loop, self._s3_get, rel)
+                data, etag = self._s3(s3.get, rel)
             result = change(data)
             if result is KEEP or (result is None and data is None):
                 return result
             with self.errors("write", rel):
-                if sync(self.fs.loop, self._s3_put_if, rel, result, etag):
+                if self._s3_put_if(rel, result, etag):
                     return result
             log.debug("%s changed while being updated; reading it again", self.display(rel))
             time.sleep(random.uniform(0.01, 0.05) * 2**attempt)  # jitter: racing writers fall out of step
         raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
 
-    def _split(self, rel: str) -> tuple[str, str]:
+    def _s3(self, call, rel: str, *args):
+        """One of etl/s3.py's calls on this store's bucket and key, from synchronous code."""
         bucket, _, key = self.full(rel).partition("/")
-        return bucket, key
+        return sync(self.fs.loop, call, self.fs, bucket, key, *args)
 
-    async def _s3_get(self, rel: str) -> tuple[bytes | None, str | None]:
-        bucket, key = self._split(rel)
+    def _s3_put_if(self, rel: str, body: bytes | IO[bytes] | None, etag: str | None) -> bool:
         try:
-            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
-        except FileNotFoundError:
-            return None, None
-        try:
-            return await answer["Body"].read(), answer["ETag"]
-        finally:
-            answer["Body"].close()
-
-    async def _s3_download(self, rel: str, spool: str) -> str | None:
-        bucket, key = self._split(rel)
-        try:
-            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
-        except FileNotFoundError:
-            return None
-        try:
-            with open(spool, "wb") as out:
-                while chunk := await answer["Body"].read(_CHUNK):
-                    out.write(chunk)
-            return answer["ETag"]
-        finally:
-            answer["Body"].close()
-
-    async def _s3_put_if(self, rel: str, body: bytes | IO[bytes] | None, etag: str | None) -> bool:
-        """False when the object is no longer the version `etag` names (None: absent)."""
-        bucket, key = self._split(rel)
-        condition = ({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}) if self.conditional else {}
-        try:
-            if body is None:
-                if etag is None:
-                    return True  # nothing to delete, and nothing appeared: checked by the caller's read
-                await self.fs._call_s3("delete_object", Bucket=bucket, Key=key, **condition)
-            else:
-                await self.fs._call_s3("put_object", Bucket=bucket, Key=key, Body=body, **condition)
-        except (FileExistsError, FileNotFoundError):
-            return False  # If-None-Match failed, or If-Match on an object deleted meanwhile
-        except OSError as exc:
-            if _precondition_failed(exc):
-                return False
-            if self.conditional and _status(exc) == 501:
-                log.warning("%s does not support conditional writes: concurrent writers of one file "
-                            "(shards of different layouts, two runs of one state) are not protected", self.url)
-                _UNCONDITIONAL.add(self._endpoint)
-                if hasattr(body, "seek"):
-                    body.seek(0)
-                return await self._s3_put_if(rel, body, etag)
-            raise
+            return self._s3(s3.put_if, rel, body, etag, self.conditional)
+        except s3.ConditionsUnsupported:
+            log.warning("%s does not support conditional writes: concurrent writers of one file "
+                        "(shards of different layouts, two runs of one state) are not protected", self.url)
+            _UNCONDITIONAL.add(self._endpoint)
+            if hasattr(body, "seek"):
+                body.seek(0)
+            return self._s3(s3.put_if, rel, body, etag, False)
         finally:
             self.fs.invalidate_cache(self.full(rel))
-        return True
 
     @contextmanager
     def _folder_lock(self, rel: str) -> Iterator[None]:
@@ -412,24 +357,11 @@ class Storage:
             return 0
         leftovers = [
             f for f in self.find()
-            if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX) and self._abandoned(f)
+            if tempfiles.is_temp(f.rsplit("/", 1)[-1]) and tempfiles.abandoned(self.full(f))
         ]
         for rel in leftovers:
             self.remove(rel)
         return len(leftovers)
-
-    def _abandoned(self, rel: str) -> bool:
-        parts = rel.rsplit("/", 1)[-1].split(".")
-        owner = parts[-3] if len(parts) >= 4 else ""
-        pid, _, host = owner.partition("@")
-        if host == _HOST and pid.isdigit():
-            return not _alive(int(pid))
-        if host:
-            try:
-                return time.time() - os.path.getmtime(self.full(rel)) > TMP_MAX_AGE
-            except FileNotFoundError:
-                return False  # renamed meanwhile
-        return True  # a name without its writer: from an older version
 
 
 def _fsync(path: str) -> None:
@@ -442,34 +374,3 @@ def _fsync(path: str) -> None:
 
 def _local_token(stat: os.stat_result) -> tuple[int, int, int]:
     return stat.st_ino, stat.st_size, stat.st_mtime_ns
-
-
-def _spool_path() -> str:
-    """A local temp file for a copy of a remote file (removed by whoever consumes it)."""
-    fd, path = tempfile.mkstemp(prefix="etl-spool-", suffix=TMP_SUFFIX)
-    os.close(fd)
-    return path
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
-
-
-def _status(exc: OSError) -> int | None:
-    response = getattr(exc.__cause__, "response", None) or {}
-    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-
-
-def _precondition_failed(exc: OSError) -> bool:
-    response = getattr(exc.__cause__, "response", None) or {}
-    status = _status(exc)
-    code = response.get("Error", {}).get("Code")
-    # 409 ConditionalRequestConflict: two conditional writes raced on AWS; the loser may retry.
-    return status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict") \
-        or (exc.errno == errno.EINVAL and "pre-condition" in str(exc).lower())
