@@ -222,7 +222,7 @@ async def _discover(config):
 
     async with Build(config).client() as client:
         await client.sign_in()
-        return (await discover(client, config.select)).params()
+        return (await discover(client, config.select)).params
 
 
 def emulator_throughput(workdir: Path, now: str, seconds: float, workers: int) -> dict:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from etl.client import MonitoringClient
-from etl.client.models import ObjectFull, Parameter
+from etl.client.models import Parameter
 from etl.config import SelectConfig
+from etl.dimensions import Rows
 from etl.errors import ConfigError
 from etl.model import Param, ParamKind
 
@@ -23,15 +23,18 @@ log = logging.getLogger(__name__)
 
 OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
 SEARCH_PAGE = 1000
+SEARCHES_AT_ONCE = 4
 
 
 @dataclass
 class Discovery:
-    objects: list[ObjectFull]
-    parameters: list[Parameter]  # as listed, metadata included (for the dimension tables)
+    """What a run exports, compactly: the metadata of objects and parameters is kept as Arrow rows (for
+    the dimension tables), not as one Python object per record."""
 
-    def params(self) -> list[Param]:
-        return [Param(p.id, int(p.object_id), ParamKind(p.kind)) for p in self.parameters]
+    object_ids: list[int]
+    objects: Rows
+    parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
+    params: list[Param]
 
 
 def _kind_of(record: dict) -> str | None:
@@ -39,29 +42,59 @@ def _kind_of(record: dict) -> str | None:
     return None if not kind else "calculated" if kind == "calculated" else "physical"
 
 
-async def _search(client: MonitoringClient, object_ids: list[int]) -> list[Parameter]:
+class _Selection:
+    """The parameters the config selects, taken a page at a time: compact ids for the plan, Arrow rows
+    for the dimension table, nothing per record kept as a Python object."""
+
+    def __init__(self, wanted) -> None:
+        self.kinds = {ParamKind(k).value for k in wanted.kinds}
+        self.ids = None if wanted.ids is None else set(wanted.ids)
+        self.exclude = set(wanted.exclude_ids)
+        self.tags = None if wanted.tags is None else set(wanted.tags)
+        self.params: dict[int, Param] = {}
+        self.rows = Rows("parameters")
+
+    def take(self, page: list[Parameter]) -> None:
+        kept = []
+        for p in page:
+            if p.kind not in self.kinds or p.id in self.exclude or p.id in self.params \
+                    or (self.ids is not None and p.id not in self.ids) \
+                    or (self.tags is not None and not self.tags & set(p.meta.get("tags") or [])):
+                continue
+            self.params[p.id] = Param(p.id, int(p.object_id), ParamKind(p.kind))
+            kept.append(p.raw())
+        self.rows.add(kept)
+
+
+async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
     `limit` silently): the listing ends at an empty page."""
-    async def chunk(ids: list[int]) -> list[Parameter]:
-        found: list[Parameter] = []
-        while True:
-            page = await client.search_params(ids, limit=SEARCH_PAGE, offset=len(found))
-            if not page:
-                return found
-            found.extend(Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page)
+    async def chunk(ids: list[int]) -> None:
+        offset = 0
+        while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
+            offset += len(page)
+            selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
 
     chunks = [object_ids[i:i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
-    return [p for batch in await asyncio.gather(*(chunk(c) for c in chunks)) for p in batch]
+    for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
+        await asyncio.gather(*(chunk(c) for c in chunks[first:first + SEARCHES_AT_ONCE]))
 
 
-async def _per_object(client: MonitoringClient, object_ids: list[int], kinds: set[str]) -> list[Parameter]:
+async def _per_object(client: MonitoringClient, object_ids: list[int], kinds: set[str],
+                      selection: _Selection | None = None) -> list[Parameter]:
     lists = []
     if {"physical", "signal"} & kinds:
         lists.append(client.physical_params)
     if "calculated" in kinds:
         lists.append(client.calculated_params)
-    found = await asyncio.gather(*(fetch(o) for o in object_ids for fetch in lists))
-    return [p for batch in found for p in batch]
+    listed: list[Parameter] = []
+
+    async def one(object_id: int, fetch) -> None:
+        page = await fetch(object_id)
+        selection.take(page) if selection is not None else listed.extend(page)
+
+    await asyncio.gather(*(one(o, fetch) for o in object_ids for fetch in lists))
+    return listed
 
 
 async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
@@ -91,22 +124,13 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
             )
         objects = [o for o in objects if o.id in set(select.objects)]
     object_ids = sorted(o.id for o in objects)
-    wanted = select.parameters
-    kinds = {k.value for k in wanted.kinds}
+    records = Rows("objects")
+    records.add([o.raw() for o in objects])
+    del objects
+    selection = _Selection(select.parameters)
     if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
-        found = await _search(client, object_ids)
+        await _search(client, object_ids, selection)
     else:
-        found = await _per_object(client, object_ids, kinds)
-    return Discovery(objects, _select(found, wanted.kinds, wanted.ids, wanted.exclude_ids, wanted.tags))
-
-
-def _select(found: Iterable[Parameter], kinds, ids, exclude_ids, tags) -> list[Parameter]:
-    kinds, ids, exclude = {ParamKind(k).value for k in kinds}, None if ids is None else set(ids), set(exclude_ids)
-    params: dict[int, Parameter] = {}
-    for p in found:
-        if p.kind not in kinds or p.id in exclude or (ids is not None and p.id not in ids):
-            continue
-        if tags is not None and not set(tags) & set(p.meta.get("tags") or []):
-            continue
-        params.setdefault(p.id, p)
-    return sorted(params.values(), key=lambda p: p.id)
+        await _per_object(client, object_ids, selection.kinds, selection)
+    params = sorted(selection.params.values(), key=lambda p: p.id)
+    return Discovery(object_ids, records, selection.rows, params)

@@ -22,12 +22,11 @@ from datetime import UTC, datetime
 
 import orjson
 
-from etl import dimensions, redact
+from etl import allocator, dimensions, redact
 from etl.build import Build
 from etl.client import ClientStats, MonitoringClient
-from etl.client.models import ObjectFull, Parameter
 from etl.config import Config
-from etl.discover import discover
+from etl.discover import Discovery, discover
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.executors import Executor, dask_executor, execute, local_executor
 from etl.model import Shard
@@ -182,10 +181,11 @@ class Runner:
         async with self.build.client(summary.client) as client:
             await client.sign_in()
             found = await discover(client, self.config.select)
+            allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
-            mine = [p for p in found.params() if shard is None or shard.contains(p.id)]
-            summary.objects, summary.parameters = len(found.objects), len(mine)
+            mine = [p for p in found.params if shard is None or shard.contains(p.id)]
+            summary.objects, summary.parameters = len(found.object_ids), len(mine)
             extract = self.config.extract
             plan = Plan(Fleet(mine, self.config.sink.buckets), coverage,
                         PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
@@ -195,9 +195,8 @@ class Runner:
             if self.options.dry_run:
                 return
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = asyncio.ensure_future(self._dimensions(client, found.objects, found.parameters)) \
-                if self.config.dimensions else None
-            del found
+            snapshot = asyncio.ensure_future(self._dimensions(client, found)) if self.config.dimensions else None
+            del found, mine
             try:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
@@ -228,8 +227,8 @@ class Runner:
             async with dask_executor(scheduler) as executor:
                 yield executor
 
-    async def _dimensions(self, client: MonitoringClient, objects: list[ObjectFull], params: list[Parameter]) -> None:
-        tables = await dimensions.collect(client, objects, params)
+    async def _dimensions(self, client: MonitoringClient, found: Discovery) -> None:
+        tables = await dimensions.collect(client, found.object_ids, found.objects, found.parameters)
         await asyncio.to_thread(dimensions.write, self.data, self.build.fmt, tables)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:

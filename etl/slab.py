@@ -96,7 +96,7 @@ class _Fetcher:
         self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task | None] = []
         self.launched = asyncio.Event()  # set whenever a task is added, and at the end
         self.done_launching = False
 
@@ -156,6 +156,7 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                     complete = False
                     break
                 outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+                fetcher.tasks[index] = None  # a finished task holds its window's data: let it go
                 if isinstance(outcome, WindowData):
                     good.append(outcome)
                 elif isinstance(outcome, Exception):
@@ -183,7 +184,8 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
     finally:
         launcher.cancel()
         for task in fetcher.tasks:
-            task.cancel()
+            if task is not None:
+                task.cancel()
         if watch is not None:
             watch.cancel()
     return result

@@ -225,6 +225,17 @@ class Storage:
             self.discard(output)
         return done
 
+    def publish(self, rel: str, output: str) -> None:
+        """Make `output` the content of `rel`, whatever is there: a rename locally, one PUT elsewhere."""
+        with self.errors("write", rel):
+            if self.local:
+                _fsync(output)
+                os.replace(output, self.full(rel))
+                _fsync(os.path.dirname(self.full(rel)))
+            else:
+                self.fs.put_file(output, self.full(rel))
+                self.discard(output)
+
     def discard(self, output: str | None) -> None:
         if output:
             with suppress(FileNotFoundError):

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from etl.errors import DataError
 
-ROW_GROUP_ROWS = 1 << 18  # rows per written row group: a writer holds at most this many
+ROW_GROUP_ROWS = 1 << 16  # rows per written row group: a writer holds at most this many
 READ_BATCH_ROWS = 1 << 16
 
 
