@@ -29,17 +29,47 @@ Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
 Fail = Callable[[SlabJob, BaseException], None]
 
 
+MAX_SLABS = 32  # slabs in flight at most, however small (each holds a few open files)
+
+
 @dataclass(frozen=True)
 class Executor:
     name: str
-    in_flight: int  # slabs admitted at once
+    in_flight: int  # slabs admitted at once, whatever their size
     run_job: RunJob
     remote: bool = False  # jobs run in other processes, maybe on other machines
+    windows: int = 0  # more (small) slabs are admitted while their windows stay under this
+
+
+class _Admission:
+    """Slabs in flight: at least `in_flight` of them, more while their windows stay under a budget, so a
+    small fleet (slabs of a few windows) still keeps every request slot busy."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.slabs = self.windows = 0
+        self.changed = asyncio.Condition()
+
+    def _room(self, size: int) -> bool:
+        return self.slabs < self.executor.in_flight or \
+            (self.slabs < MAX_SLABS and self.windows + size <= self.executor.windows)
+
+    async def enter(self, size: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self._room(size))
+            self.slabs += 1
+            self.windows += size
+
+    async def leave(self, size: int) -> None:
+        async with self.changed:
+            self.slabs -= 1
+            self.windows -= size
+            self.changed.notify_all()
 
 
 async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail,
                   stop: asyncio.Event) -> None:
-    admit = asyncio.Semaphore(executor.in_flight)
+    admission = _Admission(executor)
 
     async def one(job: SlabJob) -> None:
         try:
@@ -47,12 +77,12 @@ async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, f
         except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
             fail(job, exc)
         finally:
-            admit.release()
+            await admission.leave(len(job.slab.windows))
 
     running: set[asyncio.Task] = set()
     try:
         for job in jobs:
-            await admit.acquire()
+            await admission.enter(len(job.slab.windows))
             if stop.is_set():
                 break
             task = asyncio.ensure_future(one(job))
@@ -66,10 +96,12 @@ async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, f
         raise
 
 
-def local_executor(client: MonitoringClient, build: Build, slabs_in_flight: int, stop: asyncio.Event) -> Executor:
+def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) -> Executor:
     """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
-    return Executor("local", slabs_in_flight,
-                    lambda job: process_slab(job, client, build.slab_writer(job.slab), stop))
+    extract = build.config.extract
+    return Executor("local", extract.slabs_in_flight,
+                    lambda job: process_slab(job, client, build.slab_writer(job.slab), stop),
+                    windows=4 * extract.concurrency)
 
 
 @asynccontextmanager

@@ -222,7 +222,7 @@ class Runner:
     @asynccontextmanager
     async def _executor(self, client: MonitoringClient, scheduler: str | None):
         if scheduler is None:
-            yield local_executor(client, self.build, self.config.extract.slabs_in_flight, self.stop)
+            yield local_executor(client, self.build, self.stop)
         else:
             async with dask_executor(scheduler) as executor:
                 yield executor
