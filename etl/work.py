@@ -20,7 +20,7 @@ import httpx
 
 from etl.client import ClientStats, MonitoringClient, RetryPolicy
 from etl.config import Config
-from etl.errors import ApiError, DataError, ExitCode
+from etl.errors import ExitCode
 from etl.extract import fetch_unit
 from etl.plan import Slab
 from etl.sinks import DatasetWriter, Replaced, file_format
@@ -37,21 +37,13 @@ def make_client(config: Config, stats: ClientStats | None = None) -> MonitoringC
         source.base_url,
         source.username,
         source.resolve_password(),
+        sign_in=source.sign_in,
         timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
         retry=RetryPolicy(**config.retry.model_dump()),
         max_in_flight=config.extract.concurrency,
         verify=source.tls_verify(),
         stats=stats,
     )
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    """Errors after which fetching more is pointless (server down, credentials gone, a bug)."""
-    if isinstance(exc, DataError):
-        return False
-    if isinstance(exc, ApiError):
-        return getattr(exc, "exit_code", 0) != DataError.exit_code
-    return True
 
 
 @dataclass(frozen=True)
@@ -116,8 +108,9 @@ async def process_slab(job: SlabJob, client: MonitoringClient) -> SlabResult:
         elif isinstance(outcome, Exception):
             code = getattr(outcome, "exit_code", ExitCode.INTERNAL)
             result.failures.append(
+                # Each error class says whether fetching more is pointless; anything else is a bug.
                 WindowFailure(unit.param.id, unit.series, unit.start, unit.end, str(outcome), code,
-                              _is_fatal(outcome), outcome)
+                              getattr(outcome, "fatal", True), outcome)
             )
         else:
             raise outcome  # CancelledError and friends

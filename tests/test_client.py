@@ -198,7 +198,7 @@ def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
     with client_for(fresh_emulator, password="demo") as c:
         for _ in range(4):
             c.objects()
-        cookie_values = c._client.session._cookie_header
+        cookie_values = c._client.session.auth.cookie
     text = caplog.text
     assert "password=demo" not in text
     for part in cookie_values.split("; "):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import httpx
 
+from etl.client.auth import SignIn
 from etl.client.models import (
     Candles,
     ExternalCommand,
@@ -62,7 +63,10 @@ def _query(**params: Any) -> dict[str, Any]:
 
 
 class MonitoringClient:
-    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`."""
+    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
+
+    `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
+    as a form-encoded body ("form", as public scripts for the platform do)."""
 
     def __init__(
         self,
@@ -70,6 +74,7 @@ class MonitoringClient:
         username: str,
         password: str,
         *,
+        sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
@@ -78,8 +83,8 @@ class MonitoringClient:
         stats: ClientStats | None = None,
     ) -> None:
         self.session = Session(
-            base_url, username, password, timeout=timeout, retry=retry, max_in_flight=max_in_flight,
-            verify=verify, transport=transport, stats=stats,
+            base_url, username, password, sign_in=sign_in, timeout=timeout, retry=retry,
+            max_in_flight=max_in_flight, verify=verify, transport=transport, stats=stats,
         )
 
     @property
@@ -102,7 +107,8 @@ class MonitoringClient:
         return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
 
     # 4.1 sign-in ------------------------------------------------------------------------------
-    async def sign_in(self) -> User:
+    async def sign_in(self) -> User | None:
+        """Sign in now. Not needed: the first request signs in, and a session that ends is replaced."""
         return await self.session.sign_in()
 
     # 4.2 objects ------------------------------------------------------------------------------
