@@ -96,7 +96,7 @@ def _summary_text(summary: dict) -> str:
         lines.append("  series      nothing new: the checkpoints already cover this window")
     lines.append(
         f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
-        f"    splits {summary['splits']}"
+        f"    splits {summary['splits']}    continuations {summary['continuations']}"
     )
     if summary["warnings"]:
         lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
@@ -379,12 +379,11 @@ def _plain(value: Any) -> Any:
 
 
 def _series_rows(client, param_id: int, start: int, end: int, kind: str, param_list: str) -> list[dict]:
-    from etl.client.models import Candles, Parameter
+    from etl.client.models import Candles
+    from etl.model import ParamKind, Series
     from etl.timeutil import iso
 
-    source = "calculated" if param_list == "calculated" else "physical"
-    meta = {"type": "signal"} if param_list == "signal" else {}
-    data = client.series(Parameter(param_id, source, 0, meta), kind, start, end)
+    data = client.series(param_id, ParamKind(param_list), Series(kind), start, end)
     if isinstance(data, Candles):
         return [
             {"ts": iso(int(t)), "open": o, "high": h, "low": lo, "close": c}
