@@ -4,7 +4,8 @@ Every class says what the CLI exits with (`exit_code`), whether sending the same
 help (`retryable`: the client's retries read nothing else) and whether the run must stop (`fatal`:
 fetching more is pointless) or only the window at hand fails (the pipeline reads nothing else).
 
-    EtlError                        exit  retryable  fatal
+                                    exit  retryable  fatal
+    EtlError                          70     no        yes   a bug: please report it
     ├── ConfigError (ValueError)       2     no        yes   bad config, arguments or base URL
     │   └── InvalidArgument            2     no        yes   a request the server would refuse anyway
     ├── ApiError                       5     no        yes   talking to the platform
