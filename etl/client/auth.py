@@ -32,7 +32,7 @@ SIGN_IN = "etl.sign_in"  # request extension: this request is a sign-in asked fo
 # Sessions one request may see end before it gives up to the retry policy. Short sessions under full
 # concurrency end a few times in a row for an unlucky request; a server that refuses every fresh
 # session must still be told apart in bounded time.
-ROUNDS = 8
+ROUNDS = 24
 # Requests of one flow (a sign-in, the request and a probe per round): httpx counts them as redirects.
 FLOW_REQUESTS = 3 * ROUNDS + 1
 _ACCEPT = {"Accept": "application/json"}
