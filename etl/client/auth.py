@@ -117,20 +117,19 @@ class SessionAuth(httpx.Auth):
             if self.cookie == cookie:
                 self.cookie = None
             refused = cookie
-        raise SessionRejected(
-            f"{request.method} {request.url.path}: sessions refused it {ROUNDS} times in a row "
-            f"(last HTTP {response.status_code}), each right after signing in again"
+        raise SessionRejected(  # the retry policy adds which request it was
+            f"sessions refused it {ROUNDS} times in a row (last HTTP {response.status_code}), each right after "
+            "signing in again"
         )
 
     def _accept(self, response: httpx.Response) -> None:
         """Take the session a sign-in answer opens, or say why there is none."""
         status = response.status_code
         if status in (400, 401, 403):
-            other = "form" if self.sign_in == "query" else "query"
-            sent = "a form-encoded body" if self.sign_in == "form" else "query parameters"
+            sent, other = ("a form-encoded body", "query") if self.sign_in == "form" else ("query parameters", "form")
             raise AuthError(
                 f"sign-in refused for user {self.username!r} (HTTP {status}): check the username and password; "
-                f"they were sent as {sent}, if the service wants {other}, set source.sign_in: {other}"
+                f"they went as {sent}: if the service wants the other way, set source.sign_in: {other}"
             )
         if status == 404:
             raise ConfigError(

@@ -36,14 +36,14 @@ def is_html(body: bytes) -> bool:
 
 
 def raise_for_status(response: httpx.Response, what: str) -> None:
-    """An error for any status but 2xx: retryable for 429 and 5xx, final for the rest."""
+    """An error for any status but 2xx: retryable for RETRYABLE_STATUSES, final for the rest."""
     status = response.status_code
     if status < 300:
         return
     if status < 400:
         location = redact.redact(response.headers.get("location", ""))
         raise RequestRejected(f"{what}: unexpected redirect (HTTP {status} to {location!r})", status)
-    if status in RETRYABLE_STATUSES or status >= 500:
+    if status in RETRYABLE_STATUSES:
         raise ServerError(f"{what}: HTTP {status} ({excerpt(response, 60)})", status, retry_after(response))
     if status == 404:
         raise NotFound(f"{what}: not found (HTTP 404)", 404, excerpt(response))
