@@ -1,4 +1,5 @@
-"""The retry policy as data, the run-wide throttle that 429s close, and the counters both feed."""
+"""The retry policy as data, the retry loop a request enters after its first failure, the run-wide
+throttle that 429s close, and the counters they feed."""
 
 from __future__ import annotations
 

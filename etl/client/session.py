@@ -99,6 +99,8 @@ class Session:
         try:
             return await once()
         except EtlError as exc:
+            if not exc.retryable:
+                raise
             first = exc
         return await retry(first, once, self.policy, self.stats, "POST /auth/login", started)
 
@@ -112,6 +114,8 @@ class Session:
         try:
             return await self._attempt(method, path, params, expect_json, decode, in_thread)
         except EtlError as exc:
+            if not exc.retryable:
+                raise
             first = exc
         return await retry(
             first, lambda: self._attempt(method, path, params, expect_json, decode, in_thread),
