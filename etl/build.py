@@ -80,6 +80,7 @@ class Build:
         source = self.config.source
         return MonitoringClient(
             source.base_url, source.username, self.password,
+            sign_in=source.sign_in,
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
             retry=RetryPolicy(**self.config.retry.model_dump()),
             max_in_flight=self.config.extract.concurrency,

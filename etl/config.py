@@ -55,11 +55,11 @@ class SourceConfig(Strict):
     username: str
     password: SecretStr | None = None  # SecretStr: shown as ****** wherever the config is printed
     password_file: Path | None = None
+    sign_in: Literal["query", "form"] = "query"  # credentials as query parameters or a form body
     verify_tls: bool = True
     ca_bundle: Path | None = None
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(60.0, gt=0)
-    sign_in: Literal["query", "form"] = Field("query", description="credentials as query parameters or a form body")
 
     @field_validator("base_url")
     @classmethod

@@ -101,6 +101,7 @@ class RunSummary:
             "points": sum(t.points for t in self.series.values()),
             **self.client.as_dict(),
             "splits": counters.pop("splits", 0),
+            "continuations": counters.pop("continuations", 0),
             "warnings": {k: v for k, v in sorted(counters.items()) if k != "requests"},
             "failed_windows": self.failed_windows[:50],
             "failed_window_count": len(self.failed_windows),

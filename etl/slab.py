@@ -20,22 +20,13 @@ from dataclasses import dataclass, field
 
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
-from etl.errors import ApiError, DataError, ExitCode
+from etl.errors import ExitCode
 from etl.extract import fetch_window
 from etl.model import Series, Shard, Window
 from etl.plan import Slab
 from etl.sinks.dataset import SlabWriter
 from etl.timeutil import iso
 from etl.transform import WindowData, clean, to_table
-
-
-def _is_fatal(exc: BaseException) -> bool:
-    """Errors after which fetching more is pointless (server down, credentials gone, a bug)."""
-    if isinstance(exc, DataError):
-        return False
-    if isinstance(exc, ApiError):
-        return getattr(exc, "exit_code", 0) != DataError.exit_code
-    return True
 
 
 @dataclass(frozen=True)
@@ -160,8 +151,10 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                 if isinstance(outcome, WindowData):
                     good.append(outcome)
                 elif isinstance(outcome, Exception):
+                    # Each error class says whether fetching more is pointless; anything else is a bug.
                     failure = WindowFailure(slab.windows[index], str(outcome),
-                                            getattr(outcome, "exit_code", ExitCode.INTERNAL), _is_fatal(outcome), outcome)
+                                            getattr(outcome, "exit_code", ExitCode.INTERNAL),
+                                            getattr(outcome, "fatal", True), outcome)
                     result.failures.append(failure)
                     if failure.fatal:
                         fetcher.halt()  # fetch no more; what is fetched is still written

@@ -198,8 +198,36 @@ def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
     with client_for(fresh_emulator, password="demo") as c:
         for _ in range(4):
             c.objects()
-        cookie_values = c._client.session._cookie_header
+        cookie_values = c._client.session.auth.cookie
     text = caplog.text
     assert "password=demo" not in text
     for part in cookie_values.split("; "):
         assert part.split("=", 1)[1] not in text
+
+
+def test_a_request_that_succeeds_at_once_never_enters_the_retry_loop(emulator, monkeypatch):
+    import etl.client.session as session
+
+    def no_retry(*args, **kwargs):
+        raise AssertionError("the retry loop was entered")
+
+    monkeypatch.setattr(session, "retry", no_retry)
+    with client_for(emulator) as c:
+        assert c.sign_in().login == "demo"
+        assert c.objects_short() and len(c.measure_raw(1001, T0, T0 + DAY_MS)) > 0
+
+
+def test_the_exception_tree_drawn_in_errors_is_the_one_in_the_code():
+    """etl/errors.py draws each class with its exit code, retryable and fatal: the drawing is checked."""
+    import re
+
+    import etl.errors as errors
+
+    rows = re.findall(r"^\s+[│├└─ ]*(\w+)(?: \(\w+\))?\s+(\d+)\s+(yes|no)\s+(yes|no)", errors.__doc__, re.MULTILINE)
+    drawn = {name: (int(code), retryable == "yes", fatal == "yes") for name, code, retryable, fatal in rows}
+    classes = {name: cls for name, cls in vars(errors).items()
+               if isinstance(cls, type) and issubclass(cls, errors.EtlError) and cls is not errors.RetriesExhausted}
+    assert drawn.keys() == classes.keys()
+    assert {name: (cls.exit_code, cls.retryable, cls.fatal) for name, cls in classes.items()} == drawn
+    exhausted = errors.RetriesExhausted("gave up", errors.InvalidResponse("cut short"), 3)
+    assert (exhausted.exit_code, exhausted.retryable, exhausted.fatal) == (6, False, False)

@@ -49,14 +49,11 @@ async def _params(c: MonitoringClient, object_id: int) -> list:
 
 
 async def _series(c: MonitoringClient, param_id: int, start: int, end: int, kind: str) -> list[dict]:
-    from etl.client.models import Parameter
     from etl.lookup import find_param
-    from etl.model import ParamKind
+    from etl.model import Series
 
-    param = await find_param(c, param_id)  # TODO(client merge): client.series takes the id and kind
-    listed = Parameter(param.id, "calculated" if param.kind is ParamKind.CALCULATED else "physical", param.object_id,
-                       {"type": "signal"} if param.kind is ParamKind.SIGNAL else {})
-    return series_rows(await c.series(listed, kind, start, end))
+    param = await find_param(c, param_id)
+    return series_rows(await c.series(param.id, param.kind, Series(kind), start, end))
 
 
 def _confirm(action: str, yes: bool) -> None:

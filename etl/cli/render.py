@@ -75,7 +75,7 @@ def summary_text(summary: dict) -> str:
         lines.append("  series      nothing new: the checkpoints already cover this window")
     lines.append(
         f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
-        f"    splits {summary['splits']}"
+        f"    splits {summary['splits']}    continuations {summary['continuations']}"
     )
     if summary["warnings"]:
         lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))

@@ -8,10 +8,12 @@ import inspect
 import ssl
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
+from etl.client.auth import SignIn
+from etl.client.caps import AnswerCaps
 from etl.client.models import (
     Candles,
     ExternalCommand,
@@ -27,11 +29,16 @@ from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import decode_points, parse_candles, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
+from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, to_ms
 
 Time = datetime | int | str
-SeriesKind = Literal["raw", "average", "candles"]
 RAW_WINDOW_MAX_MS = DAY_MS
+_SERIES_METHODS = {  # (calculated?, series) -> method; signal parameters' aggregates are physical ones
+    (False, Series.RAW): "measure_raw", (False, Series.AVERAGE): "measure_average",
+    (False, Series.CANDLES): "measure_candles", (True, Series.RAW): "calc_raw",
+    (True, Series.AVERAGE): "calc_average", (True, Series.CANDLES): "calc_candles",
+}
 
 
 def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
@@ -62,7 +69,11 @@ def _query(**params: Any) -> dict[str, Any]:
 
 
 class MonitoringClient:
-    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`."""
+    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
+
+    `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
+    as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
+    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`)."""
 
     def __init__(
         self,
@@ -70,6 +81,7 @@ class MonitoringClient:
         username: str,
         password: str,
         *,
+        sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
@@ -78,9 +90,10 @@ class MonitoringClient:
         stats: ClientStats | None = None,
     ) -> None:
         self.session = Session(
-            base_url, username, password, timeout=timeout, retry=retry, max_in_flight=max_in_flight,
-            verify=verify, transport=transport, stats=stats,
+            base_url, username, password, sign_in=sign_in, timeout=timeout, retry=retry,
+            max_in_flight=max_in_flight, verify=verify, transport=transport, stats=stats,
         )
+        self.caps = AnswerCaps()
 
     @property
     def stats(self) -> ClientStats:
@@ -102,7 +115,8 @@ class MonitoringClient:
         return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
 
     # 4.1 sign-in ------------------------------------------------------------------------------
-    async def sign_in(self) -> User:
+    async def sign_in(self) -> User | None:
+        """Sign in now. Not needed: the first request signs in, and a session that ends is replaced."""
         return await self.session.sign_in()
 
     # 4.2 objects ------------------------------------------------------------------------------
@@ -225,16 +239,18 @@ class MonitoringClient:
         return await self._points("/db/signal", param_id, start, end, None, raw=True)
 
     async def series(
-        self, param: Parameter, kind: SeriesKind, start: Time, end: Time, count: int | None = None
+        self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
     ) -> Points | Candles:
-        """The right endpoint for a parameter's kind and a series kind."""
-        if param.kind == "calculated":
-            fetch = {"raw": self.calc_raw, "average": self.calc_average, "candles": self.calc_candles}[kind]
-        elif param.kind == "signal" and kind == "raw":
-            return await self.signal(param.id, start, end)
+        """One series of a parameter from the route its kind takes (`/db/signal` takes no count). The
+        answer's length is noted in `caps`."""
+        kind, series = ParamKind(kind), Series(series)
+        if kind is ParamKind.SIGNAL and series is Series.RAW:
+            data = await self.signal(param_id, start, end)
         else:
-            fetch = {"raw": self.measure_raw, "average": self.measure_average, "candles": self.measure_candles}[kind]
-        return await fetch(param.id, start, end, count)
+            fetch = getattr(self, _SERIES_METHODS[kind is ParamKind.CALCULATED, series])
+            data = await fetch(param_id, start, end, count)
+        self.caps.saw(kind, series, len(data))
+        return data
 
     # 4.5 status, 4.6 set value ----------------------------------------------------------------
     async def param_status(self, param_id: int, at: Time | None = None) -> ParamStatus:

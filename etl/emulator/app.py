@@ -24,7 +24,7 @@ import orjson
 
 from etl.emulator import data
 from etl.emulator.data import DAY_MS, Dataset, Param
-from etl.emulator.faults import Decision, FaultPlan, error_page, hostile_body, retry_after_header
+from etl.emulator.faults import LOGIN_PAGE, Decision, FaultPlan, error_page, hostile_body, retry_after_header
 
 if TYPE_CHECKING:
     from etl.emulator.server import EmulatorConfig
@@ -42,9 +42,10 @@ _DROP_MESSAGE = "ASGI callable returned without completing response."
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, answer: Answer | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.answer = answer  # sent instead of the JSON error body (an ended session's redirect or page)
 
     def body(self) -> bytes:
         return orjson.dumps({"error": self.code, "message": self.message, "status": self.status})
@@ -340,14 +341,14 @@ class Emulator:
             return
         path = scope["path"]
         if path.startswith(self.base_path + "/"):
-            await self._api(scope, send, path[len(self.base_path):])
+            await self._api(scope, receive, send, path[len(self.base_path):])
         elif path.startswith("/_emulator/"):
             answer = await self._control(scope, receive, path[len("/_emulator/"):])
             await _send(send, answer)
         else:
             await _send(send, Answer(_not_found(f"path {path}").body(), 404))
 
-    async def _api(self, scope: dict, send: Callable, path: str) -> None:
+    async def _api(self, scope: dict, receive: Callable, send: Callable, path: str) -> None:
         method = scope["method"]
         query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
         entry: dict[str, Any] = {"ts": time.time_ns() // 1_000_000, "method": method, "path": scope["path"],
@@ -365,13 +366,15 @@ class Emulator:
                 await asyncio.sleep(decision.delay)
             answer = self._fault_answer(decision) if decision else None
             if answer is None:
+                if route.sign_in:  # credentials as query parameters or a form-encoded body (not logged)
+                    query = {**query, **await _form(scope, receive)}
                 request = Request(method, path, query, args, decision=decision)
                 if not route.sign_in:
                     request.user = self._authenticate(scope)
                 result = route.handler(request)
                 answer = result if isinstance(result, Answer) else Answer(result)
         except ApiError as exc:
-            answer = Answer(exc.body(), exc.status)
+            answer = exc.answer or Answer(exc.body(), exc.status)
         entry["status"] = answer.status
         if decision:
             fault = ("drop" if decision.drop else f"error_{decision.error}" if decision.error
@@ -416,18 +419,30 @@ class Emulator:
         sid = cookies.get("SEMSESSIONID", "")
         session = self.sessions.get(sid) or self._known_session(sid, cookies.get("issToken", ""))
         if session is None or session.spent:
-            raise ApiError(401, "unauthorized", "sign in first: the SEMSESSIONID and issToken cookies are missing, "
-                           "unknown or expired")
+            raise self._signed_out("sign in first: the SEMSESSIONID and issToken cookies are missing, "
+                                   "unknown or expired")
         if not hmac.compare_digest(session.token.encode(), cookies.get("issToken", "").encode()):
-            raise ApiError(401, "unauthorized", "the issToken cookie does not belong to this session")
+            raise self._signed_out("the issToken cookie does not belong to this session")
         f = self.plan.faults
         if f.session_max_age is not None and time.time() - session.created > f.session_max_age:
             session.spent = True
-            raise ApiError(401, "unauthorized", "session expired")
+            raise self._signed_out("session expired")
         session.served += 1
         if f.session_max_requests is not None and session.served >= f.session_max_requests:
             session.spent = True  # this request is served; the next one is refused
         return session.user
+
+    def _signed_out(self, message: str) -> ApiError:
+        """A request without a live session, answered the way `faults.session_end` says."""
+        end = self.plan.faults.session_end
+        if end == "403":
+            return ApiError(403, "forbidden", message)
+        if end.startswith("302"):
+            location = f"{self.base_path}/login" if end == "302-login" else "/"
+            return ApiError(302, "found", message, Answer(b"", 302, b"text/html", [(b"location", location.encode())]))
+        if end == "html-login":
+            return ApiError(200, "login_page", message, Answer(LOGIN_PAGE, 200, b"text/html; charset=utf-8"))
+        return ApiError(401, "unauthorized", message)
 
     # -- routes ----------------------------------------------------------------------------------
 
@@ -597,6 +612,8 @@ class Emulator:
             if count < 1:
                 raise _bad("count must be at least 1")
             count = min(count, COUNT_MAX)
+        if (cap := self.plan.faults.max_count) is not None:  # the silent cap: the first `cap`, whatever was asked
+            count = cap if count is None else min(count, cap)
         now = self.now()
         lo, hi = (start, end) if kind == "raw" else data.bucket_span(start, end)
         hostile = q.decision.hostile if q.decision else None
@@ -765,6 +782,20 @@ class Emulator:
             raise _bad("now must be epoch milliseconds (integer) or null")
         self.fixed_now = now
         return {"now": self.fixed_now, "current": self.now()}
+
+
+async def _form(scope: dict, receive: Callable) -> dict[str, list[str]]:
+    """The fields of a form-encoded request body (none for other bodies)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    content_type = dict(scope["headers"]).get(b"content-type", b"")
+    if not content_type.startswith(b"application/x-www-form-urlencoded"):
+        return {}
+    return parse_qs(body.decode("latin-1"), keep_blank_values=True)
 
 
 async def _send(send: Callable, answer: Answer) -> None:

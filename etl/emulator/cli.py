@@ -14,7 +14,7 @@ import httpx
 import yaml
 
 from etl.emulator.data import CALC_OFFSET
-from etl.emulator.faults import HOSTILE_KINDS, Faults
+from etl.emulator.faults import HOSTILE_KINDS, SESSION_ENDS, Faults
 
 
 def _period(_ctx, _param, value: str) -> tuple[int, int]:
@@ -94,6 +94,9 @@ _rate = click.FloatRange(0, 1)
 @click.option("--latency-spike", default=2.0, show_default=True, type=float, help="Seconds of a spike.")
 @click.option("--session-max-requests", type=click.IntRange(1), help="A session is refused (401) after serving N requests.")
 @click.option("--session-max-age", type=float, help="A session is refused (401) this many seconds after sign-in.")
+@click.option("--session-end", type=click.Choice(SESSION_ENDS), default="401", show_default=True,
+              help="How a request without a live session is answered.")
+@click.option("--max-count", type=click.IntRange(1), help="Series answers silently hold at most N points.")
 @click.option("--truncate-rate", default=0.0, type=_rate, help="Share of 200s with the body cut in half.")
 @click.option("--drop-rate", default=0.0, type=_rate, help="Share of connections closed mid-answer.")
 @click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")

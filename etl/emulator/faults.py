@@ -16,6 +16,7 @@ HOSTILE_KINDS = (
     "html_200", "wrong_content_type", "offsets", "no_millis", "huge",
 )
 ERROR_STATUSES = (500, 502, 503)
+SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")  # how a request without a live session is answered
 HUGE_BYTES = 4 * 1024 * 1024
 
 
@@ -35,6 +36,8 @@ class Faults:
     drop_rate: float = 0.0  # connection closed mid-answer
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
+    max_count: int | None = None  # series answers silently hold at most this many points (the first ones)
+    session_end: str = "401"  # the answer to a request without a live session, see SESSION_ENDS
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -48,6 +51,10 @@ class Faults:
                      "hostile_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
+        if self.max_count is not None and self.max_count < 1:
+            raise ValueError("max_count must be at least 1")
+        if self.session_end not in SESSION_ENDS:
+            raise ValueError(f"session_end must be one of {', '.join(SESSION_ENDS)}")
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "hostile": list(self.hostile)}
@@ -135,6 +142,9 @@ def error_page(status: int) -> bytes:
             "</body></html>").encode()
 
 
+LOGIN_PAGE = (b"<!DOCTYPE html><html><head><title>Sign in</title></head><body><form method=\"post\" action=\"login\">"
+              b"<input name=\"username\"><input type=\"password\" name=\"password\"><button>Sign in</button>"
+              b"</form></body></html>")
 HTML_200 = (b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
             b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>")
 
