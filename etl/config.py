@@ -78,9 +78,14 @@ class SourceConfig(Strict):
             raise ValueError("give ca_bundle or verify_tls: false, not both")
         if self.name is None:
             object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
-        elif not re.fullmatch(r"[A-Za-z0-9._-]+", self.name):
-            raise ValueError("name: use letters, digits, '.', '_' and '-' (it names files and folders)")
         return self
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
+        return value
 
 class ParameterSelect(Strict):
     kinds: list[ParamKind] = list(ParamKind)

@@ -1,7 +1,9 @@
 """Snapshots of the reference data analysts join to series: objects, devices, parameters, lookups.
 
-Records become Arrow pages spooled to local files (`Rows`), so a wide fleet's records never pile up in
-memory; each table is then written as one file, page by page.
+Each table is a folder with one file per source (instance of the platform), a `source` column in it:
+`dimensions/{table}/{source}.{ext}`, replaced whole by each run. Records become Arrow pages spooled to
+local files (`Rows`), so a wide fleet's records never pile up in memory; each file is then written page
+by page.
 """
 
 from __future__ import annotations
@@ -91,10 +93,10 @@ class Rows:
             fields.append(pa.field(name, found.pop() if len(found) == 1 else pa.string()))
         return pa.schema(fields)
 
-    def pages(self, schema: pa.Schema) -> Iterator[pa.Table]:
+    def pages(self, schema: pa.Schema, source: str) -> Iterator[pa.Table]:
         for path, _ in self._pages:
-            with pa.memory_map(path) as source:
-                table = pa.ipc.open_file(source).read_all()
+            with pa.memory_map(path) as mapped:
+                table = pa.ipc.open_file(mapped).read_all()
             columns = []
             for field in schema:
                 if field.name not in table.column_names:
@@ -103,17 +105,18 @@ class Rows:
                     columns.append(table.column(field.name).cast(field.type))
                 else:
                     columns.append(_json(table.column(field.name).to_pylist()))
-            yield pa.Table.from_arrays(columns, schema=schema)
+            page = pa.Table.from_arrays(columns, schema=schema)
+            yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
 
-    def write(self, storage: Storage, fmt: FileFormat, rel: str) -> None:
+    def write(self, storage: Storage, fmt: FileFormat, rel: str, source: str) -> None:
         """One file of every page, swapped in whole."""
         self._flush()
         output = storage.new_output(rel)
         try:
             schema = self.schema()
             with storage.errors("write", rel):
-                writer = fmt.writer(output, schema)
-                for page in self.pages(schema):
+                writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]))
+                for page in self.pages(schema, source):
                     writer.write(page)
                 writer.close()
             storage.publish(rel, output)
@@ -151,10 +154,10 @@ async def collect(client: MonitoringClient, object_ids: list[int], objects: Rows
     return tables
 
 
-def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows]) -> list[str]:
+def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows], source: str) -> list[str]:
     written = []
     for name, rows in tables.items():
-        rel = f"{FOLDER}/{name}{fmt.extension}"
-        rows.write(storage, fmt, rel)
+        rel = f"{FOLDER}/{name}/{source}{fmt.extension}"
+        rows.write(storage, fmt, rel, source)
         written.append(rel)
     return written

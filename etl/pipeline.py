@@ -230,7 +230,7 @@ class Runner:
 
     async def _dimensions(self, client: MonitoringClient, found: Discovery) -> None:
         tables = await dimensions.collect(client, found.object_ids, found.objects, found.parameters)
-        await asyncio.to_thread(dimensions.write, self.data, self.build.fmt, tables)
+        await asyncio.to_thread(dimensions.write, self.data, self.build.fmt, tables, self.config.source.name)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
         config = self.build.remote_config() if executor.remote else self.config

@@ -31,15 +31,18 @@ def connect(config: Config) -> duckdb.DuckDBPyConnection:
                     f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)")
     present = set(storage.listdir(FOLDER))
     for name in DIMENSIONS:
-        if f"{name}{ext}" in present:
-            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}{ext}')")
-    if {"parameters", "objects"} <= {n[: -len(ext)] for n in present}:
+        if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
+            # one file per source (instance of the platform)
+            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)")
+    if _has_view(con, "parameters") and _has_view(con, "objects"):
         for series in Series:
             if _has_view(con, series):
+                # files of older versions have no source: they belong to the only one there was
                 con.sql(
                     f"create view {series}_named as select o.shortname as object_name, p.name as param_name, s.* "
                     f"from {series} s left join parameters p on p.id = s.param_id "
-                    f"left join objects o on o.id = s.object_id"
+                    f"and p.source = coalesce(s.source, p.source) "
+                    f"left join objects o on o.id = s.object_id and o.source = coalesce(s.source, o.source)"
                 )
     return con
 

@@ -100,10 +100,10 @@ def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
         assert [r[0] for r in pq_rows] == [r[0] for r in csv_rows]
     names = con.sql(
         f"select p.name, count(*) from read_parquet('{tmp_path}/pq/raw/**/*.parquet', hive_partitioning=1) r "
-        f"join '{tmp_path}/pq/dimensions/parameters.parquet' p on p.id = r.param_id group by 1").fetchall()
+        f"join '{tmp_path}/pq/dimensions/parameters/*.parquet' p on p.id = r.param_id group by 1").fetchall()
     assert len(names) == 8
     for table in ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands"):
-        assert con.sql(f"select count(*) from '{tmp_path}/pq/dimensions/{table}.parquet'").fetchall()[0][0] > 0, table
+        assert con.sql(f"select count(*) from '{tmp_path}/pq/dimensions/{table}/*.parquet'").fetchall()[0][0] > 0, table
 
 
 def test_object_partitioning(emulator, tmp_path):
@@ -118,7 +118,7 @@ def test_restricted_login_exports_only_visible_objects(emulator, tmp_path):
     config = make_config(emulator.base_url, tmp_path, source={"username": "restricted", "password": "restricted"})
     run(config)
     assert_exact(tmp_path, objects=(1,))
-    objects = duckdb.sql(f"select id from '{tmp_path}/dimensions/objects.parquet'").fetchall()
+    objects = duckdb.sql(f"select id from '{tmp_path}/dimensions/objects/*.parquet'").fetchall()
     assert objects == [(1,)]
 
 
