@@ -15,6 +15,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -49,9 +50,10 @@ class Param:
     kind: ParamKind
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class Window:
-    """One parameter's series over [start, end) (epoch ms, UTC)."""
+class Window(NamedTuple):
+    """One parameter's series over [start, end) (epoch ms, UTC). A named tuple: a plan makes one per
+    request, hundreds of thousands for a wide fleet, and a tuple is made several times faster than a
+    frozen dataclass."""
 
     param_id: int
     object_id: int

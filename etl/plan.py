@@ -59,7 +59,8 @@ class Fleet:
         self.params = params
         self.ids = np.array([p.id for p in params], np.int64)
         self.objects = np.array([p.object_id for p in params], np.int64)
-        self.kinds = np.array([_KINDS.index(p.kind) for p in params], np.int8)
+        code = {kind: i for i, kind in enumerate(_KINDS)}
+        self.kinds = np.array([code[p.kind] for p in params], np.int8)
         self.buckets = np.array([bucket_of(p.id, buckets) for p in params], np.int64)
 
     def __len__(self) -> int:
@@ -155,15 +156,19 @@ class Plan:
         objects, kinds, buckets = self.fleet.objects[rows], self.fleet.kinds[rows], self.fleet.buckets[rows]
         order = np.lexsort((starts, pids, objects if self.by_object else pids, buckets))
         unit = self.spans[series].unit
-        at = np.flatnonzero(np.r_[True, buckets[order][1:] != buckets[order][:-1]])
+        whole = unit == span_end - span_start  # one window per interval (aggregates; raw at 24h)
+        buckets_in_order = buckets[order]
+        at = np.flatnonzero(np.r_[True, buckets_in_order[1:] != buckets_in_order[:-1]])
         for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(order)], strict=True):
-            windows = []
-            for i in order[lo:hi].tolist():
-                param = (int(pids[i]), int(objects[i]), _KINDS[kinds[i]])
-                pieces = [(int(starts[i]), int(ends[i]))] if unit == span_end - span_start else \
-                    cut(int(starts[i]), int(ends[i]), unit)
-                windows.extend(Window(*param, series, s, e) for s, e in pieces)
-            yield Slab(series, span_start, span_end, int(buckets[order[lo]]), tuple(windows))
+            rows = order[lo:hi]
+            columns = zip(pids[rows].tolist(), objects[rows].tolist(), kinds[rows].tolist(), starts[rows].tolist(),
+                          ends[rows].tolist(), strict=True)
+            if whole:
+                windows = tuple(Window(p, o, _KINDS[k], series, s, e) for p, o, k, s, e in columns)
+            else:
+                windows = tuple(Window(p, o, _KINDS[k], series, a, b)
+                                for p, o, k, s, e in columns for a, b in cut(s, e, unit))
+            yield Slab(series, span_start, span_end, int(buckets_in_order[lo]), windows)
 
 
 def spans_for(raw_window: int, aggregate_window: int) -> dict[Series, Spans]:
