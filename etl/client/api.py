@@ -22,7 +22,7 @@ from etl.client.models import (
     User,
 )
 from etl.client.retry import ClientStats
-from etl.client.series import decode_points, parse_candles, parse_points
+from etl.client.series import SMALL_ANSWER, decode_points, parse_candles, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
 from etl.model import ParamKind, Series
@@ -190,7 +190,8 @@ class MonitoringClient:
     async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
         if series is Series.CANDLES:
             return parse_candles(await self._get(url, count=count))
-        answer = await self.session.call("GET", url, _query(count=count), decode=decode_points, in_thread=True)
+        answer = await self.session.call("GET", url, _query(count=count), decode=decode_points,
+                                         in_thread_over=SMALL_ANSWER)
         return answer if isinstance(answer, Points) else parse_points(answer)
 
     async def _route(self, path: str, series: Series, param_id: int, start: Time, end: Time,

@@ -106,19 +106,20 @@ class Session:
 
     async def call(
         self, method: str, path: str, params: Any = None, *, expect_json: bool = True,
-        decode: Callable[[bytes], Any] = decode_json, in_thread: bool = False,
+        decode: Callable[[bytes], Any] = decode_json, in_thread_over: int | None = None,
     ) -> Any:
-        """The answer's body through `decode` (JSON by default), in a decoder thread if asked (for
-        decoders that release the GIL); an InvalidResponse from it is retried like a bad status."""
+        """The answer's body through `decode` (JSON by default); in a decoder thread for bodies over
+        `in_thread_over` bytes (for decoders that release the GIL on large bodies). An InvalidResponse
+        from it is retried like a bad status."""
         started = time.monotonic()
         try:
-            return await self._attempt(method, path, params, expect_json, decode, in_thread)
+            return await self._attempt(method, path, params, expect_json, decode, in_thread_over)
         except EtlError as exc:
             if not exc.retryable:
                 raise
             first = exc
         return await retry(
-            first, lambda: self._attempt(method, path, params, expect_json, decode, in_thread),
+            first, lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
             self.policy, self.stats, f"{method} {path}", started,
         )
 
@@ -126,14 +127,14 @@ class Session:
 
     async def _attempt(
         self, method: str, path: str, params: Any, expect_json: bool, decode: Callable[[bytes], Any],
-        in_thread: bool,
+        in_thread_over: int | None,
     ) -> Any:
         response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
         body = self._classified(response, method, path, expect_json)
         if body is None:
             return None
         try:
-            if in_thread:
+            if in_thread_over is not None and len(body) > in_thread_over:
                 return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
             return decode(body)
         except InvalidResponse as exc:

@@ -22,6 +22,8 @@ from etl.sinks.rewrite import FileRewrite, Observer, Ranges, param_ids, ts_ms
 from etl.storage import Storage
 from etl.timeutil import DAY_MS
 
+_DAYS = 1 << 24  # days in 45,000 years: object * _DAYS + day names a partition uniquely
+
 
 class SlabWriter:
     """Writes one slab's batches (in write order) into its bucket's files; nothing is visible before
@@ -49,9 +51,9 @@ class SlabWriter:
         for window in windows:
             for key, folder in self._folders(window):
                 by_folder.setdefault(folder, (key, []))[1].append(window)
-        row_folders = self._row_folders(table)
-        for folder, (_, fed) in sorted(by_folder.items(), key=lambda item: item[1][0]):
-            rows = table.filter(pa.array(row_folders == folder)) if len(by_folder) > 1 else table
+        keys = self._row_keys(table) if len(by_folder) > 1 else None  # one partition: every row is its own
+        for folder, (key, fed) in sorted(by_folder.items(), key=lambda item: item[1][0]):
+            rows = table if keys is None else table.filter(pa.array(keys == key[0] * _DAYS + key[1]))
             if folder not in self.open:
                 self.open[folder] = FileRewrite(self.storage, self.fmt, self.layout,
                                                 self.layout.file(folder, self.bucket), self.observer)
@@ -63,12 +65,10 @@ class SlabWriter:
             for folder in [f for f in self.open if int(self.layout.partition_values(f)["object_id"]) < passed]:
                 self._finish(folder)
 
-    def _row_folders(self, table: pa.Table) -> np.ndarray:
+    def _row_keys(self, table: pa.Table) -> np.ndarray:
+        """Each row's partition, as the sort key of `_folders`: object_id (or 0) * _DAYS + day."""
         days = ts_ms(table) // DAY_MS
-        objects = table.column("object_id").to_numpy() if self.layout.by_object else np.zeros(len(days), np.int64)
-        pairs, inverse = np.unique(np.stack([days, objects]), axis=1, return_inverse=True)
-        names = np.array([self.layout.partition(int(d), int(o)) for d, o in pairs.T], dtype=object)
-        return names[inverse.ravel()] if len(days) else np.empty(0, dtype=object)
+        return table.column("object_id").to_numpy() * _DAYS + days if self.layout.by_object else days
 
     def _finish(self, folder: str) -> None:
         ranges = Ranges.of(self.fed.pop(folder))
