@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench soak clean demo-s3 demo-dask
+.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ demo-dask: $(STAMP)
 ## BENCH_ARGS="--repeat 5 --latency 0.05" to change the runs; results in benchmarks/results/latest.json.
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+## make bench-fleet: one-day runs over 800, 8,000 and 40,000 parameters next to bare httpx replaying the same
+## requests, at 0/10/50 ms answers, and 1 vs 10 weeks of history (README, Performance). About 40 minutes.
+bench-fleet: $(STAMP)
+	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)
