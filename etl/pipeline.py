@@ -265,6 +265,7 @@ class Runner:
                 async with commit_lock:
                     await asyncio.to_thread(self.store.commit, result.done)
                     coverage.add(result.done)
+                allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
                 totals = self.summary.series[result.series]
                 totals.slabs += 1
                 totals.windows += len(result.done)
