@@ -22,7 +22,7 @@ from tests.conftest import END, START, config_dict, emulator_config, make_config
 from tests.expected import SERIES, expected_table
 
 VIEWS = {"raw", "average", "candles", "raw_named", "average_named", "candles_named", "objects", "units",
-         "parameters", "zones", "classifiers", "room_types", "rooms", "commands"}
+         "parameters", "zones", "classifiers", "room_types", "rooms", "commands", "quality", "quality_named"}
 
 
 @pytest.fixture(scope="module")
@@ -120,3 +120,4 @@ def test_plot_writes_a_png_of_a_series(lake, tmp_path):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     with pytest.raises(DataError, match="no raw points of parameter 9999"):
         invoke("plot", "-c", str(lake), "9999", "--from", START, "--to", END, "-o", str(tmp_path / "none.png"))
+
