@@ -121,3 +121,19 @@ def test_plot_writes_a_png_of_a_series(lake, tmp_path):
     with pytest.raises(DataError, match="no raw points of parameter 9999"):
         invoke("plot", "-c", str(lake), "9999", "--from", START, "--to", END, "-o", str(tmp_path / "none.png"))
 
+
+def test_dimension_tables_are_snake_case_and_typed(lake):
+    out = lake.parent / "out"
+    con = duckdb.connect()
+    params = con.sql(f"select * from '{out}/dimensions/parameters/*.parquet'")
+    types = dict(zip(params.columns, [str(t) for t in params.types], strict=True))
+    assert {"object_id", "controller_id", "device_id", "room_id", "device_classifier_id", "unit"} <= set(types)
+    assert not [c for c in types if c != c.lower()]  # no objectId, deviceId ...
+    assert types["tags"] == "VARCHAR[]" and types["object_id"] == "BIGINT" and types["locked"] == "BOOLEAN"
+    tags = dict(con.sql(f"select id, tags from '{out}/dimensions/parameters/*.parquet'").fetchall())
+    assert tags[1003] == ["alarm"] and tags[1501] == ["energy", "calculated"]
+    objects = con.sql(f"select paramtags, sdirobjectstate.objstatename, controllers_total_count "
+                      f"from '{out}/dimensions/objects/*.parquet' order by id").fetchall()
+    assert objects[0] == (["alarm", "calculated", "energy", "pressure", "temperature"], "active", 2)
+    device = con.sql(f"select deviceconnect.device.id from '{out}/dimensions/units/*.parquet' order by id").fetchall()
+    assert device[0] == (101,)
