@@ -137,3 +137,34 @@ def test_dimension_tables_are_snake_case_and_typed(lake):
     assert objects[0] == (["alarm", "calculated", "energy", "pressure", "temperature"], "active", 2)
     device = con.sql(f"select deviceconnect.device.id from '{out}/dimensions/units/*.parquet' order by id").fetchall()
     assert device[0] == (101,)
+
+
+def test_plot_titles_with_object_parameter_and_unit_and_breaks_lines_at_gaps(lake, tmp_path):
+    from PIL import Image
+
+    for param, title, unit in ((1001, "obj-1 / temperature-1001 [°C]", "°C"), (2003, "obj-2 / alarm-2003", None)):
+        png = tmp_path / f"{param}.png"
+        invoke("plot", "-c", str(lake), str(param), "--from", START, "--to", END, "-o", str(png))
+        info = Image.open(png).info
+        assert info["Title"] == f"{title}: raw", info
+        assert info["Description"] == "2 gaps"  # the emulator's gap of each day, drawn as a break
+        assert unit is None or unit in title
+
+
+def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
+    import pandas as pd
+
+    from etl.emulator.data import _gap, as_dataset, raw_series
+    from etl.gaps import with_breaks
+
+    ds = as_dataset(emulator_config())
+    for param_id in (1001, 1002, 2001, 2501):
+        ts, values = raw_series(ds, param_id, to_ms(START), to_ms(END) - 1)
+        frame = pd.DataFrame({"ts": pd.to_datetime(ts, unit="ms", utc=True), "value": values})
+        broken, gaps = with_breaks(frame)
+        assert len(gaps) == 2 and len(broken) == len(frame) + 2, param_id
+        for (start, end), day in zip(gaps, (to_ms(START), to_ms(START) + DAY_MS), strict=True):
+            lo, hi = _gap(ds.param(param_id).key, day // DAY_MS)
+            assert start.value // 10**6 < lo and hi <= end.value // 10**6  # the generator's gap, inside
+        assert broken["value"].isna().sum() == 2
+        assert not broken["value"].iloc[[0, -1]].isna().any()
