@@ -66,9 +66,11 @@ def infer_periods(spacings: np.ndarray, groups: np.ndarray, n: int) -> np.ndarra
     median = np.full(n, np.nan)
     if not len(spacings):
         return median
-    order = np.lexsort((spacings, groups))
-    ordered = spacings[order].astype(np.float64)
-    starts = _group_starts(groups[order], n)
+    # One sort of (group, spacing) packed in an int64 (spacings of a day fit in 32 bits): a lexsort's
+    # result at a fraction of its time.
+    packed = np.sort((groups.astype(np.int64) << 32) | np.minimum(spacings, 0xFFFFFFFF).astype(np.int64))
+    ordered = (packed & 0xFFFFFFFF).astype(np.float64)
+    starts = _group_starts(packed >> 32, n)
     counts = np.diff(np.r_[starts, len(groups)])
     present = counts > 0
     lo, hi = starts + (counts - 1) // 2, starts + counts // 2
