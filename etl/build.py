@@ -20,7 +20,7 @@ from etl import redact
 from etl.client import ClientStats, MonitoringClient, RetryPolicy
 from etl.config import Config
 from etl.errors import ConfigError
-from etl.model import Series, Shard
+from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
 from etl.plan import Slab
 from etl.sinks.dataset import SlabWriter
 from etl.sinks.formats import FileFormat, file_format
@@ -28,6 +28,7 @@ from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Observer
 from etl.state import StateStore
 from etl.storage import Storage
+from etl.timeutil import now_ms
 
 log = logging.getLogger(__name__)
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -102,7 +103,23 @@ class Build:
         sink = self.config.sink
         return Layout(series, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets)
 
+    def quality_layout(self) -> Layout:
+        """The quality dataset (etl/quality.py): laid out like the raw series, a row per parameter and day."""
+        sink = self.config.sink
+        return Layout(Series.RAW, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard,
+                      sink.buckets, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY)
+
     def slab_writer(self, slab: Slab, observer: Observer | None = None) -> SlabWriter:
+        if slab.series is Series.RAW and observer is None:
+            # The raw files' observer computes each parameter-day's quality row from the rows it writes;
+            # the writer writes those rows once its own files are in, before the slab is checkpointed.
+            from etl.quality import QualitySlabWriter, QualityTracker
+
+            window = self.config.window
+            tracker = QualityTracker(slab.windows, self.config.source.name,
+                                     (window.start_ms, window.end_ms(now_ms())))
+            return QualitySlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket,
+                                     self.quality_layout(), tracker)
         return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket, observer)
 
     # -- checkpoints --------------------------------------------------------------------------------

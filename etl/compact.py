@@ -35,7 +35,7 @@ class CompactSummary:
 
 def _partitions(storage: Storage, layout: Layout) -> dict[str, list[str]]:
     folders: dict[str, list[str]] = defaultdict(list)
-    for rel in storage.find(layout.series.value):
+    for rel in storage.find(layout.name):
         folder, _, name = rel.rpartition("/")
         if layout.data_key(name) is not None:
             folders[folder].append(name)
@@ -85,8 +85,8 @@ def compact(config: Config) -> CompactSummary:
         for store in build.state_stores():
             locks.enter_context(store.lock())
         summary.temp_files_removed = storage.remove_temp_files()
-        for series in Series:  # also series a config no longer selects
-            layout = build.layout(series)
+        # also series a config no longer selects, and the quality dataset (laid out like the series)
+        for layout in [*(build.layout(series) for series in Series), build.quality_layout()]:
             for folder, names in sorted(_partitions(storage, layout).items()):
                 foreign = [n for n in names if layout.may_hold_ours(layout.data_key(n))]
                 for name in foreign:

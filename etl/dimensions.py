@@ -3,7 +3,7 @@
 Each table is a folder with one file per source (instance of the platform), a `source` column in it:
 `dimensions/{table}/{source}.{ext}`, replaced whole by each run. Records become Arrow pages spooled to
 local files (`Rows`), so a wide fleet's records never pile up in memory; each file is then written page
-by page.
+by page. Columns are snake_case and typed (lists of strings, nested records as structs; etl/records.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pyarrow as pa
 
+from etl import records
 from etl.client import MonitoringClient
 from etl.errors import StorageError
 from etl.sinks import FileFormat
@@ -25,27 +25,6 @@ from etl.storage import Storage
 
 FOLDER = "dimensions"
 PAGE = 1000
-
-
-def _column(values: list[Any]) -> pa.Array:
-    present = {type(v) for v in values if v is not None}
-    if present <= {int} or present <= {bool} or present <= {str}:
-        return pa.array(values)
-    if present <= {int, float}:
-        return pa.array([None if v is None else float(v) for v in values], pa.float64())
-    # Nested or mixed values: JSON text, which DuckDB's json functions read directly.
-    return _json(values)
-
-
-def _json(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else orjson.dumps(v).decode() for v in values], pa.string())
-
-
-def records_table(records: list[dict[str, Any]]) -> pa.Table:
-    names: dict[str, None] = {}
-    for r in records:
-        names.update(dict.fromkeys(r))
-    return pa.table({n: _column([r.get(n) for r in records]) for n in names}) if records else pa.table({})
 
 
 class Rows:
@@ -68,7 +47,7 @@ class Rows:
     def _flush(self) -> None:
         if not self._pending:
             return
-        table = records_table(self._pending)
+        table = records.records_table(self._pending)
         self._pending = []
         try:
             self._folder = self._folder or tempfile.mkdtemp(prefix="etl-rows-")
@@ -81,30 +60,20 @@ class Rows:
         self._pages.append((path, table.schema))
 
     def schema(self) -> pa.Schema:
-        """Every column of every page; where pages disagree on a type (an int here, a record there),
-        JSON text."""
+        """Every column of every page; where pages disagree on a type, one that holds both (etl/records.py:
+        records take every field of each), else JSON text."""
         types: dict[str, set[pa.DataType]] = {}
         for _, schema in self._pages:
             for field in schema:
                 types.setdefault(field.name, set()).add(field.type)
-        fields = []
-        for name, found in types.items():
-            found.discard(pa.null())
-            fields.append(pa.field(name, found.pop() if len(found) == 1 else pa.string()))
-        return pa.schema(fields)
+        return pa.schema([pa.field(name, records.unify(name, found)) for name, found in types.items()])
 
     def pages(self, schema: pa.Schema, source: str) -> Iterator[pa.Table]:
         for path, _ in self._pages:
             with pa.memory_map(path) as mapped:
                 table = pa.ipc.open_file(mapped).read_all()
-            columns = []
-            for field in schema:
-                if field.name not in table.column_names:
-                    columns.append(pa.nulls(table.num_rows, field.type))
-                elif table.schema.field(field.name).type in (field.type, pa.null()):
-                    columns.append(table.column(field.name).cast(field.type))
-                else:
-                    columns.append(_json(table.column(field.name).to_pylist()))
+            columns = [records.conform(table.column(field.name), field.type) if field.name in table.column_names
+                       else pa.nulls(table.num_rows, field.type) for field in schema]
             page = pa.Table.from_arrays(columns, schema=schema)
             yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
 
@@ -114,6 +83,9 @@ class Rows:
         output = storage.new_output(rel)
         try:
             schema = self.schema()
+            flat = fmt.extension == ".csv"  # CSV holds no lists or records: JSON text there
+            if flat:
+                schema = pa.schema([pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema])
             with storage.errors("write", rel):
                 writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]))
                 for page in self.pages(schema, source):
@@ -148,9 +120,9 @@ async def collect(client: MonitoringClient, object_ids: list[int], objects: Rows
     lookups = dict(zip(("zones", "classifiers", "room_types", "rooms"), await asyncio.gather(
         client.zones(), client.classifiers(), client.room_types(), client.rooms()), strict=True))
     tables = {"objects": objects, "units": units, "parameters": parameters, "commands": commands}
-    for name, records in lookups.items():
+    for name, found in lookups.items():
         tables[name] = Rows(name)
-        tables[name].add(records)
+        tables[name].add(found)
     return tables
 
 

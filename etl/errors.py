@@ -21,6 +21,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── DataError                      6     no        no    data that cannot be used
     ├── StorageError                   7     no        yes   output or state not writable
     ├── LockedError                    8     no        yes   another run holds the state lock
+    ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
 
@@ -36,6 +37,7 @@ class ExitCode:
     DATA = 6  # answers that cannot be parsed or fail validation
     OUTPUT = 7  # output or state location cannot be written (permissions, disk full)
     LOCKED = 8  # another run holds the state lock
+    QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -151,6 +153,13 @@ class LockedError(EtlError):
     exit_code = ExitCode.LOCKED
 
 
+class QualityBelow(EtlError):
+    """`etl report --fail-under`: the data is there, but some parameters are less complete than asked."""
+
+    exit_code = ExitCode.QUALITY
+    fatal = False
+
+
 class Interrupted(EtlError):
     exit_code = ExitCode.INTERRUPTED
 
@@ -158,7 +167,7 @@ class Interrupted(EtlError):
 _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: NetworkError,
     ExitCode.SERVER: ApiError, ExitCode.DATA: DataError, ExitCode.OUTPUT: StorageError,
-    ExitCode.LOCKED: LockedError, ExitCode.INTERRUPTED: Interrupted,
+    ExitCode.LOCKED: LockedError, ExitCode.QUALITY: QualityBelow, ExitCode.INTERRUPTED: Interrupted,
 }
 
 

@@ -170,3 +170,22 @@ SCHEMAS: dict[Series, pa.Schema] = {
     series: pa.schema([*KEY_COLUMNS, *(pa.field(c, pa.float64()) for c in series.value_columns)])
     for series in Series
 }
+
+# The quality dataset (etl/quality.py): one row per parameter and UTC day of its raw series, laid out
+# like the series (partitioned by date, a file per bucket); `day` (the day's midnight) is the time key
+# its rows are sorted and replaced by.
+QUALITY = "quality"
+QUALITY_TIME_KEY = "day"
+QUALITY_SCHEMA = pa.schema([
+    *KEY_COLUMNS[:4],
+    pa.field(QUALITY_TIME_KEY, TS),
+    pa.field("points", pa.int64()),
+    pa.field("expected_points", pa.int64()),  # null: no period could be inferred (fewer than 2 points)
+    pa.field("completeness", pa.float64()),  # 0..1; null where expected_points is
+    pa.field("longest_gap_seconds", pa.float64()),
+    pa.field("flatline_seconds", pa.float64()),
+    pa.field("first_ts", TS),
+    pa.field("last_ts", TS),
+    pa.field("period_seconds", pa.float64()),  # the inferred sampling period
+    pa.field("span_seconds", pa.float64()),  # the part of the day the row describes
+])

@@ -80,6 +80,14 @@ class RunSummary:
     temp_files_removed: int = 0
     executor: str = "local"
     shard: Shard | None = None
+    quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lowest_completeness: float | None = None  # among them
+
+    def add_quality(self, rows: int, lowest: float | None) -> None:
+        self.quality_rows += rows
+        if lowest is not None:
+            self.lowest_completeness = lowest if self.lowest_completeness is None \
+                else min(self.lowest_completeness, lowest)
 
     def as_dict(self) -> dict:
         counters = dict(self.warnings)
@@ -108,6 +116,7 @@ class RunSummary:
             "temp_files_removed": self.temp_files_removed,
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
+            "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
         }
 
 
@@ -271,6 +280,7 @@ class Runner:
                 totals.windows += len(result.done)
                 totals.points += result.points
                 totals.files.update(result.files)
+                self.summary.add_quality(result.quality_rows, result.lowest_completeness)
             self.summary.warnings.update(result.counters)
             if result.client is not None:
                 self.summary.client.add(result.client)

@@ -37,9 +37,17 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from etl.gaps import with_breaks
+    from etl.names import lookup
+
     series = Series(series)
     frame = load(config, param_id, series, start, end)
+    points = len(frame)
+    frame, gaps = with_breaks(frame)  # a spacing well above the period is a gap: the line breaks there
+    names = lookup(config, param_id)
     fig, ax = plt.subplots(figsize=(11, 4))
+    for gap_start, gap_end in gaps[:500]:
+        ax.axvspan(gap_start, gap_end, color="0.85", alpha=0.5, linewidth=0)
     if series is Series.CANDLES:
         ax.fill_between(frame["ts"], frame["low"], frame["high"], alpha=0.3, label="low..high")
         ax.plot(frame["ts"], frame["close"], linewidth=1, label="close")
@@ -47,11 +55,14 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
     else:
         ax.plot(frame["ts"], frame["value"], linewidth=0.8,
                 drawstyle="steps-post" if series is Series.RAW else "default")
-    ax.set_title(f"parameter {param_id} ({frame['kind'].iloc[0]}), {series}")
+    title = f"{names.title()}: {series}"
+    ax.set_title(f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded", fontsize=10)
+    if names.unit:
+        ax.set_ylabel(names.unit)
     ax.set_xlabel("UTC")
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, metadata={"Title": title, "Description": f"{len(gaps)} gaps"})
     plt.close(fig)
-    return len(frame)
+    return points

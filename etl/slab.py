@@ -62,6 +62,8 @@ class SlabResult:
     files: list[str] = field(default_factory=list)
     counters: Counter = field(default_factory=Counter)
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
+    quality_rows: int = 0  # rows written to the quality dataset (raw slabs: etl/quality.py)
+    lowest_completeness: float | None = None
 
     def detached(self) -> SlabResult:
         """Without exception objects: many cannot be unpickled in another process."""
@@ -169,6 +171,8 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                 break
         result.files = await asyncio.to_thread(writer.finish)
         result.points = writer.points
+        result.quality_rows = getattr(writer, "quality_rows", 0)
+        result.lowest_completeness = getattr(writer, "lowest_completeness", None)
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)

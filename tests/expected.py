@@ -83,3 +83,45 @@ def assert_exact(root, start: str, end: str, objects=(1, 2), series=SERIES) -> N
         want = expected_table(emulator_config(), name, to_ms(start), to_ms(end), objects)
         assert got.num_rows == want.num_rows > 0, name
         assert got.select(want.column_names).equals(want), name
+
+
+# -- the quality dataset --------------------------------------------------------------------------------
+
+
+def read_quality(root) -> pa.Table:
+    """The quality dataset (Parquet) as the files hold it (QUALITY_SCHEMA), sorted by (param_id, day)."""
+    from etl.model import QUALITY, QUALITY_SCHEMA
+
+    storage = Storage(str(root))
+    storage.fs.invalidate_cache()
+    table = ds.dataset(storage.full(QUALITY), filesystem=None if storage.local else storage.fs, format="parquet",
+                       partitioning="hive").to_table()
+    for name in ("source", "object_id"):  # as a partition column, a dictionary or another integer type
+        field = QUALITY_SCHEMA.field(name)
+        if table.schema.field(name).type != field.type:
+            column = table.column(name).cast(pa.string()) if name == "source" else table.column(name)
+            table = table.set_column(table.schema.get_field_index(name), name, column.cast(field.type))
+    return table.select(QUALITY_SCHEMA.names).sort_by([("param_id", "ascending"), ("day", "ascending")])
+
+
+def day_facts(emulator_config, param_id: int, day_start: int) -> dict:
+    """What a quality row must say of a parameter's UTC day, computed from the generator alone: its points,
+    first and last stamps, longest time without a point (the day's edges included), longest run of one
+    value, its true period and its gap of the day."""
+    from etl.emulator.data import _gap
+    from etl.timeutil import DAY_MS
+
+    ds_ = as_dataset(emulator_config)
+    param = ds_.param(param_id)
+    ts, values = raw_series(ds_, param_id, day_start, day_start + DAY_MS - 1)
+    spacings = np.diff(np.r_[day_start, ts, day_start + DAY_MS])
+    runs = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if len(values) else np.empty(0, np.int64)
+    ends = np.r_[runs[1:], len(values)] - 1
+    gap = _gap(param.key, day_start // DAY_MS)
+    return {
+        "points": len(ts), "first_ts": int(ts[0]) if len(ts) else None, "last_ts": int(ts[-1]) if len(ts) else None,
+        "longest_gap_seconds": float(spacings.max()) / 1000,
+        "flatline_seconds": float((ts[ends] - ts[runs]).max()) / 1000 if len(ts) else 0.0,
+        "period_seconds": param.period_ms / 1000, "gap_seconds": (gap[1] - gap[0]) / 1000,
+        "kind": KINDS[param.kind],
+    }

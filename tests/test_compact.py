@@ -11,7 +11,7 @@ from etl.model import Shard
 from etl.pipeline import RunOptions, run
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import SOURCE, expected_table
+from tests.expected import SOURCE, expected_table, read_quality
 
 
 def _files(root, series: str) -> list[str]:
@@ -28,6 +28,8 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
     config = make_config(emulator.base_url, out, series=["raw", "average"])
     for shard in (Shard(0, 2), Shard(1, 2)):
         run(config, RunOptions(shard=shard))
+    single = tmp_path / "single"
+    run(make_config(emulator.base_url, single, series=["raw"]))
     before = _files(out, "raw")
     # each shard fetched half of the parameters, but the dimension table names all of them
     assert pq.read_table(next((out / "dimensions" / "parameters").glob("*.parquet"))).num_rows == 8
@@ -37,9 +39,12 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
     with pytest.raises(SystemExit) as code:
         main(["compact", "-c", str(path)])
     assert code.value.code == 0 and "file(s) merged away" in capsys.readouterr().out
-    for series in ("raw", "average"):
+    for series in ("raw", "average", "quality"):
         files = _files(out, series)
         assert files and all(f.rsplit("/", 1)[1].startswith(f"part-{SOURCE}-b") for f in files), files
+        if series == "quality":
+            assert read_quality(out).equals(read_quality(single)), series  # rows moved, none lost or doubled
+            continue
         expected = expected_table(emulator_config(), series, to_ms(START), to_ms(END))
         assert _table(out, series).equals(expected)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -16,11 +17,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from etl.config import parse_config
 from etl.emulator.server import RunningEmulator, run_emulator
+from etl.pipeline import Runner, RunOptions
 from etl.storage import TMP_SUFFIX
 from tests.conftest import config_dict, emulator_config, write_config
-from tests.expected import SOURCE, checkpoints
+from tests.expected import SOURCE, checkpoints, read_quality
 from tests.test_pipeline import assert_exact
 from tests.test_reliability import assert_output_matches_state
 
@@ -113,7 +117,7 @@ def moments(emulator: RunningEmulator, out: Path, rnd: random.Random) -> dict:
         return lambda: sum("interval_ms" in r for r in emulator.requests()) >= n
 
     def writing():
-        return lambda: any(p.name.endswith(TMP_SUFFIX) for d in ("raw", "average", "candles", "dimensions")
+        return lambda: any(p.name.endswith(TMP_SUFFIX) for d in ("raw", "average", "candles", "quality", "dimensions")
                            for p in (out / d).rglob(".*"))
 
     def checkpointing():
@@ -145,7 +149,21 @@ def kill_and_recover(emulator: RunningEmulator, tmp_path: Path, phases: list[str
     assert reader.reads > 0
     assert_exact(out)
     assert temp_files(out) == []
+    assert_quality_of_a_clean_run(emulator, path, out, tmp_path / "clean")
     return hit
+
+
+def assert_quality_of_a_clean_run(emulator: RunningEmulator, path: Path, out: Path, clean: Path) -> None:
+    """Exactly one quality row per (parameter, day), each equal to what one uninterrupted run writes."""
+    got = read_quality(out)
+    keys = list(zip(got.column("param_id").to_pylist(), got.column("day").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) == 8 * 2
+    emulator.set_faults(reset=True)
+    data = yaml.safe_load(path.read_text())
+    data["sink"]["path"], data["series"] = str(clean), ["raw"]  # quality is computed from the raw series alone
+    data["source"]["password"] = ENV["ETL_PASSWORD"]
+    asyncio.run(Runner(parse_config(data), RunOptions(progress=False)).run())
+    assert got.equals(read_quality(clean))
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_exactly_the_source(slow_emulator, tmp_path):

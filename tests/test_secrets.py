@@ -201,11 +201,10 @@ def test_restricted_login_exports_nothing_of_other_objects(tmp_path):
         assert ids.fetchall() == [(1, 1), (3, 3)], series
     checks = {
         "objects": "select distinct id from t",
-        "units": "select distinct object_id from t union "
-                 "select distinct json_extract(deviceconnect, '$.device.id')::int // 100 from t",
+        "units": "select distinct object_id from t union select distinct deviceconnect.device.id // 100 from t",
         "parameters": "select distinct object_id from t union select distinct id // 1000 from t",
-        "rooms": "select distinct objectId from t",
-        "commands": "select distinct json_extract(device, '$.id')::int // 100 from t",
+        "rooms": "select distinct object_id from t",  # snake_case and typed: records are structs
+        "commands": "select distinct device.id // 100 from t",
     }
     for table, sql in checks.items():
         con.sql(f"create or replace view t as select * from '{out}/dimensions/{table}/*.parquet'")

@@ -1,4 +1,4 @@
-"""Commands for analysts: query and plot the output, pull one parameter straight from the platform."""
+"""Commands for analysts: query, plot and report on the output, pull one parameter straight from the platform."""
 
 from __future__ import annotations
 
@@ -7,9 +7,17 @@ from pathlib import Path
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, config_option, connection_option, open_client, window_options
+from etl.cli.params import (
+    DURATION,
+    SERIES_CHOICE,
+    config_option,
+    connection_option,
+    open_client,
+    window_options,
+)
+from etl.cli.render import echo_json
 from etl.config import load_config
-from etl.errors import ConfigError
+from etl.errors import ConfigError, QualityBelow, StorageError
 from etl.model import Series
 
 
@@ -88,4 +96,44 @@ def plot(config_path: str, param_id: int, start: int, end: int, kind: str, outpu
     click.echo(f"plotted {points:,} points to {output}")
 
 
-COMMANDS = [query, pull, plot]
+@click.command()
+@config_option
+@window_options(required=False, what="Report on the UTC days", end_note="exclusive; default: the end of the data")
+@click.option("--stale-after", type=DURATION, default="3h", show_default=True,
+              help="A parameter with no point in this long before the report's end is stale.")
+@click.option("--flatline-after", type=DURATION, default="2h", show_default=True,
+              help="Report a parameter-day whose value stays the same this long (signal parameters aside).")
+@click.option("--fail-under", type=click.FloatRange(0, 1), metavar="RATIO",
+              help="Exit 9 if a parameter's completeness over the report is below RATIO (e.g. 0.95).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Parameters listed in each table.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE.html",
+              help="Also write a self-contained HTML report (heatmap, tables; no network needed to view it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
+def report(config_path: str, start: int | None, end: int | None, stale_after: int, flatline_after: int,
+           fail_under: float | None, top: int, output: str | None, as_json: bool) -> None:
+    """Data quality of the raw series from the output's quality dataset: the least complete parameters
+    (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
+    from etl.report import ReportOptions, build, label, percent, text
+    from etl.report_html import render
+
+    options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
+    result = build(load_config(config_path, offline=True), options)
+    if output:
+        try:
+            Path(output).write_text(render(result), encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(text(result))
+        if output:
+            click.echo(f"\nwrote {output}")
+    if fail_under is not None and result.below_count:
+        worst = result.below[0]
+        raise QualityBelow(f"{result.below_count} parameter(s) below {percent(fail_under)} complete "
+                           f"(least: {label(worst)}, {percent(worst['completeness'])})")
+
+
+COMMANDS = [query, pull, plot, report]

@@ -10,7 +10,7 @@ import click
 
 from etl.errors import ConfigError
 from etl.model import SERIES, Shard
-from etl.timeutil import to_ms
+from etl.timeutil import parse_duration_ms, to_ms
 
 if TYPE_CHECKING:
     from etl.client import MonitoringClient
@@ -54,8 +54,26 @@ class ShardType(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class DurationType(click.ParamType):
+    """'90s', '30m', '3h', '7d'; converted to ms."""
+
+    name = "duration"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "DURATION"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ms(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 TIME = TimeType()
 SHARD = ShardType()
+DURATION = DurationType()
 SERIES_CHOICE = click.Choice([s.value for s in SERIES])
 
 

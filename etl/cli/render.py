@@ -77,6 +77,11 @@ def summary_text(summary: dict) -> str:
         f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
         f"    splits {summary['splits']}    continuations {summary['continuations']}"
     )
+    quality = summary.get("quality") or {}
+    if quality.get("rows"):
+        lowest = quality.get("lowest_completeness")
+        lines.append(f"  quality     {quality['rows']} parameter-days"
+                     + (f"    lowest completeness {lowest:.3f}" if lowest is not None else ""))
     if summary["warnings"]:
         lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
     if summary["failed_window_count"]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from contextlib import suppress
 
 import click
 
+from etl import metrics
 from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
-from etl.errors import EtlError
+from etl.errors import EtlError, ExitCode
 from etl.model import Shard
 
 
@@ -33,8 +35,12 @@ def _event_loop():
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the run's figures there in the Prometheus text format (node-exporter's textfile "
+                   "collector), atomically, whatever the outcome.")
 def run(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None,
-        executor: str | None, scheduler: str | None, as_json: bool, progress: bool | None) -> None:
+        executor: str | None, scheduler: str | None, as_json: bool, progress: bool | None,
+        metrics_file: str | None) -> None:
     """Fetch new data, write it, checkpoint it."""
     import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
 
@@ -46,16 +52,25 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
     config = load_config(config_path)
     options = RunOptions(start, end, full_refresh, shard, progress, executor=executor,
                          scheduler=scheduler)
+    if metrics_file:
+        metrics.check_path(metrics_file)
     runner = Runner(config, options)
     # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
     # to exit 130 (a temp file left behind is swept by the next run).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         summary = _event_loop()(runner.run())
-    except EtlError:
-        if runner.summary.series or runner.summary.failed_windows:  # show what got done; else the error says it all
-            click.echo(summary_text(runner.summary.as_dict()), err=True)
+    except BaseException as exc:
+        if isinstance(exc, EtlError) and (runner.summary.series or runner.summary.failed_windows):
+            click.echo(summary_text(runner.summary.as_dict()), err=True)  # what got done; else the error says it
+        if metrics_file:
+            code = getattr(exc, "exit_code", ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt)
+                           else ExitCode.INTERNAL)
+            with suppress(EtlError):  # the run's own error is the one to report
+                metrics.write(metrics_file, runner.summary.as_dict(), config.source.name, code)
         raise
+    if metrics_file:
+        metrics.write(metrics_file, summary.as_dict(), config.source.name, ExitCode.OK)
     if as_json:
         echo_json(summary.as_dict())
     else:

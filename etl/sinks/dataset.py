@@ -67,7 +67,7 @@ class SlabWriter:
 
     def _row_keys(self, table: pa.Table) -> np.ndarray:
         """Each row's partition, as the sort key of `_folders`: object_id (or 0) * _DAYS + day."""
-        days = ts_ms(table) // DAY_MS
+        days = ts_ms(table, self.layout.time_key) // DAY_MS
         return table.column("object_id").to_numpy() * _DAYS + days if self.layout.by_object else days
 
     def _finish(self, folder: str) -> None:

@@ -56,21 +56,28 @@ class FileKey:
 
 
 class Layout:
+    """The files of a series; or of another per-parameter dataset laid out the same way (`name`, its
+    `schema` and the `time_key` column its rows are sorted and replaced by, e.g. the quality dataset's
+    `day`), which `series` then describes."""
+
     def __init__(self, series: Series, partition_by: list[str], extension: str, source: str,
-                 shard: Shard | None = None, buckets: int = 4) -> None:
+                 shard: Shard | None = None, buckets: int = 4, *, name: str | None = None,
+                 schema: pa.Schema | None = None, time_key: str = "ts") -> None:
         self.series = Series(series)
+        self.name = name or self.series.value
         self.partition_by = tuple(partition_by)
         self.extension = extension
         self.source = source
         self.shard = shard
         self.buckets = buckets
-        self.schema = SCHEMAS[self.series]
+        self.schema = SCHEMAS[self.series] if schema is None else schema
+        self.time_key = time_key
         self.file_schema = pa.schema([f for f in self.schema if f.name not in self.partition_by])
         self.by_object = "object_id" in self.partition_by
 
     @property
     def glob(self) -> str:
-        return f"{self.series}/**/*{self.extension}"
+        return f"{self.name}/**/*{self.extension}"
 
     def bucket(self, param_id: int) -> int:
         return bucket_of(param_id, self.buckets)
@@ -80,7 +87,7 @@ class Layout:
 
     def partition(self, day: int, object_id: int) -> str:
         values = {"source": self.source, "date": date_of(day), "object_id": object_id}
-        return "/".join([self.series.value, *(f"{k}={values[k]}" for k in self.partition_by)])
+        return "/".join([self.name, *(f"{k}={values[k]}" for k in self.partition_by)])
 
     def partition_values(self, folder: str) -> dict[str, str]:
         """key=value segments of a partition folder."""

@@ -1,6 +1,7 @@
 """One data file rewritten as a stream, so no step holds a whole file.
 
-A file's rows are sorted by (param_id, ts). A rewrite reads the current version batch by batch, drops
+A file's rows are sorted by (param_id, time key): `ts` for the series, the layout's `time_key` for
+other datasets (the quality dataset's `day`). A rewrite reads the current version batch by batch, drops
 the rows inside the replaced (parameter, [start, end)) ranges, merges in the new rows (fed in
 ascending parameter order, as a slab produces them) and writes the result aside; `finish` swaps it
 in if nobody changed the file meanwhile, and otherwise redoes the merge on the new version with our
@@ -29,12 +30,12 @@ from etl.storage import Storage
 log = logging.getLogger(__name__)
 
 CONFLICT_ATTEMPTS = 8
-SORT_KEYS = [("param_id", "ascending"), ("ts", "ascending")]
 Observer = Callable[[pa.Table, "Ranges"], None]
 
 
-def ts_ms(table: pa.Table) -> np.ndarray:
-    return table.column("ts").combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+def ts_ms(table: pa.Table, key: str = "ts") -> np.ndarray:
+    """The time key column (`ts` for the series) as epoch ms."""
+    return table.column(key).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def param_ids(table: pa.Table) -> np.ndarray:
@@ -66,12 +67,12 @@ class Ranges:
         hi = int(np.searchsorted(self.param_id, high, side="right"))
         return Ranges(self.param_id[lo:hi], self.start[lo:hi], self.end[lo:hi])
 
-    def mask(self, table: pa.Table) -> np.ndarray:
+    def mask(self, table: pa.Table, key: str = "ts") -> np.ndarray:
         """True for rows inside one of the ranges (a few vectorised passes when parameters have several)."""
         mask = np.zeros(table.num_rows, dtype=bool)
         if not table.num_rows or not len(self):
             return mask
-        pids, ts = param_ids(table), ts_ms(table)
+        pids, ts = param_ids(table), ts_ms(table, key)
         # Rank k holds each parameter's k-th range: within a rank, ids are unique and sorted.
         first = np.r_[True, self.param_id[1:] != self.param_id[:-1]]
         group_start = np.maximum.accumulate(np.where(first, np.arange(len(self)), 0))
@@ -84,11 +85,11 @@ class Ranges:
         return mask
 
 
-def _merge(old: pa.Table, new: pa.Table) -> pa.Table:
-    """Both sorted, in one order; where both hold a (param_id, ts), the new row (sort_indices is stable)."""
+def _merge(old: pa.Table, new: pa.Table, key: str = "ts") -> pa.Table:
+    """Both sorted, in one order; where both hold a (param_id, key), the new row (sort_indices is stable)."""
     table = pa.concat_tables([old, new])
-    table = table.take(pc.sort_indices(table, sort_keys=SORT_KEYS))
-    pids, ts = param_ids(table), ts_ms(table)
+    table = table.take(pc.sort_indices(table, sort_keys=[("param_id", "ascending"), (key, "ascending")]))
+    pids, ts = param_ids(table), ts_ms(table, key)
     last = np.r_[(pids[1:] != pids[:-1]) | (ts[1:] != ts[:-1]), True]
     return table if last.all() else table.filter(pa.array(last))
 
@@ -98,6 +99,7 @@ class FileRewrite:
                  observer: Observer | None = None) -> None:
         self.storage, self.fmt, self.layout, self.rel = storage, fmt, layout, rel
         self.folder = rel.rsplit("/", 1)[0]
+        self.key = layout.time_key
         self.observer = observer
         self.fed: list[Ranges] = []
         self.rows = 0
@@ -183,10 +185,10 @@ class FileRewrite:
         replaced = _concat(r.between(self._emitted + 1, upto) for r in self.fed)
         self._emitted = max(self._emitted, upto)
         if old.num_rows and len(replaced):
-            stale = replaced.mask(old)
+            stale = replaced.mask(old, self.key)
             if stale.any():
                 old = old.filter(pa.array(~stale))
-        merged = new if not old.num_rows else old if not new.num_rows else _merge(old, new)
+        merged = new if not old.num_rows else old if not new.num_rows else _merge(old, new, self.key)
         if self.observer is not None and len(replaced):
             self.observer(merged, replaced)  # every row of these parameters in this file: complete
         if merged.num_rows:
@@ -236,7 +238,7 @@ class FileRewrite:
                 batch = self.layout.fill_partition_columns(batch, self.folder)
                 top = int(param_ids(batch)[-1]) if batch.num_rows else done
                 chunk = ranges.between(done + 1, top)
-                self.feed(batch.filter(pa.array(chunk.mask(batch))), chunk)
+                self.feed(batch.filter(pa.array(chunk.mask(batch, self.key))), chunk)
                 done = top
         self.feed(self.layout.schema.empty_table(), ranges.between(done + 1, float("inf")))
         self.storage.discard(ours)
