@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from etl.config import Config, parse_config
 from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
+
+# Property tests assert properties, not timings: a loaded 2-core CI machine must not fail them.
+settings.register_profile("etl", deadline=None)
+settings.load_profile("etl")
 
 # A fixed clock far after the test windows, so "now" never cuts a window short.
 NOW = "2026-11-20T00:00:00Z"
