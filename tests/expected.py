@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from etl.emulator.data import as_dataset, average_series, candles_series, raw_series
+from etl.emulator.dataset import as_dataset
+from etl.emulator.series import average_series, candles_series, raw_series
 from etl.storage import Storage
 from etl.timeutil import to_ms
 from etl.transform import SCHEMAS

@@ -14,7 +14,8 @@ import numpy as np
 import orjson
 import pytest
 
-from etl.emulator import data
+from etl.emulator import series
+from etl.emulator.dataset import as_dataset
 from etl.emulator.faults import HOSTILE_KINDS
 from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 from etl.timeutil import to_ms
@@ -231,7 +232,7 @@ def test_both_window_ends_are_included_and_count_cuts(demo):
 
 def test_count_defaults_to_10000_and_is_capped_at_100000(demo, emu):
     # 30-minute buckets over 7 years: more than both limits (of the slowest parameter, to stay quick).
-    ds = data.as_dataset(emu.config)
+    ds = as_dataset(emu.config)
     slowest = max((pid for o in ds.object_ids for pid in ds.physical_ids(o)), key=lambda p: ds.param(p).period_ms)
     url = f"/db/measure/average/{slowest}/{T0 - 7 * 365 * DAY}/{T0}"
     assert len(demo.get(url).json()["points"]) == 10_000
@@ -239,13 +240,13 @@ def test_count_defaults_to_10000_and_is_capped_at_100000(demo, emu):
 
 
 def test_series_equal_the_data_functions(demo, emu):
-    ds = data.as_dataset(emu.config)
+    ds = as_dataset(emu.config)
     for path, want in [
-        (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", data.raw_series(ds, ANALOG, T0, T0 + DAY)),
-        (f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", data.raw_series(ds, CALC, T0, T0 + DAY)),
-        (f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", data.raw_series(ds, SIGNAL, T0, T0 + DAY)),
-        (f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}", data.average_series(ds, ANALOG, T0, T0 + 3 * DAY)),
-        (f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", data.average_series(ds, CALC, T0, T0 + DAY)),
+        (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", series.raw_series(ds, ANALOG, T0, T0 + DAY)),
+        (f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", series.raw_series(ds, CALC, T0, T0 + DAY)),
+        (f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", series.raw_series(ds, SIGNAL, T0, T0 + DAY)),
+        (f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}", series.average_series(ds, ANALOG, T0, T0 + 3 * DAY)),
+        (f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", series.average_series(ds, CALC, T0, T0 + DAY)),
     ]:
         ts, values = points(demo.get(path))
         assert ts.tolist() == want[0].tolist() and values.tolist() == want[1].tolist(), path
@@ -259,7 +260,7 @@ def test_average_is_the_bucket_mean_of_raw(demo):
     avg_ts, avg_values = points(demo.get(f"/db/measure/average/{ANALOG}/{start}/{end}"))
     alt_ts, alt_values = points(demo.get(f"/db/measure/{ANALOG}/average/{start}/{end}"))
     assert avg_ts.tolist() == alt_ts.tolist() and avg_values.tolist() == alt_values.tolist()
-    buckets = raw_ts // data.BUCKET_MS * data.BUCKET_MS
+    buckets = raw_ts // series.BUCKET_MS * series.BUCKET_MS
     want = {b: raw_values[buckets == b].mean() for b in np.unique(buckets) if start <= b <= end}
     assert avg_ts.tolist() == sorted(want) and avg_ts[0] == T0 + 30 * 60_000
     np.testing.assert_allclose(avg_values, [want[b] for b in avg_ts.tolist()], rtol=1e-12)
@@ -271,8 +272,8 @@ def test_candles_agree_with_raw(demo):
     assert candles == demo.get(f"/db/measure/{ANALOG}/candles/{T0}/{T0 + 23 * HOUR}").json()["candles"]
     for candle in candles:
         b = candle["timestmp"]
-        assert isinstance(b, int) and b % data.BUCKET_MS == 0
-        inside = raw_values[(raw_ts >= b) & (raw_ts < b + data.BUCKET_MS)]
+        assert isinstance(b, int) and b % series.BUCKET_MS == 0
+        inside = raw_values[(raw_ts >= b) & (raw_ts < b + series.BUCKET_MS)]
         assert (candle["open"], candle["high"], candle["low"], candle["close"]) == (
             inside[0], inside.max(), inside.min(), inside[-1])
 

@@ -13,7 +13,7 @@ import click
 import httpx
 import yaml
 
-from etl.emulator.data import CALC_OFFSET
+from etl.emulator.dataset import CALC_OFFSET
 from etl.emulator.faults import HOSTILE_KINDS, Faults
 
 
@@ -111,8 +111,10 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
     """
     import uvicorn
 
-    from etl.emulator.app import CONFIG_ENV, SECRET_ENV
-    from etl.emulator.server import EmulatorConfig, bind_socket, uvicorn_config
+    from etl.emulator.app import CONFIG_ENV, create_app
+    from etl.emulator.config import EmulatorConfig
+    from etl.emulator.server import bind_socket, uvicorn_config
+    from etl.emulator.sessions import SECRET_ENV
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
@@ -137,8 +139,6 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
                     log_level=log_level, access_log=False, lifespan="off", http="httptools", loop="uvloop",
                     server_header=False, date_header=False, **config.ssl_options())
         return
-    from etl.emulator.app import create_app
-
     sock = bind_socket(host, port)
     _announce(host, sock.getsockname()[1], config, logins, workers)
     app = create_app(config)
