@@ -26,6 +26,7 @@ T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 NOW = T0 + 20 * DAY
 CONFIG = dict(seed=11, objects=3, params_per_object=3, calc_per_object=1, now_ms=NOW)
 ANALOG, SIGNAL, CALC = 1001, 1003, 1501
+BASE = "/api"  # the default base path
 
 
 def config(**overrides) -> EmulatorConfig:
@@ -82,8 +83,8 @@ def test_sign_in_sets_the_documented_cookies(emu):
     sid, sid_header = cookies["SEMSESSIONID"]
     assert sid["path"] == "/" and sid["httponly"] and sid["samesite"].lower() == "lax"
     remember, _ = cookies["rememberMe"]
-    assert remember.value == "deleteMe" and remember["path"] == "/api" and remember["max-age"] == "0"
-    assert cookies["language"][0]["path"] == "/api"
+    assert remember.value == "deleteMe" and remember["path"] == BASE and remember["max-age"] == "0"
+    assert cookies["language"][0]["path"] == BASE
     assert cookies["issToken"][0]["path"] == "/" and cookies["issToken"][0].value
 
 
@@ -483,8 +484,8 @@ def test_request_log_and_its_file(tmp_path):
             c.get("/db/object", params=[("state", 1), ("state", 2)])
         log = emu.requests()
         assert [(e["method"], e["path"], e["status"]) for e in log] == [
-            ("POST", "/api/auth/login", 200), ("GET", f"/api/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
-            ("GET", "/api/db/object", 200)]
+            ("POST", f"{BASE}/auth/login", 200), ("GET", f"{BASE}/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
+            ("GET", f"{BASE}/db/object", 200)]
         assert log[0]["query"] == {"username": "demo"}
         assert log[1]["query"] == {"count": "5"} and log[1]["param_id"] == ANALOG and log[1]["interval_ms"] == HOUR
         assert log[2]["query"] == {"state": ["1", "2"]} and isinstance(log[0]["ts"], int)
@@ -514,10 +515,10 @@ def test_cli_serves_and_waits():
     try:
         line = process.stderr.readline()
         assert "listening on http://127.0.0.1:" in line and "demo" in line, line
-        root = line.split("listening on ")[1].split("/api")[0]
+        root = line.split("listening on ")[1].split(BASE)[0]
         waited = subprocess.run([sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"])
         assert waited.returncode == 0
-        assert httpx.post(f"{root}/api/auth/login", params={"username": "demo", "password": "demo"}).status_code == 200
+        assert httpx.post(f"{root}{BASE}/auth/login", params={"username": "demo", "password": "demo"}).status_code == 200
     finally:
         process.terminate()
         process.wait(10)

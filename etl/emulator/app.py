@@ -17,15 +17,25 @@ import orjson
 
 from etl.emulator import records
 from etl.emulator.accounts import accounts
-from etl.emulator.answers import Answer, Refusal, not_found, send_answer, send_partial
+from etl.emulator.answers import (
+    HTML,
+    Answer,
+    Refusal,
+    error_page,
+    not_found,
+    read_body,
+    refused,
+    send_answer,
+    send_partial,
+)
 from etl.emulator.catalog import Catalog
 from etl.emulator.config import EmulatorConfig
 from etl.emulator.control import PREFIX, ControlApi
 from etl.emulator.dataset import as_dataset
-from etl.emulator.faults import Decision, FaultPlan, error_page, retry_after_header
+from etl.emulator.faults import Decision, FaultPlan, retry_after_header
 from etl.emulator.measurements import Measurements
 from etl.emulator.routing import Call, Route, Router
-from etl.emulator.sessions import ServerSession, Sessions
+from etl.emulator.sessions import ServerSession, SessionEnded, Sessions, session_end_answer
 from etl.emulator.state import Clock, RequestLog
 
 CONFIG_ENV = "ETL_EMULATOR_CONFIG"
@@ -51,9 +61,9 @@ class Emulator:
         self.clock = Clock(config.now_ms)
         self.plan = FaultPlan(config.faults)
         self.log = RequestLog(config.request_log)
-        self.session_store = Sessions(accounts(config.users, self.dataset.object_ids), self.base_path)
+        self.session_store = Sessions(accounts(config.users, self.dataset.object_ids), self.base_path, self.plan)
         self.catalog = Catalog(self.dataset, self.clock)
-        self.measurements = Measurements(self.dataset, self.clock)
+        self.measurements = Measurements(self.dataset, self.clock, self.plan)
         self.control = ControlApi(self.clock, self.plan, self.log, self.catalog.runs, self.base_path)
         self.router = Router(self._routes())
         uvicorn_log = logging.getLogger("uvicorn.error")
@@ -114,18 +124,17 @@ class Emulator:
             return
         path = scope["path"]
         if path.startswith(self.base_path + "/"):
-            await self._api(scope, send, path[len(self.base_path):])
+            await self._api(scope, receive, send, path[len(self.base_path):])
         elif path.startswith(PREFIX):
             await send_answer(send, await self.control.answer(scope, receive, path[len(PREFIX):]))
         else:
-            await send_answer(send, Answer(not_found(f"path {path}").body(), 404))
+            await send_answer(send, refused(not_found(f"path {path}"), self.plan.faults.error_body))
 
-    async def _api(self, scope: dict, send: Callable, path: str) -> None:
+    async def _api(self, scope: dict, receive: Callable, send: Callable, path: str) -> None:
         method = scope["method"]
         query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
         entry: dict[str, Any] = {"ts": time.time_ns() // 1_000_000, "method": method, "path": scope["path"],
-                                 "query": {k: v[0] if len(v) == 1 else v for k, v in query.items()
-                                           if k != "password"}}
+                                 "query": _loggable(query)}
         decision = None
         try:
             route, args = self.router.match(method, path)
@@ -139,12 +148,20 @@ class Emulator:
             answer = self._fault_answer(decision) if decision else None
             if answer is None:
                 call = Call(method, path, query, args, decision=decision)
-                if not route.sign_in:
-                    call.account = self.session_store.check(scope["headers"], self.plan.faults)
+                if route.sign_in:
+                    call.form = await _form(scope, receive)
+                    if call.form:
+                        entry["form"] = _loggable(call.form)
+                else:
+                    call.account = self.session_store.check(scope["headers"])
                 result = route.handler(call)
                 answer = result if isinstance(result, Answer) else Answer(result)
+        except SessionEnded as ended:
+            f = self.plan.faults
+            answer = session_end_answer(ended, f.session_end, self.base_path, f.error_body)
+            entry["session_ended"] = True
         except Refusal as exc:
-            answer = Answer(exc.body(), exc.status)
+            answer = refused(exc, self.plan.faults.error_body)
         entry["status"] = answer.status
         if decision:
             fault = ("drop" if decision.drop else f"error_{decision.error}" if decision.error
@@ -164,14 +181,28 @@ class Emulator:
             await send_answer(send, answer)
 
     def _fault_answer(self, d: Decision) -> Answer | None:
+        style = self.plan.faults.error_body
         if d.error:
-            if d.error_html:
-                return Answer(error_page(d.error), d.error, b"text/html; charset=utf-8")
-            return Answer(Refusal(d.error, "server_error", "injected server error").body(), d.error)
+            if d.error_html and style == "json":  # the JSON style keeps the proxy pages of a real outage
+                return Answer(error_page(d.error), d.error, HTML)
+            return refused(Refusal(d.error, "server_error", "injected server error"), style)
         if d.rate_limited:
-            body = Refusal(429, "too_many_requests", "rate limit exceeded").body()
-            return Answer(body, 429, headers=[(b"retry-after", retry_after_header(self.plan.faults.retry_after))])
+            return refused(Refusal(429, "too_many_requests", "rate limit exceeded"), style,
+                           [(b"retry-after", retry_after_header(self.plan.faults.retry_after))])
         return None
+
+
+def _loggable(fields: dict[str, list[str]]) -> dict[str, str | list[str]]:
+    """Query or form fields for the request log: a value, or a list when repeated; never the password."""
+    return {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k != "password"}
+
+
+async def _form(scope: dict, receive: Callable) -> dict[str, list[str]]:
+    """The fields of a form-encoded body (application/x-www-form-urlencoded), else none."""
+    content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    if content_type.split(b";")[0].strip().lower() != b"application/x-www-form-urlencoded":
+        return {}
+    return parse_qs((await read_body(receive)).decode("utf-8", "replace"), keep_blank_values=True)
 
 
 def create_app(config: EmulatorConfig) -> Emulator:

@@ -14,7 +14,7 @@ import httpx
 import yaml
 
 from etl.emulator.dataset import CALC_OFFSET
-from etl.emulator.faults import HOSTILE_KINDS, Faults
+from etl.emulator.faults import ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
 
 
 def _period(_ctx, _param, value: str) -> tuple[int, int]:
@@ -98,6 +98,17 @@ _rate = click.FloatRange(0, 1)
 @click.option("--drop-rate", default=0.0, type=_rate, help="Share of connections closed mid-answer.")
 @click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")
 @click.option("--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd.")
+@click.option("--session-end", default="401", show_default=True, type=click.Choice(SESSION_ENDS),
+              help="How a call without a live session is answered.")
+@click.option("--error-body", default="json", show_default=True, type=click.Choice(ERROR_BODIES),
+              help="Body of every 4xx/5xx answer.")
+@click.option("--sign-in-via", default="both", show_default=True, type=click.Choice(SIGN_IN_FORMS),
+              help="Where sign-in reads the credentials: query string, form body, or both.")
+@click.option("--max-count", type=click.IntRange(1), help="At most N points or buckets per series answer, silently.")
+@click.option("--count-default", default=10_000, show_default=True, type=click.IntRange(1),
+              help="The count of a series request without one.")
+@click.option("--count-reject-over", type=click.IntRange(1),
+              help="A count above N answers 400 (default: counts above 100000 are served as 100000).")
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key.")

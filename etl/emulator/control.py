@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from etl.emulator.answers import Answer, Refusal, bad, not_found
+from etl.emulator.answers import Answer, Refusal, bad, not_found, read_body
 from etl.emulator.faults import FaultPlan
 from etl.emulator.state import Clock, RequestLog
 
@@ -17,12 +17,7 @@ PREFIX = "/_emulator/"
 
 
 async def _json_body(receive: Callable) -> dict[str, Any]:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError:

@@ -1,4 +1,6 @@
-"""Fault injection: what can go wrong, how often, and the seeded decision for each request."""
+"""Fault injection: what can go wrong, how often, and the seeded decision for each request; and the
+choices a real server may make where the document is silent (how an ended session, an error or a
+count is answered), which every answer follows."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ HOSTILE_KINDS = (
     "html_200", "wrong_content_type", "offsets", "no_millis", "huge",
 )
 ERROR_STATUSES = (500, 502, 503)
+SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
+ERROR_BODIES = ("json", "html", "text", "empty")
+SIGN_IN_FORMS = ("both", "query", "form")
 
 
 @dataclass
 class Faults:
-    """Fault settings. Rates are probabilities per request; times are seconds; None disables a limit."""
+    """Fault settings. Rates are probabilities per request; times are seconds; None disables a limit.
+    The fields from `session_end` on are not drawn: they fix how the server answers, every time."""
 
     error_rate: float = 0.0  # 500/502/503, half JSON bodies, half HTML pages
     rate_limit_rate: float = 0.0  # 429 with Retry-After
@@ -32,8 +38,25 @@ class Faults:
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
     seed: int = 0
+    session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
+    error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
+    sign_in_via: str = "both"  # where sign-in reads the credentials: query string, form body or both
+    max_count: int | None = None  # points or buckets per series answer, whatever the count asked
+    count_default: int = 10_000  # the count of a series request without one
+    count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
 
     def __post_init__(self) -> None:
+        self.session_end = str(self.session_end)
+        for name, choices in (("session_end", SESSION_ENDS), ("error_body", ERROR_BODIES),
+                              ("sign_in_via", SIGN_IN_FORMS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        for name, optional in (("max_count", True), ("count_default", False), ("count_reject_over", True)):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1" + (" or null" if optional else ""))
         if isinstance(self.hostile, str):
             self.hostile = tuple(k for k in self.hostile.split(",") if k)
         self.hostile = tuple(self.hostile)
@@ -123,9 +146,3 @@ class FaultPlan:
 def retry_after_header(seconds: float) -> bytes:
     """Whole seconds when whole, else a decimal (clients here accept both)."""
     return str(int(seconds) if float(seconds).is_integer() else seconds).encode()
-
-
-def error_page(status: int) -> bytes:
-    return (f"<!DOCTYPE html><html><head><title>{status} Error</title></head><body><h1>{status}</h1>"
-            "<p>The server encountered a temporary error and could not complete your request.</p>"
-            "</body></html>").encode()

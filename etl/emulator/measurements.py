@@ -15,12 +15,12 @@ from etl.emulator.answers import Answer, bad, not_found
 from etl.emulator.catalog import visible_param
 from etl.emulator.dataset import DAY_MS, Dataset, Param
 from etl.emulator.encode import encode_candles, encode_points, iso_strings
+from etl.emulator.faults import FaultPlan
 from etl.emulator.hostile import hostile_body
 from etl.emulator.routing import Call
 from etl.emulator.state import Clock
 
-COUNT_DEFAULT = 10_000
-COUNT_MAX = 100_000
+COUNT_MAX = 100_000  # a larger count is served as this one, silently (unless faults.count_reject_over)
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAX_ENTRY = 16 * 1024 * 1024
 SEEN_MAX = 100_000
@@ -29,9 +29,10 @@ SEEN_MAX = 100_000
 class Measurements:
     """The series, status and setvalue endpoints over one dataset and clock."""
 
-    def __init__(self, dataset: Dataset, clock: Clock) -> None:
+    def __init__(self, dataset: Dataset, clock: Clock, plan: FaultPlan) -> None:
         self.dataset = dataset
         self.clock = clock
+        self.plan = plan
         self.overlay: dict[int, dict[int, float]] = {}  # param -> {ts: value} from setvalue
         self.overlay_version: dict[int, int] = {}  # part of the cache key of the param's series
         self.cache: OrderedDict[tuple, bytes] = OrderedDict()
@@ -65,11 +66,7 @@ class Measurements:
             raise bad(f"the interval start {start} is after its end {end}")
         if kind == "raw" and end - start > DAY_MS:
             raise bad(f"raw intervals may span at most 24 hours, this one spans {(end - start) / 3.6e6:.2f} h")
-        count = None if source == "signal" else call.integer("count", COUNT_DEFAULT)
-        if count is not None:
-            if count < 1:
-                raise bad("count must be at least 1")
-            count = min(count, COUNT_MAX)
+        count = self._count(call, signal=source == "signal")
         now = self.clock.now()
         lo, hi = (start, end) if kind == "raw" else series.bucket_span(start, end)
         hostile = call.decision.hostile if call.decision else None
@@ -99,6 +96,18 @@ class Measurements:
         if hi <= now and len(body) <= CACHE_MAX_ENTRY:
             self._cache_put(key, body)
         return Answer(body)
+
+    def _count(self, call: Call, *, signal: bool) -> int | None:
+        """How many points or buckets the answer holds at most (None: all)."""
+        f = self.plan.faults
+        if signal:  # takes no count, but a server's cap still applies
+            return f.max_count
+        count = call.integer("count", f.count_default)
+        if count < 1:
+            raise bad("count must be at least 1")
+        if f.count_reject_over is not None and count > f.count_reject_over:
+            raise bad(f"count may be at most {f.count_reject_over}, got {count}")
+        return min(count, COUNT_MAX, f.max_count or COUNT_MAX)
 
     def _buckets(self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int) -> list[np.ndarray]:
         """The first `count` buckets of [lo, hi], computed a slab at a time: aggregate windows have no

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from etl.emulator.accounts import Account
 from etl.emulator.answers import Answer, Refusal, bad, not_found
@@ -12,12 +12,14 @@ from etl.emulator.faults import Decision
 
 @dataclass
 class Call:
-    """One API call as a handler sees it: path arguments, query, the signed-in account."""
+    """One API call as a handler sees it: path arguments, query, the form body of a sign-in, the
+    signed-in account."""
 
     method: str
     path: str
     query: dict[str, list[str]]
     args: tuple[int, ...]
+    form: dict[str, list[str]] = field(default_factory=dict)
     account: Account | None = None
     decision: Decision | None = None
 

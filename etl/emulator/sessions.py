@@ -18,11 +18,39 @@ import orjson
 
 from etl.emulator import records
 from etl.emulator.accounts import Account
-from etl.emulator.answers import Answer, Refusal
-from etl.emulator.faults import Faults
+from etl.emulator.answers import HTML, Answer, Refusal, refused
+from etl.emulator.faults import FaultPlan
 from etl.emulator.routing import Call
 
 SECRET_ENV = "ETL_EMULATOR_SECRET"  # shared by worker processes
+
+
+class SessionEnded(Refusal):
+    """A call without a live session: missing or unknown cookies, a wrong token, an expired session."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(401, "unauthorized", message)
+
+
+def login_page(base_path: str) -> bytes:
+    return (f"<!DOCTYPE html><html><head><title>Sign in</title></head><body><h1>Sign in</h1>"
+            f'<form method="post" action="{base_path}/auth/login">'
+            '<label>Login <input type="text" name="username"></label>'
+            '<label>Password <input type="password" name="password"></label>'
+            '<button type="submit">Sign in</button></form></body></html>').encode()
+
+
+def session_end_answer(ended: SessionEnded, choice: str, base_path: str, error_body: str) -> Answer:
+    """How a call without a live session is answered (faults.SESSION_ENDS): 401 or 403 with an error
+    body, a redirect to the sign-in page or to the root, or the sign-in page itself with 200."""
+    if choice == "401":
+        return refused(ended, error_body)
+    if choice == "403":
+        return refused(Refusal(403, "forbidden", ended.message), error_body)
+    if choice == "html-login":
+        return Answer(login_page(base_path), 200, HTML)
+    location = f"{base_path}/login" if choice == "302-login" else "/"
+    return Answer(b"", 302, None, [(b"location", location.encode())])
 
 
 @dataclass
@@ -49,9 +77,10 @@ def _cookies(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
 class Sessions:
     """Signs accounts in and checks the session cookies of every other call."""
 
-    def __init__(self, accounts: dict[str, Account], base_path: str) -> None:
+    def __init__(self, accounts: dict[str, Account], base_path: str, plan: FaultPlan) -> None:
         self.accounts = accounts
         self.base_path = base_path
+        self.plan = plan
         self.secret = os.environ.get(SECRET_ENV, "").encode() or secrets.token_bytes(32)
         self.live: dict[str, ServerSession] = {}
 
@@ -69,9 +98,14 @@ class Sessions:
         self.live[sid] = session = ServerSession(account, self._token(sid), created_ms / 1000)
         return session
 
+    def _credential(self, call: Call, name: str) -> str:
+        """From the form body or the query string, as `sign_in_via` allows (the body first)."""
+        sources = {"both": (call.form, call.query), "form": (call.form,), "query": (call.query,)}
+        return next((values[-1] for source in sources[self.plan.faults.sign_in_via] if (values := source.get(name))), "")
+
     def sign_in(self, call: Call) -> Answer:
-        account = self.accounts.get(call.one("username") or "")
-        password = call.one("password") or ""
+        account = self.accounts.get(self._credential(call, "username"))
+        password = self._credential(call, "password")
         if account is None or not hmac.compare_digest(account.password.encode(), password.encode()):
             raise Refusal(401, "bad_credentials", "wrong login or password")
         created = time.time()
@@ -90,19 +124,19 @@ class Sessions:
         body = orjson.dumps(records.user_record(account.index, account.login, account.control))
         return Answer(body, headers=headers)
 
-    def check(self, headers: list[tuple[bytes, bytes]], faults: Faults) -> Account:
+    def check(self, headers: list[tuple[bytes, bytes]]) -> Account:
         """The account of a live session named by the cookies, counting this request against it."""
+        faults = self.plan.faults
         cookies = _cookies(headers)
         sid = cookies.get("SEMSESSIONID", "")
         session = self.live.get(sid) or self._known(sid, cookies.get("issToken", ""))
         if session is None or session.spent:
-            raise Refusal(401, "unauthorized", "sign in first: the SEMSESSIONID and issToken cookies are missing, "
-                          "unknown or expired")
+            raise SessionEnded("sign in first: the SEMSESSIONID and issToken cookies are missing, unknown or expired")
         if not hmac.compare_digest(session.token.encode(), cookies.get("issToken", "").encode()):
-            raise Refusal(401, "unauthorized", "the issToken cookie does not belong to this session")
+            raise SessionEnded("the issToken cookie does not belong to this session")
         if faults.session_max_age is not None and time.time() - session.created > faults.session_max_age:
             session.spent = True
-            raise Refusal(401, "unauthorized", "session expired")
+            raise SessionEnded("session expired")
         session.served += 1
         if faults.session_max_requests is not None and session.served >= faults.session_max_requests:
             session.spent = True  # this request is served; the next one is refused
