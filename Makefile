@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench soak clean demo-s3 demo-dask
+.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,15 @@ run: $(STAMP)
 	echo "  $(ETL) query -c configs/demo.yaml \"$(DEMO_SQL)\"" && \
 	$(ETL) query -c configs/demo.yaml "$(DEMO_SQL)"
 
-test: $(STAMP)
+# The HTML report (etl report -o) is tested in a real headless browser: Debian's Chromium, installed
+# here when it is missing (as root, or through sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { echo "installing Debian's chromium for the HTML report's test"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends chromium >/dev/null; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -68,6 +76,11 @@ demo-dask: $(STAMP)
 ## BENCH_ARGS="--repeat 5 --latency 0.05" to change the runs; results in benchmarks/results/latest.json.
 bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+## make bench-fleet: one-day runs over 800, 8,000 and 40,000 parameters next to bare httpx replaying the same
+## requests, at 0/10/50 ms answers, and 1 vs 10 weeks of history (README, Performance). About 40 minutes.
+bench-fleet: $(STAMP)
+	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

@@ -41,7 +41,8 @@ async def ceiling(spec: dict, _out: Path) -> int:
         async def one(request: dict) -> None:
             nonlocal received
             async with gate:
-                answer = await client.get(spec["base_url"] + request["path"], params=request["query"], headers=headers)
+                answer = await client.request(request.get("method", "GET"), spec["base_url"] + request["path"],
+                                              params=request["query"], headers=headers)
                 answer.raise_for_status()
                 received += len(answer.content)
 

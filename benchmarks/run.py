@@ -21,32 +21,22 @@ import asyncio
 import atexit
 import json
 import os
-import platform
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
-import psutil
-import pyarrow.parquet as pq
 import yaml
 
 from etl.config import load_config
-from etl.emulator.server import EmulatorControl
-from etl.plan import PlanOptions, plan
-from etl.state import State
+from etl.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.state import Coverage
 from etl.timeutil import DAY_MS, iso, to_ms
+from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_run, peer_run, run_child
 
-HERE = Path(__file__).resolve().parent
-PY = sys.executable
 START = "2026-11-01T00:00:00Z"
-SERIES = ("raw", "average", "candles")
 TARGETS = {"ceiling_share": 0.85, "vs_naive": 5.0, "vs_dlt": 3.0, "peak_rss_mb": 250.0,
            "rss_growth": 0.20, "emulator_rps": 1000.0}
 
@@ -66,19 +56,6 @@ class Shape:
         return self.objects * (self.params_per_object + self.calc_per_object)
 
 
-QUICK = Shape(objects=1, params_per_object=3, calc_per_object=1, days=1, memory_days=(1, 2))
-
-
-@dataclass
-class Measurement:
-    seconds: float  # sign-in to last write, as the contender reports it
-    wall: float  # the whole process, interpreter start-up and imports included
-    peak_rss_mb: float
-    cpu_seconds: float  # user + system of the contender process
-    emulator_cpu_seconds: float
-    rows: int
-
-
 @dataclass
 class Result:
     name: str
@@ -89,70 +66,7 @@ class Result:
         return min(self.runs, key=lambda m: m.seconds)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Emulator:
-    """`etl emulator serve` in a child process."""
-
-    def __init__(self, workdir: Path, name: str, args: list[str]) -> None:
-        self.port = free_port()
-        self.log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [PY, "-m", "etl", "emulator", "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.base_url = self.url + "/api"
-        try:
-            subprocess.run([PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True)
-        except BaseException:
-            self.proc.kill()
-            self.log.close()
-            raise
-        self.control = EmulatorControl(self.url)
-        self.ps = psutil.Process(self.proc.pid)
-
-    def cpu_seconds(self) -> float:
-        """CPU of the server and its worker processes, if any."""
-        total = 0.0
-        for p in [self.ps, *self.ps.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
-
-    def stop(self) -> None:
-        self.control.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-
-def run_child(cmd: list[str]) -> tuple[dict, dict]:
-    """Run one contender through measure.py: its JSON output, and wall, peak_rss_mb, cpu_seconds."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out, err, usage = (Path(tmp) / name for name in ("out", "err", "usage"))
-        with out.open("wb") as o, err.open("wb") as e:
-            code = subprocess.call([PY, str(HERE / "measure.py"), str(usage), *cmd], stdout=o, stderr=e)
-        if code != 0:
-            raise RuntimeError(f"{' '.join(cmd[:4])}... exited {code}: {err.read_text().strip()[-2000:]}")
-        return json.loads(out.read_text()), json.loads(usage.read_text())
-
-
-def parquet_rows(root: Path) -> int:
-    """Rows of the series tables under root: a folder per series, or one file per series."""
-    files = [f for t in SERIES for f in [*(root / t).rglob("*.parquet"), root / f"{t}.parquet"] if f.exists()]
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+QUICK = Shape(objects=1, params_per_object=3, calc_per_object=1, days=1, memory_days=(1, 2))
 
 
 def write_config(path: Path, emulator: Emulator, out: Path, start: int, days: int, concurrency: int) -> Path:
@@ -168,23 +82,6 @@ def write_config(path: Path, emulator: Emulator, out: Path, start: int, days: in
     return path
 
 
-def etl_run(config: Path, out: Path, emulator: Emulator) -> Measurement:
-    shutil.rmtree(out, ignore_errors=True)
-    cpu = emulator.cpu_seconds()
-    summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"])
-    return Measurement(summary["seconds"], usage["wall"], usage["peak_rss_mb"], usage["cpu_seconds"],
-                       emulator.cpu_seconds() - cpu, parquet_rows(out))
-
-
-def peer_run(name: str, requests: Path, out: Path, emulator: Emulator) -> Measurement:
-    shutil.rmtree(out, ignore_errors=True)
-    cpu = emulator.cpu_seconds()
-    line, usage = run_child([PY, str(HERE / "peers.py"), name, "--requests", str(requests), "--out", str(out)])
-    rows = parquet_rows(out / "data" / "series" if name == "dlt" else out)  # the ceilings write nothing
-    return Measurement(line["seconds"], usage["wall"], usage["peak_rss_mb"], usage["cpu_seconds"],
-                       emulator.cpu_seconds() - cpu, rows)
-
-
 def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dict:
     """The series requests of the warm-up `etl run` (from the emulator's log), checked against etl's
     own plan and labelled with what the plan knows of each (object, kind, series, window)."""
@@ -192,21 +89,25 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
     params = asyncio.run(_discover(config))
     start, end = config.window.start_ms, config.window.end_ms(0)
     units = {}
-    for slab in plan(config, params, State(), PlanOptions(start, end)):
-        for u in slab.units:
-            units.setdefault((u.param.id, u.series), []).append(u)
+    spans = spans_for(config.extract.raw_window, config.extract.aggregate_window)
+    for slab in Plan(Fleet(params, config.sink.buckets), Coverage(), PlanOptions(start, end), config.series,
+                     spans).slabs():
+        for u in slab.windows:
+            units.setdefault((u.param_id, u.series.value), []).append(u)
     requests, covered = [], set()
-    base_path = "/api"
+    base_path = "/sem-restservices"
     for entry in emulator.control.requests():
         if "interval_ms" not in entry or entry["status"] != 200:
             continue
         path = entry["path"][len(base_path):]
         s, e = (int(x) for x in path.rstrip("/").split("/")[-2:])
         series = "average" if "/average/" in path else "candles" if "/candles/" in path else "raw"
-        unit = next(u for u in units[(entry["param_id"], series)] if u.start <= s and e <= u.end)
-        covered.add((unit.param.id, series, unit.start))
-        requests.append({"path": path, "query": entry["query"], "series": series, "param_id": unit.param.id,
-                         "object_id": unit.param.object_id, "kind": unit.param.kind, "start": s, "end": e})
+        unit = next((u for u in units[(entry["param_id"], series)] if (u.start, u.end) == (s, e)), None)
+        if unit is None:
+            continue  # etl checking an answer for a silent cap (a wider span, the rest from its last stamp)
+        covered.add((unit.param_id, series, unit.start))
+        requests.append({"path": path, "query": entry["query"], "series": series, "param_id": unit.param_id,
+                         "object_id": unit.object_id, "kind": unit.kind.value, "start": s, "end": e})
     planned = sum(len(v) for v in units.values())
     if len(covered) != planned:
         raise RuntimeError(f"the warm-up run fetched {len(covered)} of {planned} planned windows")
@@ -215,12 +116,12 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
 
 
 async def _discover(config):
-    from etl.pipeline import make_client
-    from etl.walk import discover
+    from etl.build import Build
+    from etl.discover import discover
 
-    async with make_client(config) as client:
+    async with Build(config).client() as client:
         await client.sign_in()
-        return (await discover(client, config.select))[1]
+        return (await discover(client, config.select)).params
 
 
 def emulator_throughput(workdir: Path, now: str, seconds: float, workers: int) -> dict:
@@ -237,25 +138,6 @@ def emulator_throughput(workdir: Path, now: str, seconds: float, workers: int) -
         return {**line, "workers": workers, "emulator_cpu_seconds": emulator.cpu_seconds() - cpu}
     finally:
         emulator.stop()
-
-
-def environment() -> dict:
-    versions = {}
-    for name in ("etl", "httpx", "orjson", "numpy", "pyarrow", "pandas", "uvicorn", "dlt"):
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "when": datetime.now(tz=UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "machine": f"{platform.system()} {platform.machine()}",
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)),
-        "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
-        "load_average_start": [round(x, 2) for x in os.getloadavg()],
-        "versions": versions,
-    }
 
 
 def compare(names: list[str], repeat: int, skipped: dict[str, str], run_one) -> dict[str, Result]:

@@ -3,6 +3,7 @@ what it holds rather than what it once held (the 1-week vs 10-week figures in be
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 
@@ -20,10 +21,22 @@ def release_freed_memory() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        libc = _libc()
         # Answers, columns and encoded files are larger than this: each gets its own mapping. A fixed
         # value also stops glibc from raising the threshold after every large free, which would move
         # such buffers into per-thread heaps that seldom shrink.
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     except (OSError, AttributeError):
         pass  # not glibc (musl...): its defaults stay
+
+
+def trim() -> None:
+    """Give the heap's free pages back to the OS: after a phase that made many short-lived objects
+    (listing a wide fleet), so the next phase's peak does not stack on the last one's leftovers."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            _libc().malloc_trim(0)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL("libc.so.6")

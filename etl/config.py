@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import ssl
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -24,12 +23,11 @@ from pydantic import (
 
 from etl import redact
 from etl.errors import ConfigError
+from etl.model import ParamKind, Series, slug
 from etl.timeutil import DAY_MS, parse_duration_ms, to_ms
 
 log = logging.getLogger(__name__)
 
-SeriesKind = Literal["raw", "average", "candles"]
-ParamKindName = Literal["physical", "calculated", "signal"]
 
 
 class Strict(BaseModel):
@@ -53,9 +51,11 @@ class RetryConfig(Strict):
 
 class SourceConfig(Strict):
     base_url: str
+    name: str | None = Field(None, description="labels this instance in the data (default: the host)")
     username: str
     password: SecretStr | None = None  # SecretStr: shown as ****** wherever the config is printed
     password_file: Path | None = None
+    sign_in: Literal["query", "form"] = "query"  # credentials as query parameters or a form body
     verify_tls: bool = True
     ca_bundle: Path | None = None
     connect_timeout: float = Field(10.0, gt=0)
@@ -76,41 +76,19 @@ class SourceConfig(Strict):
             raise ValueError("give password or password_file, not both")
         if self.ca_bundle is not None and not self.verify_tls:
             raise ValueError("give ca_bundle or verify_tls: false, not both")
+        if self.name is None:
+            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
         return self
 
-    def tls_verify(self) -> bool | ssl.SSLContext:
-        """What httpx verifies the server against: the system CAs, the ca_bundle, or (warned) nothing."""
-        host = urlsplit(self.base_url).hostname or ""
-        if self.base_url.startswith("http://") and host not in {"localhost", "127.0.0.1", "::1"}:
-            log.warning("source.base_url is plain http: the password and session cookies cross the network "
-                        "unencrypted; use https")
-        if not self.verify_tls:
-            log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
-            return False
-        if self.ca_bundle is None:
-            return True
-        try:
-            return ssl.create_default_context(cafile=str(self.ca_bundle))
-        except FileNotFoundError:
-            raise ConfigError(f"config error: source.ca_bundle: {self.ca_bundle}: no such file") from None
-        except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            raise ConfigError(f"config error: source.ca_bundle: cannot load CA certificates from "
-                              f"{self.ca_bundle}: {reason}") from None
-
-    def resolve_password(self) -> str:
-        if self.password_file is None:
-            return self.password.get_secret_value() if self.password else ""
-        try:
-            secret = self.password_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"source.password_file: cannot read {self.password_file}: {exc.strerror}") from None
-        redact.register(secret)
-        return secret
-
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
+        return value
 
 class ParameterSelect(Strict):
-    kinds: list[ParamKindName] = ["physical", "calculated", "signal"]
+    kinds: list[ParamKind] = list(ParamKind)
     ids: list[int] | None = None
     exclude_ids: list[int] = []
     tags: list[str] | None = Field(None, description="keep parameters with any of these tags")
@@ -160,7 +138,8 @@ class ExtractConfig(Strict):
     max_points: int = Field(10_000, ge=2, description="count sent with each request; a full answer is split")
     raw_window: int = Field(DAY_MS, description="raw windows; at most 24h, aligned to UTC midnight")
     aggregate_window: int = Field(7 * DAY_MS, description="average and candle windows")
-    slabs_in_flight: int = Field(2, ge=1, le=16, description="time slabs fetched ahead of the writer")
+    slabs_in_flight: int = Field(2, ge=1, le=16, description="slabs worked on at once")
+    batch_windows: int = Field(64, ge=1, le=100_000, description="windows handed to the writer at a time")
 
     @field_validator("raw_window", "aggregate_window", mode="before")
     @classmethod
@@ -179,7 +158,8 @@ class ExtractConfig(Strict):
 class SinkConfig(Strict):
     format: Literal["parquet", "csv"] = "parquet"
     path: str
-    partition_by: list[Literal["date", "object_id"]] = ["date"]
+    partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
+    buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
     storage_options: dict[str, Any] = {}
 
@@ -187,7 +167,7 @@ class SinkConfig(Strict):
     @classmethod
     def _has_date(cls, value: list[str]) -> list[str]:
         if "date" not in value or len(set(value)) != len(value):
-            raise ValueError("must contain 'date' once (and may add 'object_id')")
+            raise ValueError("must contain 'date' once (and may add 'source' and 'object_id')")
         return value
 
 
@@ -218,7 +198,7 @@ class ExecutorConfig(Strict):
 class Config(Strict):
     source: SourceConfig
     select: SelectConfig = SelectConfig()
-    series: list[SeriesKind] = ["raw", "average", "candles"]
+    series: list[Series] = list(Series)
     window: WindowConfig
     extract: ExtractConfig = ExtractConfig()
     retry: RetryConfig = RetryConfig()
@@ -236,7 +216,8 @@ class Config(Strict):
 
     @property
     def state_path(self) -> str:
-        return self.state.path or self.sink.path.rstrip("/") + "/_state"
+        """This source's checkpoints (each instance of the platform keeps its own)."""
+        return f"{(self.state.path or self.sink.path.rstrip('/') + '/_state').rstrip('/')}/{self.source.name}"
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

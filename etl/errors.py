@@ -1,4 +1,29 @@
-"""One exception tree for the whole tool; each class carries the exit code the CLI returns."""
+"""One exception tree for the whole tool.
+
+Every class says what the CLI exits with (`exit_code`), whether sending the same request again may
+help (`retryable`: the client's retries read nothing else) and whether the run must stop (`fatal`:
+fetching more is pointless) or only the window at hand fails (the pipeline reads nothing else).
+
+                                    exit  retryable  fatal
+    EtlError                          70     no        yes   a bug: please report it
+    ├── ConfigError (ValueError)       2     no        yes   bad config, arguments or base URL
+    │   └── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    ├── ApiError                       5     no        yes   talking to the platform
+    │   ├── AuthError                  3     no        yes   sign-in refused; a right the login lacks
+    │   │   └── SessionRejected        3     yes       yes   sessions refused even right after signing in
+    │   ├── NetworkError               4     yes       yes   timeouts, connection failures
+    │   │   └── TlsError               4     no        yes   certificate not verified
+    │   ├── ServerError                5     yes       yes   5xx, 429
+    │   ├── RequestRejected            5     no        yes   any other 4xx
+    │   │   └── NotFound               5     no        yes   404
+    │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
+    │   └── RetriesExhausted         (as its last cause)     retries ran out
+    ├── DataError                      6     no        no    data that cannot be used
+    ├── StorageError                   7     no        yes   output or state not writable
+    ├── LockedError                    8     no        yes   another run holds the state lock
+    ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
+    └── Interrupted                  130     no        yes   SIGINT/SIGTERM
+"""
 
 from __future__ import annotations
 
@@ -6,12 +31,13 @@ from __future__ import annotations
 class ExitCode:
     OK = 0
     CONFIG = 2  # bad config, arguments or usage (click uses 2 for usage errors too)
-    AUTH = 3  # sign-in refused, session rejected after re-sign-in
+    AUTH = 3  # sign-in refused, a missing right, sessions refused even after signing in again
     NETWORK = 4  # host unreachable, connection failures after retries
     SERVER = 5  # 5xx/429 after retries, requests the server rejected
     DATA = 6  # answers that cannot be parsed or fail validation
     OUTPUT = 7  # output or state location cannot be written (permissions, disk full)
     LOCKED = 8  # another run holds the state lock
+    QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -20,6 +46,8 @@ class EtlError(Exception):
     """Base of every error the tool reports as one line."""
 
     exit_code = ExitCode.INTERNAL
+    retryable = False
+    fatal = True
 
 
 class ConfigError(EtlError, ValueError):
@@ -34,6 +62,7 @@ class ApiError(EtlError):
     """Something went wrong talking to the platform."""
 
     exit_code = ExitCode.SERVER
+    reason = "api"  # the key of its retries in ClientStats.retries
 
 
 class AuthError(ApiError):
@@ -41,36 +70,45 @@ class AuthError(ApiError):
 
 
 class SessionRejected(AuthError):
-    """A session refused again right after a new sign-in. Retried: under load a short-lived session
-    can expire before this request's turn; when retries run out, an auth error (rights?)."""
+    """Sessions refused even right after a new sign-in. Retried: short sessions can end before a
+    request's turn; when retries run out, an auth error."""
+
+    retryable = True
+    reason = "session_rejected"
 
 
 class NetworkError(ApiError):
     exit_code = ExitCode.NETWORK
+    retryable = True
 
     def __init__(self, message: str, reason: str = "network"):
         super().__init__(message)
-        self.reason = reason
+        self.reason = reason  # timeout, connection, tls, network
 
 
 class TlsError(NetworkError):
-    """The server's certificate was not accepted: not retried, it will not change in a minute."""
+    """The server's certificate was not accepted: it will not change in a minute."""
+
+    retryable = False
 
     def __init__(self, message: str):
         super().__init__(message, reason="tls")
 
 
 class ServerError(ApiError):
-    """A retryable answer: 5xx or 429."""
+    """5xx or 429: the server may answer next time."""
+
+    retryable = True
 
     def __init__(self, message: str, status: int, retry_after: float | None = None):
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.reason = f"http_{status}"
 
 
 class RequestRejected(ApiError):
-    """A 4xx the server will give again: not retried."""
+    """A 4xx the server will give again."""
 
     def __init__(self, message: str, status: int, excerpt: str = ""):
         super().__init__(message)
@@ -83,23 +121,28 @@ class NotFound(RequestRejected):
 
 
 class InvalidResponse(ApiError):
-    """A 200 whose body is not the JSON we expect (truncated, HTML, wrong shape)."""
+    """A 200 whose body is not what we expect (truncated, HTML, wrong shape). Only its window fails."""
 
     exit_code = ExitCode.DATA
+    retryable = True
+    fatal = False
+    reason = "invalid_body"
 
 
 class RetriesExhausted(ApiError):
-    """Gave up after the retry policy's attempts or deadline; exit code of the last cause."""
+    """Gave up after the retry policy's attempts or deadline; exit code and fatality of the last cause."""
 
     def __init__(self, message: str, last: BaseException, attempts: int):
         super().__init__(message)
         self.last = last
         self.attempts = attempts
         self.exit_code = getattr(last, "exit_code", ExitCode.NETWORK)
+        self.fatal = getattr(last, "fatal", True)
 
 
 class DataError(EtlError):
     exit_code = ExitCode.DATA
+    fatal = False
 
 
 class StorageError(EtlError):
@@ -110,6 +153,13 @@ class LockedError(EtlError):
     exit_code = ExitCode.LOCKED
 
 
+class QualityBelow(EtlError):
+    """`etl report --fail-under`: the data is there, but some parameters are less complete than asked."""
+
+    exit_code = ExitCode.QUALITY
+    fatal = False
+
+
 class Interrupted(EtlError):
     exit_code = ExitCode.INTERRUPTED
 
@@ -117,7 +167,7 @@ class Interrupted(EtlError):
 _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: NetworkError,
     ExitCode.SERVER: ApiError, ExitCode.DATA: DataError, ExitCode.OUTPUT: StorageError,
-    ExitCode.LOCKED: LockedError, ExitCode.INTERRUPTED: Interrupted,
+    ExitCode.LOCKED: LockedError, ExitCode.QUALITY: QualityBelow, ExitCode.INTERRUPTED: Interrupted,
 }
 
 

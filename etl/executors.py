@@ -1,8 +1,9 @@
 """Where slabs run: in this process (one shared client, as always) or on a dask.distributed cluster.
 
-Both executors admit a bounded number of slabs at a time, in plan order, and hand each result to the
-coordinator's `commit` as soon as it arrives; the coordinator checkpoints it. A stop (a signal, a fatal
-error) admits no more slabs; those in flight finish and are committed, on the cluster too.
+Both executors take slabs from the plan as they go (the plan makes them lazily), a bounded number at
+a time, in plan order, and hand each result to the coordinator's `commit` as soon as it arrives; the
+coordinator checkpoints it. A stop (a signal, a fatal error) admits no more slabs; those in flight
+write what they fetched and are committed, on the cluster too.
 """
 
 from __future__ import annotations
@@ -10,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from etl.build import Build
 from etl.client import MonitoringClient
-from etl.errors import ConfigError, EtlError, NetworkError
+from etl.errors import EtlError, NetworkError
+from etl.optional import require
+from etl.slab import SlabJob, SlabResult, process_slab, run_slab
 from etl.timeutil import iso
-from etl.work import SlabJob, SlabResult, process_slab, run_slab
 
 log = logging.getLogger("etl")
 
@@ -26,44 +29,90 @@ Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
 Fail = Callable[[SlabJob, BaseException], None]
 
 
+MAX_SLABS = 32  # slabs in flight at most, however small (each holds a few open files)
+
+
 @dataclass(frozen=True)
 class Executor:
     name: str
-    in_flight: int  # slabs admitted at once
+    in_flight: int  # slabs admitted at once, whatever their size
     run_job: RunJob
     remote: bool = False  # jobs run in other processes, maybe on other machines
+    windows: int = 0  # more (small) slabs are admitted while their windows stay under this
 
 
-async def execute(executor: Executor, jobs: list[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event) -> None:
-    admit = asyncio.Semaphore(executor.in_flight)
+class _Admission:
+    """Slabs in flight: at least `in_flight` of them, more while their windows stay under a budget, so a
+    small fleet (slabs of a few windows) still keeps every request slot busy."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.slabs = self.windows = 0
+        self.changed = asyncio.Condition()
+
+    def _room(self, size: int) -> bool:
+        return self.slabs < self.executor.in_flight or \
+            (self.slabs < MAX_SLABS and self.windows + size <= self.executor.windows)
+
+    async def enter(self, size: int) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: self._room(size))
+            self.slabs += 1
+            self.windows += size
+
+    async def leave(self, size: int) -> None:
+        async with self.changed:
+            self.slabs -= 1
+            self.windows -= size
+            self.changed.notify_all()
+
+
+async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail,
+                  stop: asyncio.Event) -> None:
+    admission = _Admission(executor)
 
     async def one(job: SlabJob) -> None:
-        async with admit:
+        try:
+            await commit(job, await executor.run_job(job))
+        except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
+            fail(job, exc)
+        finally:
+            await admission.leave(len(job.slab.windows))
+
+    running: set[asyncio.Task] = set()
+    try:
+        for job in jobs:
+            await admission.enter(len(job.slab.windows))
             if stop.is_set():
-                return
-            try:
-                await commit(job, await executor.run_job(job))
-            except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
-                fail(job, exc)
+                break
+            task = asyncio.ensure_future(one(job))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        if running:
+            await asyncio.gather(*running)
+    except BaseException:
+        for task in running:
+            task.cancel()
+        raise
 
-    await asyncio.gather(*(one(job) for job in jobs))
 
-
-def local_executor(client: MonitoringClient, slabs_in_flight: int) -> Executor:
+def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) -> Executor:
     """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
-    return Executor("local", slabs_in_flight, lambda job: process_slab(job, client))
+    extract = build.config.extract
+    return Executor("local", extract.slabs_in_flight,
+                    lambda job: process_slab(job, client, build.slab_writer(job.slab), stop),
+                    windows=4 * extract.concurrency)
 
 
 @asynccontextmanager
 async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIterator[Executor]:
     """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
     rescheduled by Dask and redone from scratch, which rewrites the same files."""
-    try:
-        from distributed import Client
-        from distributed.client import FutureCancelledError
-        from distributed.scheduler import KilledWorker
-    except ImportError:
-        raise ConfigError("executor dask needs dask.distributed: pip install 'dask[distributed]'") from None
+    require("distributed", "the dask executor")
+    from distributed import Client
+    from distributed.client import FutureCancelledError
+    from distributed.scheduler import KilledWorker
+
     try:
         client = await Client(address, asynchronous=True, timeout=connect_timeout)
     except Exception as exc:
@@ -72,7 +121,7 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
     run = uuid.uuid4().hex[:8]
 
     async def run_job(job: SlabJob) -> SlabResult:
-        key = f"slab-{job.slab.series}-{iso(job.slab.start)}-{run}"
+        key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"
         try:
             return await client.submit(run_slab, job, key=key, pure=False)
         except EtlError:

@@ -1,17 +1,38 @@
-"""Fetch work units: one request per unit, split in halves while an answer is full."""
+"""Fetch one window: every point of it, whatever the server caps its answers at.
+
+An answer may lack points in two ways: it holds as many as the `count` asked, or the server capped it
+below that without a word (the document gives `count` no default or maximum; `etl.client.caps` learns
+the cap). An answer that may have been cut and stops before the window's end is continued from its last
+stamp: the server's bounds are inclusive, so that point comes again and is dropped. Once an answer is
+known to be cut, the rest of its window is asked in pieces the cap fits, all at once.
+
+Most answers are shorter than the longest seen on their route, so they cannot have been cut and cost
+nothing more. One as long as the longest (the first of a route, or one of many equal windows ending at
+the server's clock) is first checked by asking a wider span ending at the same stamp: more points
+there mean the cap is above this answer's length, and every later answer up to that length is cleared
+too. Only when the wider span is no longer is the answer continued.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import Counter
 
 import numpy as np
 
 from etl.client import MonitoringClient
+from etl.client.caps import Verdict
 from etl.client.models import Candles, Points
-from etl.errors import DataError
-from etl.plan import WorkUnit
-from etl.transform import UnitData, clean
+from etl.model import ParamKind, Series, Window
+from etl.timeutil import DAY_MS
+
+# Pieces are sized to hold this share of the cap at the density seen so far: points are not spread
+# evenly (gaps, jitter), and a piece that overflows costs a continuation in sequence.
+PIECE_FILL = 0.75
+# At most this many pieces at once: a density misjudged from a dense start costs few requests, and a
+# piece that overflows is cut again at its own density.
+MAX_PIECES = 64
 
 
 def _concat(parts: list[Points | Candles]) -> Points | Candles:
@@ -22,37 +43,99 @@ def _concat(parts: list[Points | Candles]) -> Points | Candles:
     return type(first)(**{f: np.concatenate([getattr(p, f) for p in parts]) for f in fields})
 
 
-async def fetch_window(
-    client: MonitoringClient, unit: WorkUnit, start: int, end: int, max_points: int, counters: Counter
-) -> list[Points | Candles]:
-    """[start, end) of one unit. The closing bound is sent inclusively, because servers differ on it;
-    points at `end` are dropped later. An answer with `max_points` points may be cut: split and refetch."""
-    data = await client.series(unit.param, unit.series, start, end, count=max_points)
-    counters["requests"] += 1
-    if len(data) < max_points or unit.param.kind == "signal" and unit.series == "raw":
-        return [data]  # /db/signal takes no count: its answers are never cut
-    if end - start < 2:
-        raise DataError(
-            f"parameter {unit.param.id} {unit.series}: more than {max_points} points within 1 ms; "
-            "raise extract.max_points"
-        )
-    counters["splits"] += 1
-    middle = start + (end - start) // 2
-    first, second = await asyncio.gather(
-        fetch_window(client, unit, start, middle, max_points, counters),
-        fetch_window(client, unit, middle, end, max_points, counters),
-    )
-    # Both halves hold the point at `middle` (inclusive bounds): the first half gives it up.
-    return [_before(part, middle) for part in first] + second
-
-
-def _before(data: Points | Candles, bound: int) -> Points | Candles:
-    keep = data.ts < bound
+def _where(data: Points | Candles, keep: np.ndarray) -> Points | Candles:
     if keep.all():
         return data
     return type(data)(**{f: getattr(data, f)[keep] for f in data.__dataclass_fields__})
 
 
-async def fetch_unit(client: MonitoringClient, unit: WorkUnit, max_points: int, counters: Counter) -> UnitData:
-    parts = await fetch_window(client, unit, unit.start, unit.end, max_points, counters)
-    return clean(unit, _concat(parts), counters)
+async def fetch_window(client: MonitoringClient, window: Window, max_points: int, counters: Counter) -> Points | Candles:
+    """Every point the server has in the window, as it sent them (the point at `end` included: the bounds
+    are inclusive). `counters`: requests; continuations, the requests spent on answers that may have
+    been cut (wider spans asked to rule a cap out, and the rest asked from an answer's last stamp);
+    splits, rests of a window asked in several pieces at once."""
+    start, end = window.request()
+    return _concat(await _fetch(client, window, start, end, max_points, counters))
+
+
+async def _fetch(
+    client: MonitoringClient, window: Window, start: int, end: int, max_points: int, counters: Counter
+) -> list[Points | Candles]:
+    """The points in [start, end], both included."""
+    kind, series = window.kind, window.series
+    count = None if kind is ParamKind.SIGNAL and series is Series.RAW else max_points  # /db/signal takes none
+    parts: list[Points | Candles] = []
+    seen: int | None = None  # continuing: points up to this stamp came already
+    suspected = 0  # continuing on suspicion: the length of the answer that may have been cut
+    while True:
+        data = await client.series(window.param_id, kind, series, start, end, count=count)
+        counters["requests"] += 1
+        points = len(data)
+        last = int(data.ts.max()) if points else end
+        if seen is not None:
+            data = _where(data, data.ts > seen)
+            if suspected and len(data):
+                client.caps.cut(kind, series, suspected)
+        parts.append(data)
+        verdict = client.caps.verdict(kind, series, points, count)
+        if last >= end or verdict is Verdict.COMPLETE:
+            return parts
+        # From `last` again (inclusive bounds), or past `start` when every point so far shares one stamp
+        # (of those only the first is kept anyway).
+        resume = max(last, start + 1)
+        if verdict is Verdict.SUSPECT:
+            async with client.caps.lock(kind, series):
+                verdict = client.caps.verdict(kind, series, points, count)  # what others learned meanwhile
+                if verdict is Verdict.COMPLETE or verdict is Verdict.SUSPECT and await _cap_is_above(
+                    client, window, start, end, count, points, counters
+                ):
+                    return parts
+        if verdict is Verdict.FULL:
+            limit = min(c for c in (count, client.caps.cap(kind, series)) if c is not None)
+            rest = (end - resume) * points / max(last - start, 1)
+            pieces = min(math.ceil(rest / (PIECE_FILL * limit)), MAX_PIECES, end - resume)
+            if pieces > 1:
+                counters["splits"] += 1
+                parts += await _pieces(client, window, resume, end, pieces, max_points, counters, last)
+                return parts
+        counters["continuations"] += 1
+        start, seen, suspected = resume, last, points if verdict is Verdict.SUSPECT else 0
+
+
+def _wider(series: Series, start: int, end: int) -> int:
+    """The start of a span ending at `end` that likely holds more points than [start, end] (raw requests
+    may span 24 h; aggregates have no limit: a week or three times as long, whichever is longer)."""
+    if series is Series.RAW:
+        return end - DAY_MS
+    return start - max(3 * (end - start), 7 * DAY_MS)
+
+
+async def _cap_is_above(
+    client: MonitoringClient, window: Window, start: int, end: int, count: int | None, points: int,
+    counters: Counter,
+) -> bool:
+    """Whether a wider span ending at `end` holds more than `points` points: then the server's cap is
+    above `points`, and an answer of `points` points was not cut."""
+    wider = _wider(window.series, start, end)
+    if wider >= start:
+        return False
+    counters["requests"] += 1
+    counters["continuations"] += 1
+    data = await client.series(window.param_id, window.kind, window.series, wider, end, count=count)
+    return len(data) > points
+
+
+async def _pieces(
+    client: MonitoringClient, window: Window, start: int, end: int, pieces: int, max_points: int, counters: Counter,
+    seen: int,
+) -> list[Points | Candles]:
+    """[start, end] in `pieces` spans fetched at once; each keeps its points before the next one's start."""
+    bounds = [start + (end - start) * i // pieces for i in range(pieces)] + [end]
+    fetched = await asyncio.gather(
+        *(_fetch(client, window, lo, hi, max_points, counters) for lo, hi in zip(bounds, bounds[1:], strict=False))
+    )
+    out = []
+    for i, parts in enumerate(fetched):
+        upper = bounds[i + 1] if i + 1 < pieces else end + 1
+        out += [_where(p, (p.ts > seen) & (p.ts < upper)) for p in parts]
+    return out

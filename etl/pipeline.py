@@ -2,43 +2,41 @@
 
 The coordinator (this module) signs in, lists parameters, plans slabs against the checkpoints and writes
 the dimension tables; an executor (etl/executors.py) runs the slabs, here or on a Dask cluster, each
-through etl/work.py's process_slab; the coordinator commits a slab's windows to the state only after
-its result says the files are written.
+through etl/slab.py's process_slab; the coordinator commits a slab's windows to the checkpoints only
+after its result says the files are swapped in.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import orjson
-from pydantic import SecretStr
 
-from etl import dimensions, redact
+from etl import allocator, dimensions, redact
+from etl.build import Build
 from etl.client import ClientStats, MonitoringClient
-from etl.client.models import ObjectFull, Parameter
 from etl.config import Config
+from etl.discover import Discovery, discover
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.executors import Executor, dask_executor, execute, local_executor
-from etl.plan import PlanOptions, Slab, describe, plan
+from etl.model import Shard
+from etl.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.progress import Progress
-from etl.sinks import file_format, shard_label
-from etl.state import State, StateStore
-from etl.storage import Storage
+from etl.slab import SlabJob, SlabResult
+from etl.state import Coverage
 from etl.timeutil import iso, now_ms
-from etl.walk import discover, in_shard
-from etl.work import SlabJob, SlabResult, make_client
 
-__all__ = ["RunOptions", "RunSummary", "Runner", "make_client", "run"]
+__all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
 log = logging.getLogger("etl")
 
@@ -48,7 +46,7 @@ class RunOptions:
     start: int | None = None  # backfill bounds; default: the config's window
     end: int | None = None
     full_refresh: bool = False
-    shard: tuple[int, int] | None = None
+    shard: Shard | None = None
     progress: bool | None = None  # None: a bar when stderr is a terminal
     dry_run: bool = False  # plan only
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
@@ -81,7 +79,15 @@ class RunSummary:
     client: ClientStats = field(default_factory=ClientStats)
     temp_files_removed: int = 0
     executor: str = "local"
-    shard: tuple[int, int] | None = None
+    shard: Shard | None = None
+    quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lowest_completeness: float | None = None  # among them
+
+    def add_quality(self, rows: int, lowest: float | None) -> None:
+        self.quality_rows += rows
+        if lowest is not None:
+            self.lowest_completeness = lowest if self.lowest_completeness is None \
+                else min(self.lowest_completeness, lowest)
 
     def as_dict(self) -> dict:
         counters = dict(self.warnings)
@@ -97,18 +103,20 @@ class RunSummary:
             "parameters": self.parameters,
             "planned": self.planned,
             "series": {
-                name: {"slabs": t.slabs, "windows": t.windows, "points": t.points, "files": len(t.files)}
+                str(name): {"slabs": t.slabs, "windows": t.windows, "points": t.points, "files": len(t.files)}
                 for name, t in sorted(self.series.items())
             },
             "points": sum(t.points for t in self.series.values()),
             **self.client.as_dict(),
             "splits": counters.pop("splits", 0),
+            "continuations": counters.pop("continuations", 0),
             "warnings": {k: v for k, v in sorted(counters.items()) if k != "requests"},
             "failed_windows": self.failed_windows[:50],
             "failed_window_count": len(self.failed_windows),
             "temp_files_removed": self.temp_files_removed,
             "executor": self.executor,
-            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
+            "shard": str(self.shard) if self.shard else None,
+            "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
         }
 
 
@@ -116,10 +124,9 @@ class Runner:
     def __init__(self, config: Config, options: RunOptions) -> None:
         self.config = config
         self.options = options
-        self.data = Storage(config.sink.path, config.sink.storage_options)
-        self.store = StateStore.for_config(config, options.shard)
-        self.fmt = file_format(config.sink.format, config.sink.compression)
-        self.label = shard_label(options.shard)
+        self.build = Build(config, options.shard)
+        self.data = self.build.data
+        self.store = self.build.state_store()
         run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
@@ -178,31 +185,40 @@ class Runner:
         summary = self.summary
         if not self.options.dry_run:
             summary.temp_files_removed = self.data.remove_temp_files()
-        state = self.store.load()
+        coverage = self.store.load()
         start, end = self._window()
         summary.window = (start, end)
-        async with make_client(self.config, summary.client) as client:
+        async with self.build.client(summary.client) as client:
             await client.sign_in()
-            objects, params = await discover(client, self.config.select)
+            found = await discover(client, self.config.select)
+            allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
-            mine = [p for p in params if in_shard(p.id, self.options.shard)]
-            summary.objects, summary.parameters = len(objects), len(mine)
-            slabs = plan(self.config, mine, state, PlanOptions(start, end, self.options.full_refresh))
-            summary.planned = describe(slabs)
+            shard = self.options.shard
+            mine = [p for p in found.params if shard is None or shard.contains(p.id)]
+            summary.objects, summary.parameters = len(found.object_ids), len(mine)
+            extract = self.config.extract
+            plan = Plan(Fleet(mine, self.config.sink.buckets), coverage,
+                        PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
+                        self.config.series, spans_for(extract.raw_window, extract.aggregate_window),
+                        by_object="object_id" in self.config.sink.partition_by)
+            summary.planned = plan.summary()
             if self.options.dry_run:
                 return
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = asyncio.ensure_future(self._dimensions(client, objects, params)) if self.config.dimensions else None
+            snapshot = asyncio.ensure_future(self._dimensions(client, found)) if self.config.dimensions else None
+            del found, mine
             try:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
-                    await self._execute(executor, slabs, state)
+                    await self._execute(executor, plan, coverage)
             except BaseException:
                 if snapshot is not None:
                     snapshot.cancel()
                 raise
             if snapshot is not None:
                 await snapshot
+        if summary.series:
+            await asyncio.to_thread(self.store.compact, coverage)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -216,36 +232,22 @@ class Runner:
     @asynccontextmanager
     async def _executor(self, client: MonitoringClient, scheduler: str | None):
         if scheduler is None:
-            yield local_executor(client, self.config.extract.slabs_in_flight)
+            yield local_executor(client, self.build, self.stop)
         else:
             async with dask_executor(scheduler) as executor:
                 yield executor
 
-    def _job_config(self, executor: Executor) -> Config:
-        """The config a slab runs with. Remote workers get one that needs nothing of this machine: an
-        absolute local output path, the password itself rather than its file, the resolved storage
-        options (endpoint included), the CA bundle by absolute path (workers need it at that path);
-        credentials of the store stay theirs (environment, profile, role)."""
-        if not executor.remote:
-            return self.config
-        sink = self.config.sink.model_copy(update={
-            "path": os.path.abspath(self.config.sink.path) if self.data.local else self.config.sink.path,
-            "storage_options": self.data.options,
-        })
-        source = self.config.source.model_copy(
-            update={"password": SecretStr(self.config.source.resolve_password()), "password_file": None,
-                    "ca_bundle": self.config.source.ca_bundle.resolve() if self.config.source.ca_bundle else None}
-        )
-        return self.config.model_copy(update={"sink": sink, "source": source})
+    async def _dimensions(self, client: MonitoringClient, found: Discovery) -> None:
+        tables = await dimensions.collect(client, found.object_ids, found.objects, found.parameters)
+        await asyncio.to_thread(dimensions.write, self.data, self.build.fmt, tables, self.config.source.name)
 
-    async def _dimensions(self, client: MonitoringClient, objects: list[ObjectFull], params: list[Parameter]) -> None:
-        tables = await dimensions.collect(client, objects, params)
-        await asyncio.to_thread(dimensions.write, self.data, self.fmt, tables)
+    def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
+        config = self.build.remote_config() if executor.remote else self.config
+        for slab in plan.slabs():
+            yield SlabJob(config, slab, self.options.shard)
 
-    async def _execute(self, executor: Executor, slabs: list[Slab], state: State) -> None:
-        job_config = self._job_config(executor)
-        jobs = [SlabJob(job_config, slab, self.label) for slab in slabs]
-        progress = Progress(sum(len(s.units) for s in slabs), self.options.progress)
+    async def _execute(self, executor: Executor, plan: Plan, coverage: Coverage) -> None:
+        progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
         # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
@@ -270,14 +272,15 @@ class Runner:
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
                 async with commit_lock:
-                    for param_id, start, end in result.done:
-                        state.add(param_id, result.series, start, end)
-                    await asyncio.to_thread(self.store.save, state)
+                    await asyncio.to_thread(self.store.commit, result.done)
+                    coverage.add(result.done)
+                allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
                 totals = self.summary.series[result.series]
                 totals.slabs += 1
                 totals.windows += len(result.done)
                 totals.points += result.points
                 totals.files.update(result.files)
+                self.summary.add_quality(result.quality_rows, result.lowest_completeness)
             self.summary.warnings.update(result.counters)
             if result.client is not None:
                 self.summary.client.add(result.client)
@@ -287,7 +290,7 @@ class Runner:
         for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
         try:
-            await execute(executor, jobs, commit, fail, self.stop)
+            await execute(executor, self._jobs(executor, plan), commit, fail, self.stop)
         finally:
             progress.close()
             for signum, handler in previous.items():

@@ -1,39 +1,38 @@
-"""Which windows to fetch: (parameter, series, [start, end)) units, grouped into time slabs.
+"""Which windows to fetch, grouped into slabs, made lazily in time order.
 
-A slab is one series over an aligned span of time (a UTC day for raw, `extract.aggregate_window`
-for average and candles). The writer rewrites the date partitions of a slab in one go, so slabs of one
-series never share a partition and can be written independently.
+A slab is one series over an aligned span of time (a UTC day for raw, `extract.aggregate_window` for
+average and candles) for the parameters of one file bucket (`etl.sinks.layout`): it rewrites exactly
+that bucket's files in the span's partitions, so slabs are written independently and a slab redone
+after a crash replaces exactly what it wrote before. A slab names at most a bucket's parameters times
+the windows of a span; it is fetched and written a batch at a time (etl/slab.py).
+
+Planning is column-wise: the gaps between what is covered and the run's window are computed for the
+whole fleet at once with numpy, and `Window` objects exist only for the slabs being worked on. An
+incremental run over 100,000 parameters with a year of checkpoints plans in well under a second.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
 
-from etl.client.models import Parameter
-from etl.config import Config
-from etl.state import Interval, State, merge, subtract
+import numpy as np
+
+from etl.model import SERIES, Param, ParamKind, Series, Window, bucket_of, cut
+from etl.state import Coverage, union
 from etl.timeutil import DAY_MS
 
-
-@dataclass(frozen=True, slots=True)
-class WorkUnit:
-    param: Parameter
-    series: str
-    start: int
-    end: int  # exclusive
+_KINDS = tuple(ParamKind)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Slab:
-    series: str
+    series: Series
     start: int
-    end: int
-    units: list[WorkUnit] = field(default_factory=list)
-
-    @property
-    def key(self) -> tuple[int, str]:
-        return (self.start, self.series)
+    end: int  # the span, [start, end)
+    bucket: int
+    windows: tuple[Window, ...]  # in write order: (object_id when partitioned by it,) param_id, start
 
 
 @dataclass(frozen=True)
@@ -41,61 +40,137 @@ class PlanOptions:
     start: int
     end: int
     full_refresh: bool = False
+    overlap: int = 0  # re-read this much before each high-water mark (late points)
 
 
-def slab_length(series: str, config: Config) -> int:
-    return DAY_MS if series == "raw" else config.extract.aggregate_window
+@dataclass(frozen=True)
+class Spans:
+    """How a series is cut: slabs of `span`, requests of `unit` (which divides `span`)."""
+
+    span: int
+    unit: int
 
 
-def unit_length(series: str, config: Config) -> int:
-    return config.extract.raw_window if series == "raw" else config.extract.aggregate_window
+class Fleet:
+    """The parameters of a run, column-wise and sorted by id."""
+
+    def __init__(self, params: list[Param], buckets: int) -> None:
+        params = sorted(set(params), key=lambda p: p.id)
+        self.params = params
+        self.ids = np.array([p.id for p in params], np.int64)
+        self.objects = np.array([p.object_id for p in params], np.int64)
+        code = {kind: i for i, kind in enumerate(_KINDS)}
+        self.kinds = np.array([code[p.kind] for p in params], np.int8)
+        self.buckets = np.array([bucket_of(p.id, buckets) for p in params], np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
-def needed_intervals(state: State, param_id: int, series: str, options: PlanOptions, overlap: int) -> list[Interval]:
-    window = (options.start, options.end)
-    if options.full_refresh:
-        return [window]
-    covered = state.intervals(param_id, series)
-    gaps = subtract(window, covered)
-    high_water = state.high_water(param_id, series)
-    if gaps and overlap and high_water is not None and options.start < high_water < options.end:
+def needed(coverage: Coverage, series: Series, ids: np.ndarray, options: PlanOptions) -> tuple[np.ndarray, ...]:
+    """(param_id, start, end) to fetch for each parameter in `ids` (sorted): the window minus what is
+    covered, plus the overlap stretch behind a high-water mark inside the window; sorted, merged."""
+    ws, we = options.start, options.end
+    if options.full_refresh or not len(ids):
+        return ids, np.full(len(ids), ws, np.int64), np.full(len(ids), we, np.int64)
+    cp, cs, ce = coverage.of_series(series)
+    mine = np.isin(cp, ids)
+    cp, cs, ce = cp[mine], cs[mine], ce[mine]
+    last = np.r_[cp[1:] != cp[:-1], True] if len(cp) else np.empty(0, bool)
+    high_water_ids, high_water = cp[last], ce[last]
+    inside = (ce > ws) & (cs < we)
+    cp, cs, ce = cp[inside], np.maximum(cs[inside], ws), np.minimum(ce[inside], we)
+    first = np.r_[True, cp[1:] != cp[:-1]] if len(cp) else np.empty(0, bool)
+    final = np.r_[cp[1:] != cp[:-1], True] if len(cp) else np.empty(0, bool)
+    between = ~final  # a row and the next one of the same parameter: the gap from one to the other
+    untouched = ids[~np.isin(ids, cp)]
+    gap_p = np.concatenate([untouched, cp[first & (cs > ws)], cp[between], cp[final & (ce < we)]])
+    gap_s = np.concatenate([np.full(len(untouched), ws), np.full(int((first & (cs > ws)).sum()), ws),
+                            ce[between], ce[final & (ce < we)]])
+    gap_e = np.concatenate([np.full(len(untouched), we), cs[first & (cs > ws)], cs[1:][between[:-1]] if len(cs) else cs,
+                            np.full(int((final & (ce < we)).sum()), we)])
+    if options.overlap:
         # Late points land just behind the last high-water mark: read that stretch again.
-        gaps.append((max(options.start, high_water - overlap), high_water))
-    return merge(gaps)
+        lagging = (high_water > ws) & (high_water < we) & np.isin(high_water_ids, gap_p)
+        gap_p = np.r_[gap_p, high_water_ids[lagging]]
+        gap_s = np.r_[gap_s, np.maximum(ws, high_water[lagging] - options.overlap)]
+        gap_e = np.r_[gap_e, high_water[lagging]]
+    return union(gap_p.astype(np.int64), gap_s.astype(np.int64), gap_e.astype(np.int64))
 
 
-def _cut(interval: Interval, step: int) -> list[Interval]:
-    start, end = interval
-    pieces = []
-    while start < end:
-        boundary = start - start % step + step
-        pieces.append((start, min(end, boundary)))
-        start = pieces[-1][1]
-    return pieces
+class Plan:
+    def __init__(self, fleet: Fleet, coverage: Coverage, options: PlanOptions, series: list[Series],
+                 spans: dict[Series, Spans], by_object: bool = False) -> None:
+        self.fleet = fleet
+        self.spans = spans
+        self.by_object = by_object
+        self.series = [Series(s) for s in SERIES if s in series]
+        self.needed = {s: needed(coverage, s, fleet.ids, options) for s in self.series}
+
+    def _rows(self, pids: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.fleet.ids, pids)
+
+    def summary(self) -> dict[str, dict[str, int]]:
+        """Per series: parameters, slabs and windows (one request each unless an answer is cut)."""
+        out = {}
+        for series, (pids, starts, ends) in self.needed.items():
+            spans = self.spans[series]
+            first, last = starts // spans.span, (ends - 1) // spans.span
+            buckets = self.fleet.buckets[self._rows(pids)]
+            slab_b, slab_s, slab_e = union(buckets, first, last + 1)
+            out[series.value] = {
+                "parameters": len(np.unique(pids)),
+                "slabs": int((slab_e - slab_s).sum()),
+                "windows": int(((ends - 1) // spans.unit - starts // spans.unit + 1).sum()),
+            }
+        return out
+
+    @property
+    def windows(self) -> int:
+        return sum(s["windows"] for s in self.summary().values())
+
+    def slabs(self) -> Iterator[Slab]:
+        """Every slab, in time order (then series, then bucket)."""
+        streams = [self._slabs_of(series, order) for order, series in enumerate(self.series)]
+        for _, _, _, slab in heapq.merge(*streams, key=lambda item: item[:3]):
+            yield slab
+
+    def _slabs_of(self, series: Series, order: int) -> Iterator[tuple[int, int, int, Slab]]:
+        pids, starts, ends = self.needed[series]
+        spans = self.spans[series]
+        if not len(pids):
+            return
+        # The spans with any work: the union of each interval's spans.
+        _, first, stop = union(np.zeros(len(pids), np.int64), starts // spans.span, (ends - 1) // spans.span + 1)
+        for lo, hi in zip(first.tolist(), stop.tolist(), strict=True):
+            for index in range(lo, hi):
+                span_start = index * spans.span
+                for slab in self._slabs_at(series, span_start, span_start + spans.span):
+                    yield span_start, order, slab.bucket, slab
+
+    def _slabs_at(self, series: Series, span_start: int, span_end: int) -> Iterator[Slab]:
+        pids, starts, ends = self.needed[series]
+        hit = (starts < span_end) & (ends > span_start)
+        pids, starts, ends = pids[hit], np.maximum(starts[hit], span_start), np.minimum(ends[hit], span_end)
+        rows = self._rows(pids)
+        objects, kinds, buckets = self.fleet.objects[rows], self.fleet.kinds[rows], self.fleet.buckets[rows]
+        order = np.lexsort((starts, pids, objects if self.by_object else pids, buckets))
+        unit = self.spans[series].unit
+        whole = unit == span_end - span_start  # one window per interval (aggregates; raw at 24h)
+        buckets_in_order = buckets[order]
+        at = np.flatnonzero(np.r_[True, buckets_in_order[1:] != buckets_in_order[:-1]])
+        for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(order)], strict=True):
+            rows = order[lo:hi]
+            columns = zip(pids[rows].tolist(), objects[rows].tolist(), kinds[rows].tolist(), starts[rows].tolist(),
+                          ends[rows].tolist(), strict=True)
+            if whole:
+                windows = tuple(Window(p, o, _KINDS[k], series, s, e) for p, o, k, s, e in columns)
+            else:
+                windows = tuple(Window(p, o, _KINDS[k], series, a, b)
+                                for p, o, k, s, e in columns for a, b in cut(s, e, unit))
+            yield Slab(series, span_start, span_end, int(buckets_in_order[lo]), windows)
 
 
-def plan(config: Config, params: list[Parameter], state: State, options: PlanOptions) -> list[Slab]:
-    slabs: dict[tuple[int, str], Slab] = {}
-    for series in config.series:
-        span, step = slab_length(series, config), unit_length(series, config)
-        for param in params:
-            for needed in needed_intervals(state, param.id, series, options, config.window.overlap):
-                for slab_start, slab_end in _cut(needed, span):
-                    base = slab_start - slab_start % span
-                    slab = slabs.setdefault((base, series), Slab(series, base, base + span))
-                    for start, end in _cut((slab_start, slab_end), step):
-                        slab.units.append(WorkUnit(param, series, start, end))
-    return sorted(slabs.values(), key=lambda s: (s.start, s.series))
-
-
-def describe(slabs: list[Slab]) -> dict[str, dict[str, int]]:
-    """Per series: slabs, units (one request each unless a full answer forces a split)."""
-    out: dict[str, dict[str, int]] = defaultdict(lambda: {"slabs": 0, "windows": 0, "parameters": 0})
-    params: dict[str, set[int]] = defaultdict(set)
-    for slab in slabs:
-        out[slab.series]["slabs"] += 1
-        out[slab.series]["windows"] += len(slab.units)
-        params[slab.series].update(u.param.id for u in slab.units)
-    for series, ids in params.items():
-        out[series]["parameters"] = len(ids)
-    return dict(out)
+def spans_for(raw_window: int, aggregate_window: int) -> dict[Series, Spans]:
+    return {Series.RAW: Spans(DAY_MS, raw_window), Series.AVERAGE: Spans(aggregate_window, aggregate_window),
+            Series.CANDLES: Spans(aggregate_window, aggregate_window)}

@@ -10,33 +10,27 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter
 from etl.errors import ConfigError
-from etl.extract import fetch_unit
-from etl.plan import WorkUnit
+from etl.extract import fetch_window
+from etl.model import Param, Series, Window, cut
 from etl.sinks import CsvFormat
 from etl.timeutil import DAY_MS
-from etl.transform import to_table
-
-
-def windows(start: int, end: int, step: int) -> list[tuple[int, int]]:
-    out = []
-    while start < end:
-        boundary = start - start % step + step
-        out.append((start, min(end, boundary)))
-        start = out[-1][1]
-    return out
+from etl.transform import clean, to_table
 
 
 async def pull(
-    client: MonitoringClient, param: Parameter, series: str, start: int, end: int, max_points: int = 10_000
+    client: MonitoringClient, param: Param, series: Series, start: int, end: int, max_points: int = 10_000
 ) -> tuple[pa.Table, Counter]:
     counters: Counter = Counter()
-    step = DAY_MS if series == "raw" else 30 * DAY_MS
-    units = [WorkUnit(param, series, s, e) for s, e in windows(start, end, step)]
-    pieces = await asyncio.gather(*(fetch_unit(client, u, max_points, counters) for u in units))
-    # The series endpoints do not say which object a parameter belongs to: no object_id column.
-    return to_table(series, list(pieces)).drop_columns(["object_id"]), counters
+    step = DAY_MS if series is Series.RAW else 30 * DAY_MS
+    windows = [Window(param.id, param.object_id, param.kind, series, s, e) for s, e in cut(start, end, step)]
+
+    async def one(window: Window):
+        return clean(window, await fetch_window(client, window, max_points, counters), counters)
+
+    pieces = await asyncio.gather(*(one(w) for w in windows))
+    # The series endpoints do not say which object or instance a parameter belongs to: no such columns.
+    return to_table(series, list(pieces), "").drop_columns(["source", "object_id"]), counters
 
 
 def save(table: pa.Table, path: Path) -> None:

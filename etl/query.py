@@ -1,42 +1,61 @@
-"""DuckDB over a config's output: series views, dimension views, and views with names joined to ids."""
+"""DuckDB over a config's output: series views, the quality view, dimension views, and views with names
+(and units) joined to ids."""
 
 from __future__ import annotations
 
 import duckdb
 
+from etl.build import Build
 from etl.config import Config
 from etl.dimensions import FOLDER
-from etl.storage import Storage
+from etl.model import Series
+from etl.quality import create_quality_view
 
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
 def connect(config: Config) -> duckdb.DuckDBPyConnection:
-    storage = Storage(config.sink.path, config.sink.storage_options)
+    build = Build(config)
+    storage = build.data
     con = duckdb.connect()
     prefix = storage.full("")
     if not storage.local:
         # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
         con.register_filesystem(storage.fs)
         prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
-    ext = ".parquet" if config.sink.format == "parquet" else ".csv"
+    ext = build.fmt.extension
     reader = "read_parquet" if ext == ".parquet" else "read_csv"
-    for series in ("raw", "average", "candles"):
-        if any(f.endswith(ext) for f in storage.find(series)):
-            con.sql(f"create view {series} as select * from {reader}('{prefix}/{series}/**/*{ext}', hive_partitioning=1)")
+    for series in Series:
+        layout = build.layout(series)
+        if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
+            # union_by_name: files of older versions have no source column
+            con.sql(f"create view {series} as select * from "
+                    f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)")
     present = set(storage.listdir(FOLDER))
     for name in DIMENSIONS:
-        if f"{name}{ext}" in present:
-            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}{ext}')")
-    if {"parameters", "objects"} <= {n[: -len(ext)] for n in present}:
-        for series in ("raw", "average", "candles"):
-            if _has_view(con, series):
+        if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
+            # one file per source (instance of the platform)
+            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)")
+    quality = build.quality_layout()
+    if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
+        create_quality_view(con, f"{reader}('{prefix}/{quality.glob}', hive_partitioning=1, union_by_name=1)")
+    if _has_view(con, "parameters") and _has_view(con, "objects"):
+        unit = "p.unit" if "unit" in _columns(con, "parameters") else "null::varchar"
+        for name in [*Series, quality.name]:
+            if _has_view(con, name):
+                # files of older versions have no source: they belong to the only one there was
                 con.sql(
-                    f"create view {series}_named as select o.shortname as object_name, p.name as param_name, s.* "
-                    f"from {series} s left join parameters p on p.id = s.param_id "
-                    f"left join objects o on o.id = s.object_id"
+                    f"create view {name}_named as select o.shortname as object_name, p.name as param_name, "
+                    f"{unit} as unit, s.* "
+                    f"from {name} s left join parameters p on p.id = s.param_id "
+                    f"and p.source = coalesce(s.source, p.source) "
+                    f"left join objects o on o.id = s.object_id and o.source = coalesce(s.source, o.source)"
                 )
     return con
+
+
+def _columns(con: duckdb.DuckDBPyConnection, view: str) -> list[str]:
+    return con.sql(f"select * from {view} limit 0").columns
 
 
 def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:

@@ -1,256 +1,270 @@
-"""Checkpoints: per (parameter, series), the time intervals already written, and the run lock.
+"""Checkpoints: per (parameter, series), the time already written, as merged [start, end) intervals.
 
-State is the list of completed half-open intervals, merged when adjacent (as Airbyte's concurrent
-cursor), so windows finishing out of order resume correctly and failed windows stay open. It is
-committed atomically, only after the files holding those intervals are durable.
+Coverage is kept as the list of completed intervals, merged when adjacent (as Airbyte's concurrent
+cursor), so windows finishing out of order resume correctly and failed windows stay open. It is held
+column-wise (three int64 arrays), a few MB for 100,000 parameters x 3 series, however long the history.
+
+On storage a store is a base snapshot plus an append-only log: committing a slab writes one small log
+segment naming the slab's windows (bytes in proportion to the slab, one PUT on object stores), and now
+and then the log is folded into a new base. Each file is written whole under a new name, so a crash at
+any moment leaves either the old or the new checkpoint, never a mix:
+
+    {store}/base-{seq}.parquet     coverage up to log segment seq
+    {store}/log/{seq}.json         one slab's windows, committed after its files are durable
+    {store}/lock                   the run lock (etl/lock.py)
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
+import io
 import logging
-import os
 import re
-import socket
-import threading
-import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from etl.errors import LockedError, StorageError
-from etl.storage import KEEP, Storage
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from etl.errors import StorageError
+from etl.lock import RunLock
+from etl.model import SERIES, Series, Window
+from etl.storage import Storage
 from etl.timeutil import iso
-
-if TYPE_CHECKING:
-    from etl.config import Config
-
-Interval = tuple[int, int]
-STATE_FILE = "state.json"
-LOCK_FILE = "lock"
-LEASE_SETTLE = 1.0  # seconds between taking a lease and reading it back where writes are not conditional
 
 log = logging.getLogger(__name__)
 
-
-def merge(intervals: list[Interval]) -> list[Interval]:
-    out: list[list[int]] = []
-    for start, end in sorted(i for i in intervals if i[0] < i[1]):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return [(s, e) for s, e in out]
+COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
+_CODE = {series: code for code, series in enumerate(SERIES)}
+_BASE = re.compile(r"base-(\d+)\.parquet")
+_SEGMENT = re.compile(r"(\d+)\.json")
+_EMPTY = np.empty(0, np.int64)
 
 
-def subtract(window: Interval, covered: list[Interval]) -> list[Interval]:
-    """Parts of window not in covered (covered merged and sorted)."""
-    start, end = window
-    gaps = []
-    for c_start, c_end in covered:
-        if c_end <= start or c_start >= end:
-            continue
-        if c_start > start:
-            gaps.append((start, c_start))
-        start = max(start, c_end)
-    if start < end:
-        gaps.append((start, end))
-    return gaps
+def _key(param_id: np.ndarray | int, series: Series) -> np.ndarray | int:
+    return param_id * 4 + _CODE[Series(series)]
 
 
-@dataclass
-class State:
-    covered: dict[str, list[Interval]] = field(default_factory=dict)  # "param_id/series" -> intervals
+def union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals sorted by (key, start), overlapping or touching ones of a key merged, empty ones gone."""
+    keep = start < end
+    key, start, end = key[keep], start[keep], end[keep]
+    if not len(key):
+        return _EMPTY, _EMPTY, _EMPTY
+    order = np.lexsort((start, key))
+    key, start, end = key[order], start[order], end[order]
+    new_key = np.r_[True, key[1:] != key[:-1]]
+    # The running maximum of `end` within each key: shift each key's ends above every earlier key's.
+    group = np.cumsum(new_key) - 1
+    low, span = int(start.min()), int(end.max() - start.min()) + 1
+    if int(group[-1]) * span < 2**62:
+        shifted = group * span + (end - low)
+        reach = np.maximum.accumulate(shifted) - group * span + low
+    else:  # absurd spans: the plain loop
+        reach = end.copy()
+        for i in range(1, len(end)):
+            if not new_key[i]:
+                reach[i] = max(reach[i - 1], end[i])
+    first = new_key | (start > np.r_[np.iinfo(np.int64).min, reach[:-1]])
+    at = np.flatnonzero(first)
+    return key[at], start[at], np.maximum.reduceat(end, at)
 
-    @staticmethod
-    def key(param_id: int, series: str) -> str:
-        return f"{param_id}/{series}"
 
-    def intervals(self, param_id: int, series: str) -> list[Interval]:
-        return self.covered.get(self.key(param_id, series), [])
+class Coverage:
+    """Covered [start, end) intervals per (parameter, series): sorted by (key, start), merged."""
 
-    def high_water(self, param_id: int, series: str) -> int | None:
-        intervals = self.intervals(param_id, series)
-        return intervals[-1][1] if intervals else None
+    __slots__ = ("key", "start", "end")
 
-    def add(self, param_id: int, series: str, start: int, end: int) -> None:
-        key = self.key(param_id, series)
-        self.covered[key] = merge([*self.covered.get(key, []), (start, end)])
-
-    def reset(self, param_ids: set[int] | None = None, series: set[str] | None = None) -> int:
-        doomed = [
-            k for k in self.covered
-            if (param_ids is None or int(k.split("/")[0]) in param_ids)
-            and (series is None or k.split("/")[1] in series)
-        ]
-        for k in doomed:
-            del self.covered[k]
-        return len(doomed)
-
-    def to_json(self) -> bytes:
-        body = {"version": 1, "covered": {k: [list(i) for i in v] for k, v in sorted(self.covered.items())}}
-        return json.dumps(body, indent=1).encode()
+    def __init__(self, key: np.ndarray = _EMPTY, start: np.ndarray = _EMPTY, end: np.ndarray = _EMPTY) -> None:
+        self.key, self.start, self.end = key, start, end
 
     @classmethod
-    def from_json(cls, data: bytes, where: str) -> State:
-        try:
-            body = json.loads(data)
-            return cls({k: [(int(s), int(e)) for s, e in v] for k, v in body["covered"].items()})
-        except (ValueError, KeyError, TypeError) as exc:
-            raise StorageError(f"state file {where} is damaged ({exc}); move it away or run 'etl state reset'") from None
+    def of(cls, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> Coverage:
+        return cls(*union(np.asarray(key, np.int64), np.asarray(start, np.int64), np.asarray(end, np.int64)))
+
+    def __len__(self) -> int:
+        """Keys (parameter, series) with any coverage."""
+        return int(np.count_nonzero(np.r_[True, self.key[1:] != self.key[:-1]])) if len(self.key) else 0
+
+    def add(self, windows: Iterable[Window]) -> None:
+        windows = list(windows)
+        if windows:
+            self.add_arrays(np.array([_key(w.param_id, w.series) for w in windows], np.int64),
+                            np.array([w.start for w in windows], np.int64), np.array([w.end for w in windows], np.int64))
+
+    def add_arrays(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """Merge new intervals in; only the keys they touch are re-merged."""
+        touched = np.unique(key)
+        lo, hi = np.searchsorted(self.key, touched, "left"), np.searchsorted(self.key, touched, "right")
+        marks = np.zeros(len(self.key) + 1, np.int64)
+        np.add.at(marks, lo, 1)
+        np.add.at(marks, hi, -1)
+        inside = np.cumsum(marks[:-1]) > 0
+        merged = union(np.r_[self.key[inside], key], np.r_[self.start[inside], start], np.r_[self.end[inside], end])
+        rest = ~inside
+        all_key = np.r_[self.key[rest], merged[0]]
+        order = np.argsort(all_key, kind="stable")  # a key's rows all come from one side, in order
+        self.key = all_key[order]
+        self.start = np.r_[self.start[rest], merged[1]][order]
+        self.end = np.r_[self.end[rest], merged[2]][order]
+
+    def intervals(self, param_id: int, series: Series) -> list[tuple[int, int]]:
+        key = _key(param_id, series)
+        lo, hi = np.searchsorted(self.key, [key, key + 1])
+        return list(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(), strict=True))
+
+    def high_water(self, param_id: int, series: Series) -> int | None:
+        covered = self.intervals(param_id, series)
+        return covered[-1][1] if covered else None
+
+    def of_series(self, series: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(param_id, start, end) of one series, sorted by (param_id, start)."""
+        pick = self.key % 4 == _CODE[Series(series)]
+        return self.key[pick] // 4, self.start[pick], self.end[pick]
+
+    def reset(self, param_ids: set[int] | None = None, series: set[str] | None = None) -> int:
+        """Forget the coverage of these parameters and series (None: all); returns the keys forgotten."""
+        doomed = np.ones(len(self.key), bool)
+        if param_ids is not None:
+            doomed &= np.isin(self.key // 4, list(param_ids))
+        if series is not None:
+            doomed &= np.isin(self.key % 4, [_CODE[Series(s)] for s in series])
+        forgotten = len(Coverage(self.key[doomed]))
+        self.key, self.start, self.end = self.key[~doomed], self.start[~doomed], self.end[~doomed]
+        return forgotten
 
     def rows(self) -> Iterator[dict]:
-        for key, intervals in sorted(self.covered.items(), key=lambda kv: (int(kv[0].split("/")[0]), kv[0])):
-            param_id, series = key.split("/")
-            yield {
-                "param_id": int(param_id),
-                "series": series,
-                "high_water": iso(intervals[-1][1]),
-                "intervals": len(intervals),
-                "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in intervals),
-            }
+        """One row per (parameter, series), for people."""
+        if not len(self.key):
+            return
+        at = np.flatnonzero(np.r_[True, self.key[1:] != self.key[:-1]])
+        for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(self.key)], strict=True):
+            key = int(self.key[lo])
+            spans = list(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(), strict=True))
+            yield {"param_id": key // 4, "series": SERIES[key % 4].value, "high_water": iso(spans[-1][1]),
+                   "intervals": len(spans), "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in spans)}
+
+    # -- on disk ---------------------------------------------------------------------------------------
+
+    def to_parquet(self) -> bytes:
+        series = pa.DictionaryArray.from_arrays(pa.array(self.key % 4, pa.int8()), pa.array([s.value for s in SERIES]))
+        table = pa.table({"param_id": self.key // 4, "series": series, "start": self.start, "end": self.end})
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        return sink.getvalue().to_pybytes()
+
+    @classmethod
+    def from_parquet(cls, data: bytes) -> Coverage:
+        table = pq.read_table(io.BytesIO(data))
+        codes = pc.index_in(table.column("series").cast(pa.string()), value_set=pa.array([s.value for s in SERIES]))
+        if codes.null_count:
+            raise ValueError("unknown series name")
+        codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
+        return cls.of(table.column("param_id").to_numpy() * 4 + codes, table.column("start").to_numpy(),
+                      table.column("end").to_numpy())
 
 
-Shard = tuple[int, int]  # (index, count)
-_SHARD_FOLDER = re.compile(r"shard-(\d+)of(\d+)")
+def segment(windows: list[Window]) -> bytes:
+    """A log segment: the windows, grouped by (series, start, end) (a slab's windows mostly share them)."""
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for w in windows:
+        groups.setdefault((w.series.value, w.start, w.end), []).append(w.param_id)
+    return orjson.dumps({"version": 2, "windows": [[s, a, b, sorted(p)] for (s, a, b), p in sorted(groups.items())]})
 
 
-def shard_folder(shard: Shard | None) -> str:
-    """Where a shard keeps its checkpoints and lock, under the state path ("" when unsharded)."""
-    return f"shard-{shard[0]}of{shard[1]}" if shard else ""
+def _parse_segment(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys, starts, ends = [], [], []
+    for series, start, end, params in orjson.loads(data)["windows"]:
+        keys.append(_key(np.array(params, np.int64), Series(series)))
+        starts.append(np.full(len(params), start, np.int64))
+        ends.append(np.full(len(params), end, np.int64))
+    if not keys:
+        return _EMPTY, _EMPTY, _EMPTY
+    return np.concatenate(keys), np.concatenate(starts), np.concatenate(ends)
 
 
 class StateStore:
-    """state.json and the run lock of one (config, shard). Shards never share either, so N sharded
+    """The checkpoints and run lock of one (source, shard). Shards never share either, so N sharded
     jobs run side by side without waiting for each other."""
 
     def __init__(self, storage: Storage, lease_seconds: float = 120.0) -> None:
         self.storage = storage
-        self.lease_seconds = lease_seconds
-        self._lost: str | None = None  # set when a renewal finds another run holds our lease
-
-    @classmethod
-    def open(cls, url: str, options: dict | None = None, shard: tuple[int, int] | None = None,
-             lease_seconds: float = 120.0) -> StateStore:
-        folder = shard_folder(shard)
-        return cls(Storage(f"{url.rstrip('/')}/{folder}" if folder else url, options), lease_seconds)
-
-    @classmethod
-    def for_config(cls, config: Config, shard: Shard | None = None) -> StateStore:
-        return cls.open(config.state_path, config.sink.storage_options, shard, config.state.lease / 1000)
-
-    @classmethod
-    def all_for_config(cls, config: Config) -> list[StateStore]:
-        """The unsharded store and every shard's that exists."""
-        names = Storage(config.state_path, config.sink.storage_options).listdir("")
-        shards = [(int(m.group(1)), int(m.group(2))) for name in names if (m := _SHARD_FOLDER.fullmatch(name))]
-        return [cls.for_config(config, shard) for shard in [None, *shards]]
-
-    def load(self) -> State:
-        data = self.storage.read(STATE_FILE)
-        return State() if data is None else State.from_json(data, self.storage.display(STATE_FILE))
-
-    def save(self, state: State) -> None:
-        if self._lost:
-            raise LockedError(self._lost)
-        self.storage.write_atomic(STATE_FILE, state.to_json())
+        self.run_lock = RunLock(storage, lease_seconds)
+        self._seq = 0  # the last log segment applied
+        self._bases: list[int] = []
+        self._segments: list[int] = []
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """One run at a time per state. Locally an flock, which the kernel drops when its holder dies;
-        on object stores a lease, renewed while the run lasts, that a dead run's successor may take
-        once it has expired. On S3, taking and renewing it are conditional writes (Storage.update), so
-        two runs can never both believe they hold it; stores without them get a read-back after a
-        settle delay, which narrows that race but cannot close it."""
-        if self.storage.local:
-            with self._flock():
-                yield
-        else:
-            with self._lease():
-                yield
-
-    def _owner(self) -> dict:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "since": iso(int(time.time() * 1000))}
-
-    @contextmanager
-    def _flock(self) -> Iterator[None]:
-        path = self.storage.full(LOCK_FILE)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as exc:
-            raise StorageError(f"cannot create the state lock {path}: {exc.strerror}") from None
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown"
-                raise LockedError(f"another run holds the state lock {path} ({holder}); wait for it to finish") from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(self._owner()).encode(), 0)
+        with self.run_lock.held():
             yield
-        finally:
-            os.close(fd)  # closing drops the flock
 
-    @staticmethod
-    def _held(data: bytes | None) -> dict:
-        try:
-            held = json.loads(data) if data else {}
-        except ValueError:
-            held = {}
-        return held if isinstance(held, dict) else {}
+    def _damaged(self, rel: str, exc: BaseException) -> StorageError:
+        return StorageError(f"checkpoint file {self.storage.display(rel)} is damaged ({exc}); "
+                            "move it away or run 'etl state reset'")
 
-    @contextmanager
-    def _lease(self) -> Iterator[None]:
-        token = uuid.uuid4().hex
-        where = self.storage.display(LOCK_FILE)
-        owner = self._owner()
+    def load(self) -> Coverage:
+        for _ in range(3):
+            coverage = self._load()
+            if coverage is not None:
+                return coverage
+        raise StorageError(f"the checkpoints in {self.storage.display()} kept changing while being read")
 
-        def take(current: bytes | None) -> bytes:
-            held = self._held(current)
-            if held.get("token") not in (None, token) and held.get("expires", 0) > time.time():
-                raise LockedError(
-                    f"another run holds the state lock {where} (pid {held.get('pid')} on {held.get('host')}, "
-                    f"since {held.get('since')}); wait for it to finish"
-                )
-            return json.dumps({**owner, "token": token, "expires": time.time() + self.lease_seconds}).encode()
-
-        def renew(current: bytes | None) -> bytes:
-            if self._held(current).get("token") != token:
-                raise LockedError(f"lost the state lock {where} to another run (this one stalled past its lease)")
-            return take(current)
-
-        self.storage.update(LOCK_FILE, take)
-        if not self.storage.compare_and_swap:
-            # Two runs may both have read "free" and written: the last write wins. Let a rival's write
-            # land, then read back (best effort: such stores offer nothing stronger).
-            time.sleep(LEASE_SETTLE)
-            if self._held(self.storage.read(LOCK_FILE)).get("token") != token:
-                raise LockedError(f"another run took the state lock {where} at the same time; wait for it to finish")
-        self._lost = None
-        stop = threading.Event()
-
-        def keep_alive() -> None:
-            while not stop.wait(self.lease_seconds / 4):
-                try:
-                    self.storage.update(LOCK_FILE, renew)
-                except LockedError as exc:
-                    self._lost = str(exc)
-                    return
-                except StorageError as exc:  # a blip: the next renewal may succeed before expiry
-                    log.warning("could not renew the state lock: %s", exc)
-
-        renewer = threading.Thread(target=keep_alive, name="state-lease", daemon=True)
-        renewer.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            renewer.join()
+    def _load(self) -> Coverage | None:
+        """None when a file listed went away meanwhile (a running job folded its log): read again."""
+        self._bases = sorted(int(m.group(1)) for n in self.storage.listdir("") if (m := _BASE.fullmatch(n)))
+        self._segments = sorted(int(m.group(1)) for n in self.storage.listdir("log") if (m := _SEGMENT.fullmatch(n)))
+        base = self._bases[-1] if self._bases else 0
+        coverage = Coverage()
+        if self._bases:
+            rel = f"base-{base:012d}.parquet"
+            data = self.storage.read(rel)
+            if data is None:
+                return None
             try:
-                self.storage.update(LOCK_FILE, lambda cur: None if self._held(cur).get("token") == token else KEEP)
-            except StorageError as exc:
-                log.warning("could not release the state lock (it expires by itself): %s", exc)
+                coverage = Coverage.from_parquet(data)
+            except Exception as exc:  # noqa: BLE001 - any damage is the same one line
+                raise self._damaged(rel, exc) from None
+        pending = [s for s in self._segments if s > base]
+        rels = [f"log/{s:012d}.json" for s in pending]
+        parts: tuple[list, list, list] = ([_EMPTY], [_EMPTY], [_EMPTY])
+        for rel, data in zip(rels, self.storage.read_many(rels), strict=True):
+            if data is None:
+                return None
+            try:
+                for column, values in zip(parts, _parse_segment(data), strict=True):
+                    column.append(values)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise self._damaged(rel, exc) from None
+        coverage.add_arrays(*(np.concatenate(column) for column in parts))
+        self._seq = max([base, *pending])
+        return coverage
+
+    def commit(self, windows: list[Window]) -> None:
+        """One slab's windows, once its files are durable."""
+        self.run_lock.check()
+        self._seq += 1
+        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(windows))
+        self._segments.append(self._seq)
+
+    def compact(self, coverage: Coverage, *, force: bool = False) -> None:
+        """Fold the log into a new base (when it has grown, or always with force)."""
+        base = self._bases[-1] if self._bases else 0
+        if not force and len([s for s in self._segments if s > base]) < COMPACT_AFTER:
+            return
+        self.run_lock.check()
+        self.storage.write_atomic(f"base-{self._seq:012d}.parquet", coverage.to_parquet())
+        # The new base is durable: what it replaces can go (a crash here leaves files the next load ignores).
+        for seq in self._bases:
+            if seq != self._seq:
+                self.storage.remove(f"base-{seq:012d}.parquet")
+        for seq in self._segments:
+            self.storage.remove(f"log/{seq:012d}.json")
+        self._bases, self._segments = [self._seq], []
+
+    def replace(self, coverage: Coverage) -> None:
+        """Make `coverage` the whole state (after a reset)."""
+        self._seq += 1
+        self.compact(coverage, force=True)

@@ -2,41 +2,59 @@
 
 Local files go to a hidden temp name, are fsynced, then renamed. Object stores get one PUT per file
 (S3 makes an object visible only once its upload is complete, multipart included), so no temp names
-exist there. Read-modify-write of a file (`update`) is safe against concurrent writers: S3 conditional
-writes (If-Match / If-None-Match) on object stores, an flock of the file's folder locally.
+exist there. Replacing a file another writer may change meanwhile is optimistic: `open_version` reads
+a version (its local path and a token), the new content is written aside (`new_output`), and
+`commit` swaps it in only if the file is still that version. The token is the ETag on S3 (a
+conditional PUT), the inode, size and mtime locally (checked and renamed under an flock of the folder
+itself, so no lock file lands among the data). Large files never need to be held in memory.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
 import random
-import re
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
-from typing import Any
+from dataclasses import dataclass, field
+from typing import IO, Any
 
 import fsspec
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from etl import redact
+from etl import redact, s3, tempfiles
 from etl.errors import EtlError, StorageError
+from etl.optional import require
+from etl.tempfiles import TMP_SUFFIX
 
 log = logging.getLogger(__name__)
 
-TMP_SUFFIX = ".tmp"
-TMP_MAX_AGE = 3600.0  # seconds: a temp file of another host this old has no live writer
-_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
-LOCK_NAME = ".etl.lock"  # hidden: readers (pyarrow, DuckDB globs, Spark) skip dot files
 KEEP = object()  # returned by an `update` change: leave the file as it is
 _UNCONDITIONAL: set[str] = set()  # S3 endpoints that answered 501 Not Implemented to a conditional write
 _SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
+
+
+@dataclass
+class Version:
+    """One version of a file, read for a rewrite: an open handle (None: the file did not exist) and the
+    token `Storage.commit` compares. Object stores are spooled to a local temp file, so nothing large is
+    held in memory and the version cannot change under the reader."""
+
+    rel: str
+    handle: IO[bytes] | None
+    token: Any
+    _spool: str | None = field(default=None, repr=False)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+        if self._spool:
+            with suppress(FileNotFoundError):
+                os.unlink(self._spool)
 
 
 def _storage_error(action: str, path: str, exc: BaseException) -> StorageError:
@@ -65,6 +83,8 @@ class Storage:
 
     def __init__(self, url: str, options: dict[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
+        if self.url.startswith(("s3://", "s3a://")):
+            require("s3fs", self.url)
         self.options = storage_options(self.url, options)
         try:
             self.fs, self.root = fsspec.core.url_to_fs(self.url, **self.options)
@@ -93,7 +113,8 @@ class Storage:
         return f"{self.url}/{rel}" if rel else self.url
 
     @contextmanager
-    def _errors(self, action: str, rel: str) -> Iterator[None]:
+    def errors(self, action: str, rel: str) -> Iterator[None]:
+        """Whatever the backend raises while doing `action` on `rel`, as one StorageError line."""
         try:
             yield
         except EtlError:
@@ -109,43 +130,144 @@ class Storage:
 
     def write_atomic(self, rel: str, data: bytes) -> None:
         path = self.full(rel)
-        with self._errors("write", rel):
+        with self.errors("write", rel):
             if not self.local:
                 self.fs.pipe_file(path, data)
                 return
-            directory, name = os.path.split(path)
-            os.makedirs(directory, exist_ok=True)
-            # The name records its writer, so a concurrent run can tell a live temp file from a leftover.
-            tmp = os.path.join(directory, f".{name}.{os.getpid()}@{_HOST}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = tempfiles.beside(path)
             try:
                 with open(tmp, "wb") as handle:
                     handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+                _fsync(tmp)
                 os.replace(tmp, path)
             except BaseException:
-                if os.path.exists(tmp):
+                with suppress(FileNotFoundError):
                     os.unlink(tmp)
                 raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)  # the rename itself must survive a power cut before we checkpoint
-            finally:
-                os.close(dir_fd)
+            _fsync(os.path.dirname(path))  # the rename itself must survive a power cut before we checkpoint
 
     def read(self, rel: str) -> bytes | None:
         # cat_file is one GET: unlike open(), it trusts no cached size of a file another process rewrote.
-        with self._errors("read", rel):
+        with self.errors("read", rel):
             try:
                 return self.fs.cat_file(self.full(rel))
             except FileNotFoundError:
                 return None
 
+    def read_many(self, rels: list[str]) -> list[bytes | None]:
+        """Several small files (concurrently on object stores); None for those that do not exist."""
+        if not rels:
+            return []
+        if self.local:
+            return [self.read(rel) for rel in rels]
+        paths = [self.full(rel) for rel in rels]
+        with self.errors("read", rels[0]):
+            found = self.fs.cat(paths, on_error="omit")
+        return [found.get(p) for p in paths]
+
     def remove(self, rel: str) -> None:
-        with self._errors("remove", rel), suppress(FileNotFoundError):
+        with self.errors("remove", rel), suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
 
-    # -- read-modify-write ------------------------------------------------------------------------
+    # -- rewriting large files: read a version, write aside, swap in if unchanged ------------------
+
+    def open_version(self, rel: str) -> Version:
+        path = self.full(rel)
+        with self.errors("read", rel):
+            if self.local:
+                try:
+                    handle = open(path, "rb")  # noqa: SIM115 - closed by Version.close
+                except FileNotFoundError:
+                    return Version(rel, None, None)
+                return Version(rel, handle, _local_token(os.fstat(handle.fileno())))
+            spool = tempfiles.spool()
+            try:
+                token = self._s3(s3.download, rel, spool) if self.s3 else self._download(path, spool)
+            except BaseException:
+                with suppress(FileNotFoundError):
+                    os.unlink(spool)
+                raise
+            if token is None:
+                os.unlink(spool)
+                return Version(rel, None, None)
+            return Version(rel, open(spool, "rb"), token, spool)  # noqa: SIM115
+
+    def new_output(self, rel: str) -> str:
+        """A local path to write a new version of `rel` to (beside it locally, so the swap is a rename)."""
+        if not self.local:
+            return tempfiles.spool()
+        path = self.full(rel)
+        with self.errors("write", rel):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        return tempfiles.beside(path)
+
+    def commit(self, rel: str, output: str | None, token: Any) -> bool:
+        """Make `output` (None: no file) the content of `rel` if it is still the version `token` names
+        (None: absent). True: done, `output` is consumed. False: another writer changed the file
+        meanwhile; `output` is left to the caller."""
+        with self.errors("write", rel):
+            if self.local:
+                return self._commit_local(rel, output, token)
+            if self.s3:
+                if output is None:
+                    done = self._s3_put_if(rel, None, token)
+                else:
+                    with open(output, "rb") as body:
+                        done = self._s3_put_if(rel, body, token)
+            else:
+                if output is None:
+                    self.remove(rel)
+                else:
+                    self.fs.put_file(output, self.full(rel))
+                done = True
+        if done:
+            self.discard(output)
+        return done
+
+    def publish(self, rel: str, output: str) -> None:
+        """Make `output` the content of `rel`, whatever is there: a rename locally, one PUT elsewhere."""
+        with self.errors("write", rel):
+            if self.local:
+                _fsync(output)
+                os.replace(output, self.full(rel))
+                _fsync(os.path.dirname(self.full(rel)))
+            else:
+                self.fs.put_file(output, self.full(rel))
+                self.discard(output)
+
+    def discard(self, output: str | None) -> None:
+        if output:
+            with suppress(FileNotFoundError):
+                os.unlink(output)
+
+    def _commit_local(self, rel: str, output: str | None, token: Any) -> bool:
+        path = self.full(rel)
+        if output is not None:
+            _fsync(output)
+        with self._folder_lock(rel):
+            try:
+                current = _local_token(os.stat(path))
+            except FileNotFoundError:
+                current = None
+            if current != token:
+                return False
+            if output is not None:
+                os.replace(output, path)
+            elif current is not None:
+                os.unlink(path)
+            _fsync(os.path.dirname(path))
+        return True
+
+    def _download(self, path: str, spool: str) -> Any:
+        try:
+            info = self.fs.info(path)
+            self.fs.get_file(path, spool)
+        except FileNotFoundError:
+            return None
+        return info.get("ETag") or info.get("etag") or (info.get("size"), info.get("mtime"))
+
+    # -- read-modify-write of small files ----------------------------------------------------------
 
     def update(self, rel: str, change: Callable[[bytes | None], bytes | None | object], attempts: int = 8) -> object:
         """Replace `rel` by change(current bytes or None). change returns new bytes, None to delete,
@@ -164,65 +286,45 @@ class Storage:
 
     def _update_s3(self, rel: str, change: Callable, attempts: int) -> object:
         for attempt in range(attempts):
-            with self._errors("read", rel):
-                data, etag = sync(self.fs.loop, self._s3_get, rel)
+            with self.errors("read", rel):
+                data, etag = self._s3(s3.get, rel)
             result = change(data)
             if result is KEEP or (result is None and data is None):
                 return result
-            with self._errors("write", rel):
-                if sync(self.fs.loop, self._s3_put_if, rel, result, etag):
+            with self.errors("write", rel):
+                if self._s3_put_if(rel, result, etag):
                     return result
             log.debug("%s changed while being updated; reading it again", self.display(rel))
             time.sleep(random.uniform(0.01, 0.05) * 2**attempt)  # jitter: racing writers fall out of step
         raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
 
-    def _split(self, rel: str) -> tuple[str, str]:
+    def _s3(self, call, rel: str, *args):
+        """One of etl/s3.py's calls on this store's bucket and key, from synchronous code."""
         bucket, _, key = self.full(rel).partition("/")
-        return bucket, key
+        return sync(self.fs.loop, call, self.fs, bucket, key, *args)
 
-    async def _s3_get(self, rel: str) -> tuple[bytes | None, str | None]:
-        bucket, key = self._split(rel)
+    def _s3_put_if(self, rel: str, body: bytes | IO[bytes] | None, etag: str | None) -> bool:
         try:
-            answer = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
-        except FileNotFoundError:
-            return None, None
-        try:
-            return await answer["Body"].read(), answer["ETag"]
-        finally:
-            answer["Body"].close()
-
-    async def _s3_put_if(self, rel: str, data: bytes | None, etag: str | None) -> bool:
-        """False when the object is no longer the version `etag` names (None: absent)."""
-        bucket, key = self._split(rel)
-        condition = ({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}) if self.conditional else {}
-        try:
-            if data is None:
-                await self.fs._call_s3("delete_object", Bucket=bucket, Key=key, **condition)
-            else:
-                await self.fs._call_s3("put_object", Bucket=bucket, Key=key, Body=data, **condition)
-        except (FileExistsError, FileNotFoundError):
-            return False  # If-None-Match failed, or If-Match on an object deleted meanwhile
-        except OSError as exc:
-            if _precondition_failed(exc):
-                return False
-            if self.conditional and _status(exc) == 501:
-                log.warning("%s does not support conditional writes: concurrent writers of one file "
-                            "(shards of different layouts, two runs of one state) are not protected", self.url)
-                _UNCONDITIONAL.add(self._endpoint)
-                return await self._s3_put_if(rel, data, etag)
-            raise
+            return self._s3(s3.put_if, rel, body, etag, self.conditional)
+        except s3.ConditionsUnsupported:
+            log.warning("%s does not support conditional writes: concurrent writers of one file "
+                        "(shards of different layouts, two runs of one state) are not protected", self.url)
+            _UNCONDITIONAL.add(self._endpoint)
+            if hasattr(body, "seek"):
+                body.seek(0)
+            return self._s3(s3.put_if, rel, body, etag, False)
         finally:
             self.fs.invalidate_cache(self.full(rel))
-        return True
 
     @contextmanager
     def _folder_lock(self, rel: str) -> Iterator[None]:
+        """An flock of the file's folder itself: held for one check-and-swap, milliseconds."""
         directory = os.path.dirname(self.full(rel))
-        with self._errors("lock", rel):
+        with self.errors("lock", rel):
             os.makedirs(directory, exist_ok=True)
-            fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(directory, os.O_RDONLY)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # held for one read-modify-write: milliseconds
+            fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
@@ -233,7 +335,7 @@ class Storage:
         """Names (not paths) in a folder; empty if it does not exist. Never from a listing cache:
         another process may have written there since."""
         path = self.full(rel)
-        with self._errors("list", rel):
+        with self.errors("list", rel):
             self.fs.invalidate_cache(path)
             try:
                 entries = self.fs.ls(path, detail=False)
@@ -244,7 +346,7 @@ class Storage:
     def find(self, rel: str = "") -> list[str]:
         """Every file below rel, as paths relative to the root."""
         base = self.full(rel)
-        with self._errors("list", rel):
+        with self.errors("list", rel):
             self.fs.invalidate_cache(base)
             try:
                 found = self.fs.find(base)
@@ -266,45 +368,20 @@ class Storage:
             return 0
         leftovers = [
             f for f in self.find()
-            if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(TMP_SUFFIX) and self._abandoned(f)
+            if tempfiles.is_temp(f.rsplit("/", 1)[-1]) and tempfiles.abandoned(self.full(f))
         ]
         for rel in leftovers:
             self.remove(rel)
         return len(leftovers)
 
-    def _abandoned(self, rel: str) -> bool:
-        parts = rel.rsplit("/", 1)[-1].split(".")
-        owner = parts[-3] if len(parts) >= 4 else ""
-        pid, _, host = owner.partition("@")
-        if host == _HOST and pid.isdigit():
-            return not _alive(int(pid))
-        if host:
-            try:
-                return time.time() - os.path.getmtime(self.full(rel)) > TMP_MAX_AGE
-            except FileNotFoundError:
-                return False  # renamed meanwhile
-        return True  # a name without its writer: from an older version
 
-
-def _alive(pid: int) -> bool:
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process
-    return True
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def _status(exc: OSError) -> int | None:
-    response = getattr(exc.__cause__, "response", None) or {}
-    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-
-
-def _precondition_failed(exc: OSError) -> bool:
-    response = getattr(exc.__cause__, "response", None) or {}
-    status = _status(exc)
-    code = response.get("Error", {}).get("Code")
-    # 409 ConditionalRequestConflict: two conditional writes raced on AWS; the loser may retry.
-    return status in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict") \
-        or (exc.errno == errno.EINVAL and "pre-condition" in str(exc).lower())
+def _local_token(stat: os.stat_result) -> tuple[int, int, int]:
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns

@@ -40,10 +40,6 @@ def now_ms() -> int:
     return int(datetime.now(tz=UTC).timestamp() * 1000)
 
 
-def floor_day(ms: int) -> int:
-    return ms - ms % DAY_MS
-
-
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)\s*$")
 _UNIT_MS = {"ms": 1, "s": SECOND_MS, "m": MINUTE_MS, "h": HOUR_MS, "d": DAY_MS, "w": 7 * DAY_MS}
 

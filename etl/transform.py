@@ -1,4 +1,8 @@
-"""Answers to typed Arrow tables: window-clipped, NaN-free, deduplicated on (param_id, ts), sorted."""
+"""Answers to typed Arrow tables: window-clipped, NaN-free, deduplicated on (param_id, ts), sorted.
+
+The platform's intervals are inclusive, ours half-open: `keep_span` drops the point at a window's end,
+which is expected there and not counted as odd.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +13,16 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client.models import Candles, Points
-from etl.plan import WorkUnit
+from etl.model import SCHEMAS, TS, Series, Window, keep_span
 
-TS = pa.timestamp("ms", tz="UTC")
-_KEYS = [("object_id", pa.int64()), ("param_id", pa.int64()), ("kind", pa.string()), ("ts", TS)]
-SCHEMAS = {
-    "raw": pa.schema([*_KEYS, ("value", pa.float64())]),
-    "average": pa.schema([*_KEYS, ("value", pa.float64())]),
-    "candles": pa.schema([*_KEYS, *[(c, pa.float64()) for c in ("open", "high", "low", "close")]]),
-}
-VALUE_COLUMNS = {"raw": ["value"], "average": ["value"], "candles": ["open", "high", "low", "close"]}
+__all__ = ["SCHEMAS", "TS", "WindowData", "clean", "to_table"]
 
 
 @dataclass(slots=True)
-class UnitData:
-    """The clean columns of one work unit."""
+class WindowData:
+    """The clean columns of one window."""
 
-    unit: WorkUnit
+    window: Window
     ts: np.ndarray
     values: dict[str, np.ndarray]
 
@@ -33,28 +30,26 @@ class UnitData:
         return len(self.ts)
 
 
-def clean(unit: WorkUnit, data: Points | Candles, warnings: Counter) -> UnitData:
+def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
     """Keep points inside [start, end), with every value present, once per timestamp (first kept)."""
     ts = data.ts
     if len(ts) < 2 or (np.diff(ts) > 0).all():  # the usual answer: ascending, one point per stamp
-        lo, hi = (int(i) for i in np.searchsorted(ts, (unit.start, unit.end)))
-        values = {c: getattr(data, c)[lo:hi] for c in VALUE_COLUMNS[unit.series]}
+        lo, hi = keep_span(ts, window.start, window.end)
+        values = {c: getattr(data, c)[lo:hi] for c in window.series.value_columns}
         if not any(np.isnan(v).any() for v in values.values()):
-            # The closing bound is requested inclusively, so a point exactly at `end` is expected, not odd.
-            outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == unit.end)
+            outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == window.end)
             if outside:
                 warnings["points_outside_window"] += outside
-            return UnitData(unit, ts[lo:hi], values)
-    return _clean_any(unit, data, warnings)
+            return WindowData(window, ts[lo:hi], values)
+    return _clean_any(window, data, warnings)
 
 
-def _clean_any(unit: WorkUnit, data: Points | Candles, warnings: Counter) -> UnitData:
-    columns = VALUE_COLUMNS[unit.series]
+def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
+    columns = window.series.value_columns
     values = {c: getattr(data, c) for c in columns}
     ts = data.ts
-    keep = (ts >= unit.start) & (ts < unit.end)
-    # The closing bound is requested inclusively, so a point exactly at `end` is expected, not odd.
-    outside = int((~keep).sum() - (ts == unit.end).sum())
+    keep = (ts >= window.start) & (ts < window.end)
+    outside = int((~keep).sum() - (ts == window.end).sum())
     if outside:
         warnings["points_outside_window"] += outside
     present = np.ones(len(ts), dtype=bool)
@@ -75,23 +70,26 @@ def _clean_any(unit: WorkUnit, data: Points | Candles, warnings: Counter) -> Uni
             warnings["duplicate_points"] += int((~first).sum())
             ts = ts[first]
             values = {c: v[first] for c, v in values.items()}
-    return UnitData(unit, ts, values)
+    return WindowData(window, ts, values)
 
 
-def to_table(series: str, pieces: list[UnitData]) -> pa.Table:
-    """One table for many units, built column-wise, sorted by (param_id, ts)."""
-    schema = SCHEMAS[series]
-    pieces = sorted((p for p in pieces if len(p)), key=lambda p: (p.unit.param.id, p.unit.start))
+def to_table(series: Series, pieces: list[WindowData], source: str, by_object: bool = False) -> pa.Table:
+    """One table for many windows, built column-wise, sorted by ((object_id,) param_id, ts)."""
+    schema = SCHEMAS[Series(series)]
+    order = (lambda p: (p.window.object_id, p.window.param_id, p.window.start)) if by_object else \
+        (lambda p: (p.window.param_id, p.window.start))
+    pieces = sorted((p for p in pieces if len(p)), key=order)
     if not pieces:
         return schema.empty_table()
     lengths = [len(p) for p in pieces]
-    kinds = pa.array([p.unit.param.kind for p in pieces], pa.string())
+    rows = pa.array(np.repeat(np.arange(len(pieces)), lengths))
     columns = {
-        "object_id": np.repeat(np.array([p.unit.param.object_id for p in pieces], dtype=np.int64), lengths),
-        "param_id": np.repeat(np.array([p.unit.param.id for p in pieces], dtype=np.int64), lengths),
-        "kind": kinds.take(pa.array(np.repeat(np.arange(len(pieces)), lengths))),
+        "source": pa.array([source], pa.string()).take(pa.array(np.zeros(sum(lengths), np.int32))),
+        "object_id": np.repeat(np.array([p.window.object_id for p in pieces], dtype=np.int64), lengths),
+        "param_id": np.repeat(np.array([p.window.param_id for p in pieces], dtype=np.int64), lengths),
+        "kind": pa.array([p.window.kind.value for p in pieces], pa.string()).take(rows),
         "ts": pa.array(np.concatenate([p.ts for p in pieces]), TS),
     }
-    for c in VALUE_COLUMNS[series]:
+    for c in Series(series).value_columns:
         columns[c] = np.concatenate([p.values[c] for p in pieces])
     return pa.table(columns, schema=schema)

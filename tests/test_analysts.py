@@ -22,7 +22,7 @@ from tests.conftest import END, START, config_dict, emulator_config, make_config
 from tests.expected import SERIES, expected_table
 
 VIEWS = {"raw", "average", "candles", "raw_named", "average_named", "candles_named", "objects", "units",
-         "parameters", "zones", "classifiers", "room_types", "rooms", "commands"}
+         "parameters", "zones", "classifiers", "room_types", "rooms", "commands", "quality", "quality_named"}
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_query_registers_series_dimension_and_named_views(lake):
     lines = named.splitlines()
     assert lines[0].split() == ["param_id", "param_name", "object_name", "n"] and len(lines) == 1 + 8
     con = duckdb.connect()
-    names = dict(con.sql(f"select id, name from '{lake.parent}/out/dimensions/parameters.parquet'").fetchall())
+    names = dict(con.sql(f"select id, name from '{lake.parent}/out/dimensions/parameters/*.parquet'").fetchall())
     for line in lines[1:]:
         param_id, *_ = line.split()
         assert names[int(param_id)] in line and "None" not in line and "NaN" not in line
@@ -90,14 +90,15 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     out = invoke("pull", "1001", "--from", START, "--to", end, "-o", str(tmp_path / "raw.parquet"), env=env)
     expected = want("raw", 1001, end=end)
     assert f"wrote {expected.num_rows:,} raw points of parameter 1001" in out
-    assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["object_id"]))
-    requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/api/db/measure/1001/")]
+    assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["source", "object_id"]))
+    requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/sem-restservices/db/measure/1001/")]
     assert all(r["interval_ms"] <= DAY_MS for r in requests)  # raw in 24 h windows
-    assert len([r for r in requests if r["status"] == 200]) == 3  # one answer per day
+    whole_days = [r for r in requests if r["status"] == 200 and r["interval_ms"] == DAY_MS]
+    assert len(whole_days) == 3  # one answer per day (and maybe an ask for the rest of one: no silent cap here)
     assert any(r["status"] >= 500 for r in fresh_emulator.requests())  # some failed and were retried
 
     fresh_emulator.set_faults(reset=True)
-    invoke("pull", "1501", "--list", "calculated", "--kind", "candles", "--from", START, "--to", end,
+    invoke("pull", "1501", "--kind", "candles", "--from", START, "--to", end,
            "-o", str(tmp_path / "candles.csv"), env=env)
     got = pcsv.read_csv(tmp_path / "candles.csv")
     assert got.column("close").to_pylist() == want("candles", 1501, end=end).column("close").to_pylist()
@@ -112,10 +113,59 @@ def test_pull_without_a_connection_names_what_is_missing(tmp_path):
 
 
 def test_plot_writes_a_png_of_a_series(lake, tmp_path):
-    for series, param in (("raw", 1001), ("candles", 2501)):
+    for series, param in (("raw", 1001), ("candles", 2501), ("raw", 2003)):  # physical, calculated, signal
         png = tmp_path / f"{series}.png"
         out = invoke("plot", "-c", str(lake), str(param), "--from", START, "--to", END, "--kind", series, "-o", str(png))
         assert out.strip() == f"plotted {want(series, param).num_rows:,} points to {png}"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     with pytest.raises(DataError, match="no raw points of parameter 9999"):
         invoke("plot", "-c", str(lake), "9999", "--from", START, "--to", END, "-o", str(tmp_path / "none.png"))
+
+
+def test_dimension_tables_are_snake_case_and_typed(lake):
+    out = lake.parent / "out"
+    con = duckdb.connect()
+    params = con.sql(f"select * from '{out}/dimensions/parameters/*.parquet'")
+    types = dict(zip(params.columns, [str(t) for t in params.types], strict=True))
+    assert {"object_id", "controller_id", "device_id", "room_id", "device_classifier_id", "unit"} <= set(types)
+    assert not [c for c in types if c != c.lower()]  # no objectId, deviceId ...
+    assert types["tags"] == "VARCHAR[]" and types["object_id"] == "BIGINT" and types["locked"] == "BOOLEAN"
+    tags = dict(con.sql(f"select id, tags from '{out}/dimensions/parameters/*.parquet'").fetchall())
+    assert tags[1003] == ["alarm"] and tags[1501] == ["energy", "calculated"]
+    objects = con.sql(f"select paramtags, sdirobjectstate.objstatename, controllers_total_count "
+                      f"from '{out}/dimensions/objects/*.parquet' order by id").fetchall()
+    assert objects[0] == (["alarm", "calculated", "energy", "pressure", "temperature"], "active", 2)
+    device = con.sql(f"select deviceconnect.device.id from '{out}/dimensions/units/*.parquet' order by id").fetchall()
+    assert device[0] == (101,)
+
+
+def test_plot_titles_with_object_parameter_and_unit_and_breaks_lines_at_gaps(lake, tmp_path):
+    from PIL import Image
+
+    for param, title, unit in ((1001, "obj-1 / temperature-1001 [°C]", "°C"), (2003, "obj-2 / alarm-2003", None)):
+        png = tmp_path / f"{param}.png"
+        invoke("plot", "-c", str(lake), str(param), "--from", START, "--to", END, "-o", str(png))
+        info = Image.open(png).info
+        assert info["Title"] == f"{title}: raw", info
+        assert info["Description"] == "2 gaps"  # the emulator's gap of each day, drawn as a break
+        assert unit is None or unit in title
+
+
+def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
+    import pandas as pd
+
+    from etl.emulator.dataset import as_dataset
+    from etl.emulator.series import gaps, raw_series
+    from etl.gaps import with_breaks
+
+    ds = as_dataset(emulator_config())
+    for param_id in (1001, 1002, 2001, 2501):
+        ts, values = raw_series(ds, param_id, to_ms(START), to_ms(END) - 1)
+        frame = pd.DataFrame({"ts": pd.to_datetime(ts, unit="ms", utc=True), "value": values})
+        broken, gaps = with_breaks(frame)
+        assert len(gaps) == 2 and len(broken) == len(frame) + 2, param_id
+        for (start, end), day in zip(gaps, (to_ms(START), to_ms(START) + DAY_MS), strict=True):
+            [(lo, hi)] = gaps(ds, param_id, day, day + DAY_MS - 1)
+            assert start.value // 10**6 < lo and hi <= end.value // 10**6  # the generator's gap, inside
+        assert broken["value"].isna().sum() == 2
+        assert not broken["value"].iloc[[0, -1]].isna().any()

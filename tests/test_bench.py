@@ -29,3 +29,20 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     assert doc["emulator"]["requests"] > 0 and doc["emulator"]["errors"] == 0
     assert {"ceiling_share", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} <= set(doc["targets"])
     assert "skipped: --skip" in done.stdout  # dlt's row says why it is missing
+
+
+def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
+    out = tmp_path / "fleet.json"
+    done = subprocess.run([sys.executable, "benchmarks/fleet.py", "--quick", "--json", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    doc = json.loads(out.read_text())
+    for run in doc["sizes"].values():
+        # the same work: the replay is the warm-up run's requests (sign-in excepted); discovery's
+        # look-ahead pages may differ by a request or two between runs
+        assert run["etl"]["points"] > 0 and run["ceiling"]["requests"] > 0
+        assert abs(run["etl"]["requests"] - run["ceiling"]["requests"]) <= 2 + run["ceiling"]["requests"] // 20
+        assert run["etl"]["files_per_partition"] >= 1 and run["cpu_ratio"] > 0
+    assert set(doc["latencies"]) == {"0ms", "10ms"}
+    assert doc["history"]["2"]["points"] > doc["history"]["1"]["points"]
+    assert "peak RSS from the smallest to the widest fleet" in done.stdout

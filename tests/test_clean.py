@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etl.client.models import Parameter, Points
-from etl.plan import WorkUnit
+from etl.client.models import Points
+from etl.model import ParamKind, Series, Window
 from etl.transform import _clean_any, clean
 
-UNIT = WorkUnit(Parameter(1001, "physical", 1), "raw", 100, 200)
+UNIT = Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, 100, 200)
 stamps = st.lists(st.integers(80, 220), max_size=40)
 
 

@@ -48,18 +48,18 @@ def test_read_commands_print_tables_and_json(env, capsys):
 
 
 @pytest.mark.parametrize(
-    ("kind", "param_list", "param_id", "columns"),
-    [("raw", "physical", "1001", {"ts", "value"}), ("average", "physical", "1001", {"ts", "value"}),
-     ("candles", "physical", "1001", {"ts", "open", "high", "low", "close"}),
-     ("raw", "calculated", "1501", {"ts", "value"}), ("raw", "signal", "1003", {"ts", "value"})],
+    ("kind", "param_id", "columns"),
+    [("raw", "1001", {"ts", "value"}), ("average", "1001", {"ts", "value"}),
+     ("candles", "1001", {"ts", "open", "high", "low", "close"}),
+     ("raw", "1501", {"ts", "value"}), ("raw", "1003", {"ts", "value"})],
 )
-def test_series_command(env, capsys, kind, param_list, param_id, columns):
+def test_series_command(env, capsys, kind, param_id, columns):
     code, out, _ = etl(capsys, "api", "series", param_id, "--from", "2026-11-01T00:00:00Z",
-                       "--to", "2026-11-01T06:00:00Z", "--kind", kind, "--list", param_list, "--json")
+                       "--to", "2026-11-01T06:00:00Z", "--kind", kind, "--json")
     rows = json.loads(out)
     assert code == 0 and rows and set(rows[0]) == columns
     assert all("2026-11-01T00:00:00.000Z" <= r["ts"] <= "2026-11-01T06:00:00.000Z" for r in rows)
-    if param_list == "signal":
+    if param_id == "1003":  # a signal parameter
         assert {r["value"] for r in rows} <= {0.0, 1.0}
 
 

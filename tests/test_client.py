@@ -44,7 +44,8 @@ def test_every_endpoint_answers_through_the_client(emulator):
         assert [p.id for p in c.object_physical_params(1)] == [p.id for p in phys]
         assert [p.id for p in c.object_calculated_params(1)] == [p.id for p in calc]
         assert {r["id"] for r in c.object_params(1, calc=True)} == {p.id for p in phys + calc}
-        assert {r["id"] for r in c.search_params_all([1, 2], page_size=2)} >= {p.id for p in phys + calc}
+        pages = [c.search_params([1, 2], limit=2, offset=o) for o in range(0, 10, 2)]
+        assert {r["id"] for page in pages for r in page} >= {p.id for p in phys + calc}
         analog = next(p for p in phys if p.kind == "physical")
         signal = next(p for p in phys if p.kind == "signal")
         raw = c.measure_raw(analog.id, T0, T0 + DAY_MS)
@@ -99,7 +100,7 @@ def test_restricted_login_sees_only_its_objects(emulator):
             c.object(2)
         with pytest.raises(NotFound):
             c.measure_raw(2001, T0, T0 + DAY_MS)
-        assert all(r.get("objectId") == 1 for r in c.search_params_all([1, 2]))
+        assert all(r.get("objectId") == 1 for r in c.search_params([1, 2], limit=100))
 
 
 def test_a_missing_right_is_an_auth_error_at_once(emulator):
@@ -182,7 +183,7 @@ def test_429_pauses_the_whole_client(fresh_emulator):
 
 
 def test_server_down_exhausts_retries_with_a_clear_message():
-    down = SyncMonitoringClient("http://127.0.0.1:9/api", "demo", "demo",
+    down = SyncMonitoringClient("http://127.0.0.1:9/sem-restservices", "demo", "demo",
                                 retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5))
     with down as c, pytest.raises(RetriesExhausted) as info:
         c.objects()
@@ -198,8 +199,36 @@ def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
     with client_for(fresh_emulator, password="demo") as c:
         for _ in range(4):
             c.objects()
-        cookie_values = c._client.session._cookie_header
+        cookie_values = c._client.session.auth.cookie
     text = caplog.text
     assert "password=demo" not in text
     for part in cookie_values.split("; "):
         assert part.split("=", 1)[1] not in text
+
+
+def test_a_request_that_succeeds_at_once_never_enters_the_retry_loop(emulator, monkeypatch):
+    import etl.client.session as session
+
+    def no_retry(*args, **kwargs):
+        raise AssertionError("the retry loop was entered")
+
+    monkeypatch.setattr(session, "retry", no_retry)
+    with client_for(emulator) as c:
+        assert c.sign_in().login == "demo"
+        assert c.objects_short() and len(c.measure_raw(1001, T0, T0 + DAY_MS)) > 0
+
+
+def test_the_exception_tree_drawn_in_errors_is_the_one_in_the_code():
+    """etl/errors.py draws each class with its exit code, retryable and fatal: the drawing is checked."""
+    import re
+
+    import etl.errors as errors
+
+    rows = re.findall(r"^\s+[│├└─ ]*(\w+)(?: \(\w+\))?\s+(\d+)\s+(yes|no)\s+(yes|no)", errors.__doc__, re.MULTILINE)
+    drawn = {name: (int(code), retryable == "yes", fatal == "yes") for name, code, retryable, fatal in rows}
+    classes = {name: cls for name, cls in vars(errors).items()
+               if isinstance(cls, type) and issubclass(cls, errors.EtlError) and cls is not errors.RetriesExhausted}
+    assert drawn.keys() == classes.keys()
+    assert {name: (cls.exit_code, cls.retryable, cls.fatal) for name, cls in classes.items()} == drawn
+    exhausted = errors.RetriesExhausted("gave up", errors.InvalidResponse("cut short"), 3)
+    assert (exhausted.exit_code, exhausted.retryable, exhausted.fatal) == (6, False, False)

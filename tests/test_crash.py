@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -16,11 +17,14 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from etl.config import parse_config
 from etl.emulator.server import RunningEmulator, run_emulator
-from etl.state import State
+from etl.pipeline import Runner, RunOptions
 from etl.storage import TMP_SUFFIX
 from tests.conftest import config_dict, emulator_config, write_config
+from tests.expected import SOURCE, checkpoints, read_quality
 from tests.test_pipeline import assert_exact
 from tests.test_reliability import assert_output_matches_state
 
@@ -106,18 +110,18 @@ def kill_when(proc: subprocess.Popen, moment, timeout: float = 60) -> bool:
 def moments(emulator: RunningEmulator, out: Path, rnd: random.Random) -> dict:
     """Ways to pick the moment of a kill: while fetching (after a random number of answers), while a
     data file is being written (its temp file exists), while the checkpoint is being written."""
-    state_dir = out / "_state"
+    state_dir = out / "_state" / SOURCE
 
     def fetching():
         n = rnd.randint(1, 30)
         return lambda: sum("interval_ms" in r for r in emulator.requests()) >= n
 
     def writing():
-        return lambda: any(p.name.endswith(TMP_SUFFIX) for d in ("raw", "average", "candles", "dimensions")
+        return lambda: any(p.name.endswith(TMP_SUFFIX) for d in ("raw", "average", "candles", "quality", "dimensions")
                            for p in (out / d).rglob(".*"))
 
     def checkpointing():
-        return lambda: any(p.name.endswith(TMP_SUFFIX) for p in state_dir.glob(".state.json.*"))
+        return lambda: any(p.name.endswith(TMP_SUFFIX) for p in state_dir.rglob(".*"))
 
     return {"fetching": fetching, "writing": writing, "checkpointing": checkpointing}
 
@@ -145,7 +149,21 @@ def kill_and_recover(emulator: RunningEmulator, tmp_path: Path, phases: list[str
     assert reader.reads > 0
     assert_exact(out)
     assert temp_files(out) == []
+    assert_quality_of_a_clean_run(emulator, path, out, tmp_path / "clean")
     return hit
+
+
+def assert_quality_of_a_clean_run(emulator: RunningEmulator, path: Path, out: Path, clean: Path) -> None:
+    """Exactly one quality row per (parameter, day), each equal to what one uninterrupted run writes."""
+    got = read_quality(out)
+    keys = list(zip(got.column("param_id").to_pylist(), got.column("day").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) == 8 * 2
+    emulator.set_faults(reset=True)
+    data = yaml.safe_load(path.read_text())
+    data["sink"]["path"], data["series"] = str(clean), ["raw"]  # quality is computed from the raw series alone
+    data["source"]["password"] = ENV["ETL_PASSWORD"]
+    asyncio.run(Runner(parse_config(data), RunOptions(progress=False)).run())
+    assert got.equals(read_quality(clean))
 
 
 def test_sigkill_at_random_moments_then_rerun_gives_exactly_the_source(slow_emulator, tmp_path):
@@ -171,7 +189,7 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     out = tmp_path / "out"
     proc = start(path)
     kill_when_ready = time.monotonic() + 60
-    while not (out / "_state" / "state.json").exists():  # a slab is written and checkpointed
+    while not list((out / "_state" / SOURCE / "log").glob("*.json")):  # a slab is written and checkpointed
         assert proc.poll() is None and time.monotonic() < kill_when_ready, proc.communicate()
         time.sleep(0.005)
     proc.send_signal(signum)
@@ -183,8 +201,8 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     errors = [line for line in stderr.splitlines() if line.startswith("etl: error")]
     assert len(errors) == 1 and "interrupted" in errors[0] and "run again to resume" in errors[0], stderr
     assert "Traceback" not in stderr
-    state = State.from_json((out / "_state" / "state.json").read_bytes(), "state")
-    assert state.covered and temp_files(out) == []
+    state = checkpoints(out)
+    assert len(state) and temp_files(out) == []
     assert_output_matches_state(out, state)
     summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
     assert [s["status"] for s in summaries] == ["interrupted"]
@@ -219,7 +237,7 @@ def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path)
     path = config_file(slow_emulator, tmp_path)
     slow_emulator.set_faults(latency=0.5)  # the first run must outlast the second one's start
     first = start(path)
-    lock = tmp_path / "out" / "_state" / "lock"
+    lock = tmp_path / "out" / "_state" / SOURCE / "lock"
     deadline = time.monotonic() + 60
     while not (lock.exists() and lock.read_bytes()):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()

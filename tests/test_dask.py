@@ -13,13 +13,15 @@ from collections import Counter
 
 import pytest
 
+from etl.build import Build
 from etl.errors import ConfigError
+from etl.model import Series
 from etl.pipeline import Runner, RunOptions
 from etl.plan import Slab
+from etl.slab import SlabJob
 from etl.timeutil import DAY_MS
-from etl.work import SlabJob
 from tests.conftest import END, START, config_dict, make_config, write_config
-from tests.expected import SERIES, assert_exact, read
+from tests.expected import SERIES, assert_exact, checkpoints, read
 
 
 def run(config, **options):
@@ -48,7 +50,7 @@ def test_dask_executor_writes_row_for_row_what_the_local_one_writes(emulator, da
     for series in SERIES:
         assert read(remote, series).equals(read(local, series)), series
     assert files(remote) == files(local)
-    assert json.loads((remote / "_state/state.json").read_text()) == json.loads((local / "_state/state.json").read_text())
+    assert list(checkpoints(remote).rows()) == list(checkpoints(local).rows())
 
 
 def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucket):
@@ -62,11 +64,11 @@ def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucke
 
 
 def test_jobs_show_no_secret_where_dask_prints_them(tmp_path):
-    config = make_config("http://127.0.0.1:1/api", tmp_path, source={"password": "pa55-w0rd-x"})
-    job = SlabJob(config, Slab("raw", 0, DAY_MS), "0")
+    config = make_config("http://127.0.0.1:1/sem-restservices", tmp_path, source={"password": "pa55-w0rd-x"})
+    job = SlabJob(config, Slab(Series.RAW, 0, DAY_MS, 0, ()))
     for text in (repr(job), str(job), repr(job.config), str(job.config.source)):
         assert "pa55-w0rd-x" not in text
-    assert pickle.loads(pickle.dumps(job)).config.source.resolve_password() == "pa55-w0rd-x"  # still shipped
+    assert Build(pickle.loads(pickle.dumps(job)).config).password == "pa55-w0rd-x"  # still shipped
 
 
 def test_dask_without_a_scheduler_is_a_config_error(emulator, tmp_path):
@@ -89,10 +91,10 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
         def setup(self, worker):
             from etl.storage import Storage
 
-            self.original = original = Storage.update
+            self.original = original = Storage.commit
 
-            def update(storage, rel, change, *args, **kwargs):
-                result = original(storage, rel, change, *args, **kwargs)
+            def commit(storage, rel, *args, **kwargs):
+                result = original(storage, rel, *args, **kwargs)
                 if rel.endswith(".parquet"):
                     try:
                         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))  # one kill in all
@@ -101,12 +103,12 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
                     os.kill(os.getpid(), signal.SIGKILL)
                 return result
 
-            Storage.update = update
+            Storage.commit = commit
 
         def teardown(self, worker):
             from etl.storage import Storage
 
-            Storage.update = self.original
+            Storage.commit = self.original
 
     end = "2026-11-05T00:00:00Z"
     address = dask_cluster.scheduler_address

@@ -26,7 +26,7 @@ T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 NOW = T0 + 20 * DAY
 CONFIG = dict(seed=11, objects=3, params_per_object=3, calc_per_object=1, now_ms=NOW)
 ANALOG, SIGNAL, CALC = 1001, 1003, 1501
-BASE = "/api"  # the default base path
+BASE = "/sem-restservices"  # the default base path
 
 
 def config(**overrides) -> EmulatorConfig:
@@ -253,6 +253,22 @@ def test_series_equal_the_data_functions(demo, emu):
         assert ts.tolist() == want[0].tolist() and values.tolist() == want[1].tolist(), path
     _, signal = points(demo.get(f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}"))
     assert set(signal.tolist()) == {0.0, 1.0}
+
+
+def test_each_day_has_one_documented_gap_and_the_series_is_silent_only_there(demo, emu):
+    for param_id in (ANALOG, SIGNAL, CALC):
+        spans = emu.gaps(param_id, T0, T0 + 2 * DAY - 1)
+        assert len(spans) == 2 and all(15 * 60_000 <= g["end"] - g["start"] <= 90 * 60_000 for g in spans)
+        period = as_dataset(emu.config).param(param_id).period_ms
+        for day, gap in zip((T0, T0 + DAY), spans, strict=True):
+            route = "calcvalue" if param_id == CALC else "signal" if param_id == SIGNAL else "measure"
+            ts, _ = points(demo.get(f"/db/{route}/{param_id}/{day}/{day + DAY - 1}"))
+            assert not ((ts >= gap["start"]) & (ts < gap["end"])).any()
+            spacing = np.diff(ts)
+            assert spacing.max() >= gap["end"] - gap["start"] - period  # the longest silence is the gap
+            assert (np.sort(spacing)[-2] if len(spacing) > 1 else 0) < 1.5 * period  # and the only one (jitter < P/2)
+    assert httpx.get(f"{emu.url}/_emulator/gaps?param=999999&start=0&end=1").status_code == 404
+    assert httpx.get(f"{emu.url}/_emulator/gaps?param={ANALOG}").status_code == 400
 
 
 def test_average_is_the_bucket_mean_of_raw(demo):

@@ -11,13 +11,17 @@ import pyarrow.dataset as ds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etl.plan import PlanOptions, plan
-from etl.sinks import DatasetWriter, ParquetFormat, Replaced
-from etl.state import State, StateStore, merge
+from etl.model import SCHEMAS, ParamKind, Series, Window, bucket_of
+from etl.plan import PlanOptions
+from etl.sinks import Layout, ParquetFormat, SlabWriter
+from etl.state import Coverage, StateStore
 from etl.storage import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
-from etl.transform import SCHEMAS
-from tests.test_properties import PARAMS, T0, config, intervals, times
+from tests.test_properties import PARAMS, T0, config, intervals, merge, plan, times
+
+
+def add(state: Coverage, param_id: int, series: str, start: int, end: int) -> None:
+    state.add([Window(param_id, 1, ParamKind.PHYSICAL, Series(series), start, end)])
 
 
 def covers(intervals: list[tuple[int, int]], point: int) -> bool:
@@ -30,14 +34,14 @@ def test_plan_over_any_prior_state_fetches_each_gap_exactly_once(a, b, prior, ra
     """With checkpoints already covering some of the window (and no overlap re-read), the planned units
     and the covered intervals tile [start, end): every instant exactly once, raw units within a UTC day."""
     start, end = min(a, b), max(a, b) + 1
-    state = State()
+    state = Coverage()
     for s, e in prior:
-        state.add(PARAMS[0].id, "raw", s, e)
-        state.add(PARAMS[1].id, "candles", s, e)
+        add(state, PARAMS[0].id, "raw", s, e)
+        add(state, PARAMS[1].id, "candles", s, e)
     slabs = plan(config(raw_window), PARAMS, state, PlanOptions(start, end))
     for param in PARAMS:
         for series in ("raw", "average", "candles"):
-            units = sorted((u.start, u.end) for s in slabs for u in s.units if u.param == param and u.series == series)
+            units = sorted((u.start, u.end) for s in slabs for u in s.windows if u.param == param and u.series == series)
             covered = [(max(s, start), min(e, end)) for s, e in state.intervals(param.id, series) if s < end and e > start]
             assert all(x[1] <= y[0] for x, y in zip(units, units[1:], strict=False))  # units never overlap
             assert not any(s < ce and cs < e for s, e in units for cs, ce in covered)  # nor re-fetch covered time
@@ -51,12 +55,12 @@ def test_plan_over_any_prior_state_fetches_each_gap_exactly_once(a, b, prior, ra
 def test_overlap_re_reads_only_behind_the_high_water_mark(a, b, prior, overlap):
     """The late-data overlap adds at most `overlap` before the high-water mark, and still no unit twice."""
     start, end = min(a, b), max(a, b) + 1
-    state = State()
+    state = Coverage()
     for s, e in prior:
-        state.add(PARAMS[0].id, "raw", s, e)
+        add(state, PARAMS[0].id, "raw", s, e)
     cfg = config(overlap=overlap)
     units = sorted((u.start, u.end) for s in plan(cfg, PARAMS[:1], state, PlanOptions(start, end))
-                   for u in s.units if u.series == "raw")
+                   for u in s.windows if u.series == "raw")
     assert all(x[1] <= y[0] for x, y in zip(units, units[1:], strict=False))
     mark = state.high_water(PARAMS[0].id, "raw")
     covered = state.intervals(PARAMS[0].id, "raw")
@@ -73,7 +77,8 @@ def source_rows(param_id: int, start: int, end: int) -> pa.Table:
     """The 'server's' points of one parameter in [start, end): a fixed set, values a function of time."""
     ts = SOURCE_TS[(start <= SOURCE_TS) & (end > SOURCE_TS)]
     return pa.table({
-        "object_id": np.full(len(ts), 1, np.int64), "param_id": np.full(len(ts), param_id, np.int64),
+        "source": ["s"] * len(ts), "object_id": np.full(len(ts), 1, np.int64),
+        "param_id": np.full(len(ts), param_id, np.int64),
         "kind": pa.array(["physical"] * len(ts)), "ts": pa.array(ts, SCHEMAS["raw"].field("ts").type),
         "value": ts.astype(np.float64) / 1000 + param_id,
     }, schema=SCHEMAS["raw"])
@@ -84,13 +89,17 @@ chunk = st.tuples(st.sampled_from([1001, 1002]), st.integers(0, 71), st.integers
 
 
 def write_all(chunks: list[tuple[int, int, int]], folder: str) -> pa.Table:
-    writer = DatasetWriter(Storage(folder), "raw", ParquetFormat(), ["date"])
+    """Each chunk as a slab of its own (one window, cut at midnights as the plan cuts raw slabs)."""
+    storage, layout = Storage(folder), Layout(Series.RAW, ["date"], ".parquet", "s", buckets=2)
     for param_id, start, end in chunks:
-        writer.write(source_rows(param_id, start, end), [Replaced(param_id, 1, start, end)])
-    files = Storage(folder).find("raw")
-    if not files:
+        for day_start in range(start - start % DAY_MS, end, DAY_MS):
+            s, e = max(start, day_start), min(end, day_start + DAY_MS)
+            writer = SlabWriter(storage, ParquetFormat(), layout, bucket_of(param_id, 2))
+            writer.write(source_rows(param_id, s, e), [Window(param_id, 1, ParamKind.PHYSICAL, Series.RAW, s, e)])
+            writer.finish()
+    if not storage.find("raw"):
         return SCHEMAS["raw"].empty_table()
-    # as readers do: hidden names (temp files, folder locks) are not data
+    # as readers do: hidden names (temp files) are not data
     table = ds.dataset(f"{folder}/raw", format="parquet", partitioning="hive").to_table().drop_columns(["date"])
     return table.sort_by([("param_id", "ascending"), ("ts", "ascending")])
 
@@ -116,17 +125,19 @@ def test_sink_merge_of_overlapping_chunks_is_idempotent_and_order_independent(ch
 
 @given(intervals, intervals)
 def test_a_checkpoint_never_moves_backwards(first, later):
-    """Whatever is added later, and through a save and load, the covered time only grows."""
-    state = State()
+    """Whatever is added later, and through a commit and load, the covered time only grows."""
+    state = Coverage()
     for s, e in first:
-        state.add(3, "raw", s, e)
+        add(state, 3, "raw", s, e)
     before = state.intervals(3, "raw")
     with tempfile.TemporaryDirectory() as folder:
         store = StateStore(Storage(folder))
+        store.load()
+        store.commit([Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e) for s, e in first])
         for s, e in later:
-            state.add(3, "raw", s, e)
-            store.save(state)
+            store.commit([Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e)])
             state = store.load()
+            store.compact(state)
             after = state.intervals(3, "raw")
             assert all(any(a <= s0 and e0 <= b for a, b in after) for s0, e0 in before)
             mark_before = before[-1][1] if before else None

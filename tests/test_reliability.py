@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from etl.emulator.server import run_emulator
-from etl.state import State
+from etl.state import Coverage
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import expected_table
+from tests.expected import SOURCE, checkpoints, expected_table
 from tests.test_pipeline import SERIES, assert_exact, read, run
 
 # Each fault alone, then all together. Rates are per request; the run's retry policy (conftest:
@@ -146,7 +146,7 @@ def test_retries_back_off_with_jitter(fresh_emulator):
         results = client._loop.run_until_complete(both())
     assert all(isinstance(r, RetriesExhausted) and r.exit_code == 5 for r in results)
     gaps = {}
-    for path in ("/api/db/object/1", "/api/db/object/1/unit"):
+    for path in ("/sem-restservices/db/object/1", "/sem-restservices/db/object/1/unit"):
         ts = [r["ts"] for r in fresh_emulator.requests() if r["path"] == path]
         assert len(ts) == 4
         gaps[path] = [(b - a) / 1000 for a, b in zip(ts, ts[1:], strict=False)]
@@ -167,7 +167,7 @@ def series_of(entry: dict) -> tuple[int, str, int, int]:
     return int(parts[-3]), series, int(parts[-2]), int(parts[-1])
 
 
-def assert_output_matches_state(out: Path, state: State) -> None:
+def assert_output_matches_state(out: Path, state: Coverage) -> None:
     """The files hold exactly the source's points of the checkpointed intervals: nothing more."""
     for series in SERIES:
         want = expected_table(emulator_config(), series, to_ms(START), to_ms(END))
@@ -186,7 +186,7 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
     data = config_dict("http://placeholder/api", tmp_path / "out", retry=retry, window={"overlap": "0s"},
                        extract={"concurrency": 2, "slabs_in_flight": 1})
     data["source"]["password"] = "${ETL_PASSWORD}"
-    state_file = tmp_path / "out" / "_state" / "state.json"
+    log_folder = tmp_path / "out" / "_state" / SOURCE / "log"
     with run_emulator(settings) as emu:
         port = emu.port
         data["source"]["base_url"] = emu.base_url
@@ -195,7 +195,7 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
         proc = subprocess.Popen([sys.executable, "-m", "etl", "run", "-c", str(path)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "ETL_PASSWORD": "demo"})
         deadline = time.monotonic() + 60
-        while not state_file.exists():  # the first slab is written and checkpointed
+        while not list(log_folder.glob("*.json")):  # the first slab is written and checkpointed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.005)
         if outage == "errors":
@@ -207,8 +207,8 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
     errors = [line for line in stderr.splitlines() if line.startswith("etl: error")]
     assert len(errors) == 1 and "gave up after 3 attempt(s)" in errors[0], stderr
     assert "Traceback" not in stderr
-    state = State.from_json(state_file.read_bytes(), "state")
-    done = sum(e - s for intervals in state.covered.values() for s, e in intervals)
+    state = checkpoints(tmp_path / "out")
+    done = int((state.end - state.start).sum())
     assert 0 < done < 8 * 3 * (to_ms(END) - to_ms(START))  # some, not all, of 8 parameters x 3 series
     assert_output_matches_state(tmp_path / "out", state)
     assert not [p for p in (tmp_path / "out").rglob("*") if p.name.endswith(".tmp")]

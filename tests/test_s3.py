@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,15 +13,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from etl.build import Build
 from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import LockedError, StorageError
 from etl.pipeline import Runner, RunOptions
-from etl.state import StateStore
 from etl.storage import Storage
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import assert_exact, expected_table
+from tests.expected import SOURCE, assert_exact, checkpoints, expected_table
 
 
 def run(config, **options):
@@ -42,11 +41,13 @@ def test_full_then_incremental_run_into_s3(emulator, bucket, tmp_path, monkeypat
 
     storage = Storage(lake)
     files = storage.find()
-    assert "_state/state.json" in files and "_state/lock" not in files  # the lease is released
+    assert any(f.startswith(f"_state/{SOURCE}/") for f in files)
+    assert f"_state/{SOURCE}/lock" not in files  # the lease is released
     assert any(f.startswith("_runs/") for f in files)
     assert not any(name.rsplit("/", 1)[-1].startswith(".") for name in files)  # no temp names on S3
-    assert sorted(f for f in files if f.startswith("raw/")) == [
-        "raw/date=2026-11-01/part-0.parquet", "raw/date=2026-11-02/part-0.parquet"]
+    raw = [f for f in files if f.startswith("raw/")]
+    assert {f.rsplit("/", 1)[0] for f in raw} == {"raw/date=2026-11-01", "raw/date=2026-11-02"}
+    assert all(f.rsplit("/", 1)[1].startswith(f"part-{SOURCE}-b") for f in raw)
     assert not list(tmp_path.iterdir())  # nothing written locally
 
     # The same lake through sink.storage_options alone, without AWS_ENDPOINT_URL: a rerun finds
@@ -94,7 +95,7 @@ def test_killed_run_resumes_from_s3_checkpoints(fresh_emulator, bucket, tmp_path
     )
     try:
         deadline = time.monotonic() + 60
-        while storage.read("_state/state.json") is None:  # the first slab is written and checkpointed
+        while not storage.find(f"_state/{SOURCE}/log"):  # the first slab is written and checkpointed
             assert victim.poll() is None and time.monotonic() < deadline, victim.stderr and victim.stderr.read()
             time.sleep(0.05)
         victim.send_signal(signal.SIGKILL)
@@ -102,18 +103,19 @@ def test_killed_run_resumes_from_s3_checkpoints(fresh_emulator, bucket, tmp_path
     finally:
         victim.kill()
         victim.stderr.close()
-    covered = json.loads(storage.read("_state/state.json"))["covered"]
-    assert covered and sum(len(v) for v in covered.values()) < 8 * 3  # killed mid-way
+    covered = checkpoints(lake)
+    done = int((covered.end - covered.start).sum())
+    assert 0 < done < 8 * 3 * (to_ms(end) - to_ms(START))  # killed mid-way
 
     config = parse_config(data)
-    store = StateStore.open(config.state_path, lease_seconds=2)
+    store = Build(config).state_store()
     with pytest.raises(LockedError, match="another run holds the state lock"), store.lock():
         pass
     time.sleep(2.1)  # the dead run's lease expires
     fresh_emulator.set_faults(reset=True)
     assert run(config).status == "ok"
     assert_exact(lake, START, end)
-    assert storage.read("_state/lock") is None
+    assert storage.read(f"_state/{SOURCE}/lock") is None
 
 
 def test_query_over_s3(emulator, bucket, tmp_path):

@@ -10,10 +10,10 @@ import threading
 
 import pyarrow.parquet as pq
 
+from etl.model import Shard
 from etl.pipeline import Runner, RunOptions
-from etl.walk import in_shard
 from tests.conftest import END, START, config_dict, make_config, write_config
-from tests.expected import assert_exact
+from tests.expected import SOURCE, assert_exact, checkpoints, data_files
 
 PARAMS = {1001, 1002, 1003, 1501, 2001, 2002, 2003, 2501}
 
@@ -35,28 +35,30 @@ def test_three_shards_side_by_side_equal_one_run(emulator, tmp_path):
 
     covered = []
     for i in range(3):
-        state = json.loads((out / f"_state/shard-{i}of3/state.json").read_text())["covered"]
-        ids = {int(key.split("/")[0]) for key in state}
-        assert ids == {p for p in PARAMS if in_shard(p, (i, 3))}
+        ids = {row["param_id"] for row in checkpoints(out, Shard(i, 3)).rows()}
+        assert ids == {p for p in PARAMS if Shard(i, 3).contains(p)}
         covered.append(ids)
-        for part in out.rglob(f"part-s{i}of3.parquet"):  # each shard's files hold its parameters only
+        parts = list(out.rglob(f"part-{SOURCE}-s{i}of3-b*.parquet"))
+        assert parts
+        for part in parts:  # each shard's files hold its parameters only
             assert set(pq.read_table(part).column("param_id").to_pylist()) <= ids
     assert set().union(*covered) == PARAMS and sum(map(len, covered)) == len(PARAMS)
-    assert not (out / "_state/state.json").exists()
+    assert not len(checkpoints(out))  # the unsharded store was never written
 
 
 def test_switching_to_shards_moves_rows_without_loss_or_duplicates(emulator, tmp_path):
     """An unsharded output taken over by 2 concurrent shards: each re-fetches its parameters (its own
-    checkpoints are empty) and removes them from the old part-0 files, which both rewrite at once."""
-    config = make_config(emulator.base_url, tmp_path)
+    checkpoints are empty) and removes them from the unsharded files, which both rewrite at once."""
+    config = make_config(emulator.base_url, tmp_path, sink={"buckets": 1})
     asyncio.run(Runner(config, RunOptions(progress=False)).run())
-    assert (tmp_path / "raw/date=2026-11-01/part-0.parquet").exists()
+    unsharded = f"part-{SOURCE}-b0of1.parquet"
+    assert (tmp_path / "raw/date=2026-11-01" / unsharded).exists()
 
     errors: list[BaseException] = []
 
     def shard(i: int) -> None:
         try:
-            asyncio.run(Runner(config, RunOptions(progress=False, shard=(i, 2))).run())
+            asyncio.run(Runner(config, RunOptions(progress=False, shard=Shard(i, 2))).run())
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
@@ -67,5 +69,6 @@ def test_switching_to_shards_moves_rows_without_loss_or_duplicates(emulator, tmp
         t.join()
     assert not errors
     assert_exact(tmp_path, START, END)
-    assert not list(tmp_path.rglob("part-0.parquet"))  # emptied by the shards, so removed
-    assert list(tmp_path.rglob("part-s0of2.parquet")) and list(tmp_path.rglob("part-s1of2.parquet"))
+    assert not list(tmp_path.rglob(unsharded))  # emptied by the shards, so removed
+    names = {f.rsplit("/", 1)[1] for f in data_files(tmp_path, "raw")}
+    assert names == {f"part-{SOURCE}-s0of2-b0of1.parquet", f"part-{SOURCE}-s1of2-b0of1.parquet"}

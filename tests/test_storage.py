@@ -29,7 +29,7 @@ def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
     assert storage.read("d/counter") == b"100"
     assert storage.update("d/counter", lambda data: KEEP) is KEEP and storage.read("d/counter") == b"100"
     assert storage.update("d/counter", lambda data: None) is None and storage.read("d/counter") is None
-    assert storage.listdir("d") == [".etl.lock"]  # the lock stays; readers skip dot files
+    assert storage.listdir("d") == []  # the folder itself is locked: no lock file among the data
 
 
 def test_only_temp_files_of_dead_writers_are_removed(tmp_path):
@@ -63,9 +63,10 @@ def test_a_lease_lost_to_a_simultaneous_taker_is_refused_where_writes_are_not_co
     """memory:// has no compare-and-swap: after taking the lease, a run reads it back and steps aside
     when a rival's write landed last."""
     from etl.errors import LockedError
-    from etl.state import LOCK_FILE, StateStore
+    from etl.lock import LOCK_FILE
+    from etl.state import StateStore
 
-    monkeypatch.setattr("etl.state.LEASE_SETTLE", 0.01)
+    monkeypatch.setattr("etl.lock.LEASE_SETTLE", 0.01)
     store = StateStore(Storage("memory://lease-race/state"), lease_seconds=60)
     assert not store.storage.compare_and_swap
     real_update = Storage.update

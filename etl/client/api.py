@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import ssl
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
-import httpx
-
+from etl.client.caps import AnswerCaps
 from etl.client.models import (
     Candles,
     ExternalCommand,
@@ -23,15 +21,39 @@ from etl.client.models import (
     Points,
     User,
 )
-from etl.client.retry import ClientStats, RetryPolicy
-from etl.client.series import decode_points, parse_candles, parse_points
+from etl.client.retry import ClientStats
+from etl.client.series import SMALL_ANSWER, decode_points, parse_candles, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
+from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, to_ms
 
 Time = datetime | int | str
-SeriesKind = Literal["raw", "average", "candles"]
 RAW_WINDOW_MAX_MS = DAY_MS
+# The route of each series of each kind of parameter. A signal parameter is a physical one: the
+# document gives it a raw route of its own only.
+ROUTES = {
+    (ParamKind.PHYSICAL, Series.RAW): "/db/measure",
+    (ParamKind.PHYSICAL, Series.AVERAGE): "/db/measure/average",
+    (ParamKind.PHYSICAL, Series.CANDLES): "/db/measure/candles",
+    (ParamKind.CALCULATED, Series.RAW): "/db/calcvalue",
+    (ParamKind.CALCULATED, Series.AVERAGE): "/db/calcvalue/average",
+    (ParamKind.CALCULATED, Series.CANDLES): "/db/calcvalue/candles",
+    (ParamKind.SIGNAL, Series.RAW): "/db/signal",
+    (ParamKind.SIGNAL, Series.AVERAGE): "/db/measure/average",
+    (ParamKind.SIGNAL, Series.CANDLES): "/db/measure/candles",
+}
+
+
+def _endpoint(kind: ParamKind, series: Series):
+    """The method of one measurement endpoint: GET {route}/{param_id}/{start}/{end}?count=N."""
+    path = ROUTES[kind, series]
+
+    async def fetch(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points | Candles:
+        return await self._route(path, series, param_id, start, end, count)
+
+    fetch.__doc__ = f"GET {path}/{{param_id}}/{{start}}/{{end}}"
+    return fetch
 
 
 def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
@@ -62,25 +84,16 @@ def _query(**params: Any) -> dict[str, Any]:
 
 
 class MonitoringClient:
-    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`."""
+    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
 
-    def __init__(
-        self,
-        base_url: str,
-        username: str,
-        password: str,
-        *,
-        timeout: httpx.Timeout | float = 30.0,
-        retry: RetryPolicy | None = None,
-        max_in_flight: int = 16,
-        verify: bool | ssl.SSLContext = True,
-        transport: httpx.AsyncBaseTransport | None = None,
-        stats: ClientStats | None = None,
-    ) -> None:
-        self.session = Session(
-            base_url, username, password, timeout=timeout, retry=retry, max_in_flight=max_in_flight,
-            verify=verify, transport=transport, stats=stats,
-        )
+    `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
+    as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
+    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`)."""
+
+    def __init__(self, base_url: str, username: str, password: str, **options: Any) -> None:
+        """`options`: those of `Session` (sign_in, timeout, retry, max_in_flight, verify, transport, stats)."""
+        self.session = Session(base_url, username, password, **options)
+        self.caps = AnswerCaps()
 
     @property
     def stats(self) -> ClientStats:
@@ -102,7 +115,8 @@ class MonitoringClient:
         return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
 
     # 4.1 sign-in ------------------------------------------------------------------------------
-    async def sign_in(self) -> User:
+    async def sign_in(self) -> User | None:
+        """Sign in now. Not needed: the first request signs in, and a session that ends is replaced."""
         return await self.session.sign_in()
 
     # 4.2 objects ------------------------------------------------------------------------------
@@ -172,69 +186,50 @@ class MonitoringClient:
     async def search_params(self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0) -> list[dict]:
         return list(await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset))
 
-    async def search_params_all(self, object_ids: Iterable[int], *, page_size: int = 500) -> list[dict]:
-        """Every page of /search/params, until a short page."""
-        out: list[dict] = []
-        while True:
-            page = await self.search_params(object_ids, limit=page_size, offset=len(out))
-            out.extend(page)
-            if len(page) < page_size:
-                return out
-
     # 4.4 measurements -------------------------------------------------------------------------
-    async def _points(self, path: str, param_id: int, start: Time, end: Time, count: int | None, raw: bool) -> Points:
-        s, e = _window(start, end, raw=raw)
-        return await self._fetch_points(f"{path}/{int(param_id)}/{s}/{e}", count)
-
-    async def _fetch_points(self, path: str, count: int | None) -> Points:
-        answer = await self.session.call("GET", path, _query(count=count), decode=decode_points, in_thread=True)
+    async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
+        if series is Series.CANDLES:
+            return parse_candles(await self._get(url, count=count))
+        answer = await self.session.call("GET", url, _query(count=count), decode=decode_points,
+                                         in_thread_over=SMALL_ANSWER)
         return answer if isinstance(answer, Points) else parse_points(answer)
 
-    async def _candles(self, path: str, param_id: int, start: Time, end: Time, count: int | None) -> Candles:
-        s, e = _window(start, end, raw=False)
-        return parse_candles(await self._get(f"{path}/{int(param_id)}/{s}/{e}", count=count))
+    async def _route(self, path: str, series: Series, param_id: int, start: Time, end: Time,
+                     count: int | None) -> Points | Candles:
+        s, e = _window(start, end, raw=series is Series.RAW)
+        return await self._measure(f"{path}/{int(param_id)}/{s}/{e}", series, count)
 
-    async def measure_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
-        return await self._points("/db/measure", param_id, start, end, count, raw=True)
+    measure_raw = _endpoint(ParamKind.PHYSICAL, Series.RAW)
+    measure_average = _endpoint(ParamKind.PHYSICAL, Series.AVERAGE)
+    measure_candles = _endpoint(ParamKind.PHYSICAL, Series.CANDLES)
+    calc_raw = _endpoint(ParamKind.CALCULATED, Series.RAW)
+    calc_average = _endpoint(ParamKind.CALCULATED, Series.AVERAGE)
+    calc_candles = _endpoint(ParamKind.CALCULATED, Series.CANDLES)
 
-    async def measure_average(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
-        return await self._points("/db/measure/average", param_id, start, end, count, raw=False)
-
-    async def measure_candles(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
-        return await self._candles("/db/measure/candles", param_id, start, end, count)
+    async def signal(self, param_id: int, start: Time, end: Time) -> Points:
+        """GET /db/signal/{param_id}/{start}/{end} (no count)."""
+        return await self._route(ROUTES[ParamKind.SIGNAL, Series.RAW], Series.RAW, param_id, start, end, None)
 
     async def measure_average_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
         """The document's second spelling, /db/measure/{id}/average/{start}/{end}."""
         s, e = _window(start, end, raw=False)
-        return await self._fetch_points(f"/db/measure/{int(param_id)}/average/{s}/{e}", count)
+        return await self._measure(f"/db/measure/{int(param_id)}/average/{s}/{e}", Series.AVERAGE, count)
 
     async def measure_candles_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
         s, e = _window(start, end, raw=False)
-        return parse_candles(await self._get(f"/db/measure/{int(param_id)}/candles/{s}/{e}", count=count))
-
-    async def calc_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
-        return await self._points("/db/calcvalue", param_id, start, end, count, raw=True)
-
-    async def calc_average(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
-        return await self._points("/db/calcvalue/average", param_id, start, end, count, raw=False)
-
-    async def calc_candles(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
-        return await self._candles("/db/calcvalue/candles", param_id, start, end, count)
-
-    async def signal(self, param_id: int, start: Time, end: Time) -> Points:
-        return await self._points("/db/signal", param_id, start, end, None, raw=True)
+        return await self._measure(f"/db/measure/{int(param_id)}/candles/{s}/{e}", Series.CANDLES, count)
 
     async def series(
-        self, param: Parameter, kind: SeriesKind, start: Time, end: Time, count: int | None = None
+        self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
     ) -> Points | Candles:
-        """The right endpoint for a parameter's kind and a series kind."""
-        if param.kind == "calculated":
-            fetch = {"raw": self.calc_raw, "average": self.calc_average, "candles": self.calc_candles}[kind]
-        elif param.kind == "signal" and kind == "raw":
-            return await self.signal(param.id, start, end)
-        else:
-            fetch = {"raw": self.measure_raw, "average": self.measure_average, "candles": self.measure_candles}[kind]
-        return await fetch(param.id, start, end, count)
+        """One series of a parameter from the route its kind takes (`/db/signal` takes no count). The
+        answer's length is noted in `caps`."""
+        kind, series = ParamKind(kind), Series(series)
+        if kind is ParamKind.SIGNAL and series is Series.RAW:
+            count = None
+        data = await self._route(ROUTES[kind, series], series, param_id, start, end, count)
+        self.caps.saw(kind, series, len(data))
+        return data
 
     # 4.5 status, 4.6 set value ----------------------------------------------------------------
     async def param_status(self, param_id: int, at: Time | None = None) -> ParamStatus:

@@ -1,4 +1,5 @@
-"""The retry policy as data, the run-wide throttle that 429s close, and the counters both feed."""
+"""The retry policy as data, the retry loop a request enters after its first failure, the run-wide
+throttle that 429s close, and the counters they feed."""
 
 from __future__ import annotations
 
@@ -6,21 +7,20 @@ import asyncio
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-import httpx
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay
+from etl import redact
+from etl.errors import EtlError, RetriesExhausted
 
-from etl.errors import InvalidResponse, NetworkError, ServerError, SessionRejected, TlsError
-
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """When and how long to retry one request. Applies to timeouts, connection errors, invalid
-    JSON bodies, a session refused right after a new sign-in, and the statuses in RETRYABLE_STATUSES;
-    never to other 4xx."""
+    """When and how long to retry one request: after an error whose class says `retryable` (timeouts,
+    connection errors, 5xx and 429, unreadable answers, sessions refused even after signing in again)."""
 
     attempts: int = 6
     backoff_initial: float = 0.5  # seconds before the first retry; doubles each time
@@ -28,12 +28,25 @@ class RetryPolicy:
     deadline: float | None = 300.0  # no new attempt after this many seconds on one request
     retry_after_max: float = 120.0  # a server asking for more than this is not waited for
 
+    def gives_up(self, attempts: int, seconds: float) -> bool:
+        """No more attempts after `attempts` failed ones that took `seconds` in all."""
+        return attempts >= max(1, self.attempts) or bool(self.deadline) and seconds >= self.deadline
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        retry_after = getattr(error, "retry_after", None)
+        if retry_after is not None:
+            # Honour the server, plus a little jitter so throttled requests do not return in lockstep.
+            return min(retry_after, self.retry_after_max) + random.uniform(0, 0.1 * max(retry_after, 0.1))
+        cap = min(self.backoff_max, self.backoff_initial * 2 ** (attempt - 1))
+        return random.uniform(cap / 2, cap)  # "equal jitter": never zero, never over the cap
+
 
 @dataclass
 class ClientStats:
-    requests: int = 0
+    requests: int = 0  # every request on the wire: sign-ins, resends and probes too
     retries: Counter = field(default_factory=Counter)  # reason -> count
-    relogins: int = 0
+    relogins: int = 0  # sign-ins after a session ended
     throttled_seconds: float = 0.0
     bytes_received: int = 0
 
@@ -75,49 +88,30 @@ class RateGate:
             await asyncio.sleep(delay)
 
 
-def is_retryable(exc: BaseException) -> bool:
-    if isinstance(exc, TlsError):
-        return False
-    return isinstance(exc, ServerError | NetworkError | InvalidResponse | SessionRejected | httpx.TransportError)
-
-
-def retry_reason(exc: BaseException) -> str:
-    if isinstance(exc, ServerError):
-        return f"http_{exc.status}"
-    if isinstance(exc, InvalidResponse):
-        return "invalid_body"
-    if isinstance(exc, SessionRejected):
-        return "session_rejected"
-    if isinstance(exc, NetworkError):
-        return getattr(exc, "reason", "network")
-    return type(exc).__name__
-
-
-def _wait(policy: RetryPolicy):
-    def wait(state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        retry_after = getattr(exc, "retry_after", None)
-        if retry_after is not None:
-            # Honour the server, plus a little jitter so throttled requests do not return in lockstep.
-            return min(retry_after, policy.retry_after_max) + random.uniform(0, 0.1 * max(retry_after, 0.1))
-        cap = min(policy.backoff_max, policy.backoff_initial * 2 ** (state.attempt_number - 1))
-        return random.uniform(cap / 2, cap)  # "equal jitter": never zero, never over the cap
-
-    return wait
-
-
-def retrying(policy: RetryPolicy, stats: ClientStats) -> AsyncRetrying:
-    stop = stop_after_attempt(max(1, policy.attempts))
-    if policy.deadline:
-        stop = stop | stop_after_delay(policy.deadline)
-
-    def count(state: RetryCallState) -> None:
-        stats.retries[retry_reason(state.outcome.exception())] += 1
-
-    return AsyncRetrying(
-        stop=stop,
-        wait=_wait(policy),
-        retry=retry_if_exception(is_retryable),
-        before_sleep=count,
-        reraise=False,
-    )
+async def retry(
+    first: EtlError, again: Callable[[], Awaitable[T]], policy: RetryPolicy, stats: ClientStats, what: str,
+    started: float,
+) -> T:
+    """Try `again` after the first attempt failed with `first`, while errors are retryable and the
+    policy allows; then RetriesExhausted, carrying the last error's exit code and fatality. Entered
+    only after a failure: a request that succeeds at once never comes here."""
+    error, attempts = first, 1
+    while True:
+        if not error.retryable:
+            raise error
+        if policy.gives_up(attempts, time.monotonic() - started):
+            cause = str(error).removeprefix(f"{what}: ")
+            raise RetriesExhausted(
+                redact.redact(
+                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {cause}"
+                ),
+                error,
+                attempts,
+            ) from None
+        stats.retries[getattr(error, "reason", type(error).__name__)] += 1
+        await asyncio.sleep(policy.delay(attempts, error))
+        attempts += 1
+        try:
+            return await again()
+        except EtlError as exc:
+            error = exc

@@ -1,62 +1,30 @@
-"""Sign-in, session cookies, one re-sign-in when a session is rejected, and what each answer means."""
+"""Send -> classify -> retry, over one pooled httpx.AsyncClient whose auth flow keeps the session.
+
+The send path, as httpx builds its own: `call` sends through the client (the auth flow of
+`etl.client.auth` signs in, attaches the session and signs in again when a session ends), then
+`classify` turns the answer into a body or an error, then the body is decoded. Only after a failure
+does `retry` take over; a request that succeeds at once costs nothing more.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http.cookiejar import CookieJar, DefaultCookiePolicy
-from http.cookies import SimpleCookie
 from typing import Any
 
 import httpx
-from tenacity import RetryError
 
 from etl import redact
+from etl.client import classify
+from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
 from etl.client.models import User
-from etl.client.retry import RETRYABLE_STATUSES, ClientStats, RateGate, RetryPolicy, retrying
+from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
-from etl.errors import (
-    ApiError,
-    AuthError,
-    InvalidResponse,
-    NetworkError,
-    NotFound,
-    RequestRejected,
-    RetriesExhausted,
-    ServerError,
-    SessionRejected,
-    TlsError,
-)
-
-SESSION_COOKIES = ("SEMSESSIONID", "issToken")
-
-
-class _SessionRejected(Exception):
-    """The server wants a new sign-in (401/403, a redirect or an HTML login page)."""
-
-    def __init__(self, definite: bool):
-        super().__init__()
-        self.definite = definite  # 401/403; an HTML page may also be plain garbage
-
-
-def _excerpt(response: httpx.Response, size: int = 120) -> str:
-    text = response.content[:size].decode("utf-8", "replace")
-    return redact.redact(" ".join(text.split()))
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
 
 
 def _tls_failure(exc: BaseException) -> str | None:
@@ -69,10 +37,6 @@ def _tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _looks_like_html(body: bytes) -> bool:
-    return body.lstrip()[:1] == b"<"
-
-
 class Session:
     """One signed-in session over a pooled httpx.AsyncClient; `call` returns decoded JSON."""
 
@@ -82,6 +46,7 @@ class Session:
         username: str,
         password: str,
         *,
+        sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
@@ -89,81 +54,102 @@ class Session:
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
-        redact.register(password)
         self.base_url = base_url.rstrip("/")
         self.username = username
-        self._password = password
         self.policy = retry or RetryPolicy()
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
-        self.user: User | None = None
-        self._cookie_header: str | None = None
-        self._generation = 0  # bumped at each sign-in, so concurrent rejections sign in once
-        self._login_lock = asyncio.Lock()
+        self.auth = SessionAuth(self.base_url, username, password, self.stats, sign_in)
         self._in_flight = asyncio.Semaphore(max_in_flight)
         # Decoders that release the GIL run here, beside the event loop. Two threads parse faster than
         # one loop downloads; more would only add per-thread allocator caches to the peak memory.
         self._decoders = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etl-decode")
         self._http = httpx.AsyncClient(
+            auth=self.auth,
             timeout=timeout,
             verify=verify,
             transport=transport,
             limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
-            # We send the two session cookies ourselves; a jar would also keep rememberMe/language
-            # and share cookies across hosts.
+            # The auth flow sends the two session cookies itself; a jar would also keep rememberMe and
+            # language and share cookies across hosts.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
             headers={"Accept": "application/json"},
-            follow_redirects=False,
+            follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
+            max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
+            event_hooks={"request": [self._on_the_wire]},
         )
+
+    @property
+    def user(self) -> User | None:
+        return self.auth.user
 
     async def aclose(self) -> None:
         await self._http.aclose()
         self._decoders.shutdown(wait=False, cancel_futures=True)
 
-    # -- public ------------------------------------------------------------------------------
+    async def sign_in(self) -> User | None:
+        """Sign in now (a new session), retried like any request."""
+        extensions = {SIGN_IN: True, "timeout": self._http.timeout.as_dict()}
+        started = time.monotonic()
 
-    async def sign_in(self) -> User:
-        async with self._login_lock:
-            return await self._retried("POST /auth/login", self._sign_in_once)
+        async def once() -> User | None:
+            await self._send(self.auth.sign_in_request(extensions))
+            return self.auth.user
+
+        try:
+            return await once()
+        except EtlError as exc:
+            if not exc.retryable:
+                raise
+            first = exc
+        return await retry(first, once, self.policy, self.stats, "POST /auth/login", started)
 
     async def call(
         self, method: str, path: str, params: Any = None, *, expect_json: bool = True,
-        decode: Callable[[bytes], Any] = decode_json, in_thread: bool = False,
+        decode: Callable[[bytes], Any] = decode_json, in_thread_over: int | None = None,
     ) -> Any:
-        """The answer's body through `decode` (JSON by default), in a decoder thread if asked (for
-        decoders that release the GIL); an InvalidResponse from it is retried like a bad status."""
-        return await self._retried(
-            f"{method} {path}", lambda: self._call_once(method, path, params, expect_json, decode, in_thread)
-        )
-
-    # -- internals ---------------------------------------------------------------------------
-
-    async def _retried(self, what: str, once):
+        """The answer's body through `decode` (JSON by default); in a decoder thread for bodies over
+        `in_thread_over` bytes (for decoders that release the GIL on large bodies). An InvalidResponse
+        from it is retried like a bad status."""
         started = time.monotonic()
         try:
-            async for attempt in retrying(self.policy, self.stats):
-                with attempt:
-                    return await once()
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            attempts = exc.last_attempt.attempt_number
-            cause = str(last).removeprefix(f"{what}: ")
-            raise RetriesExhausted(
-                redact.redact(
-                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {cause}"
-                ),
-                last,
-                attempts,
-            ) from None
+            return await self._attempt(method, path, params, expect_json, decode, in_thread_over)
+        except EtlError as exc:
+            if not exc.retryable:
+                raise
+            first = exc
+        return await retry(
+            first, lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
+            self.policy, self.stats, f"{method} {path}", started,
+        )
 
-    async def _send(self, method: str, path: str, params: Any, *, with_session: bool) -> httpx.Response:
-        headers = {"Cookie": self._cookie_header} if with_session and self._cookie_header else None
+    # -- one attempt -------------------------------------------------------------------------
+
+    async def _attempt(
+        self, method: str, path: str, params: Any, expect_json: bool, decode: Callable[[bytes], Any],
+        in_thread_over: int | None,
+    ) -> Any:
+        response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
+        body = self._classified(response, method, path, expect_json)
+        if body is None:
+            return None
+        try:
+            if in_thread_over is not None and len(body) > in_thread_over:
+                return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
+            return decode(body)
+        except InvalidResponse as exc:
+            raise InvalidResponse(f"{method} {path}: {exc}") from None
+
+    async def _on_the_wire(self, request: httpx.Request) -> None:
+        """Every request, sign-ins and resends of the auth flow included: counted, and held while a 429
+        pauses the client."""
+        await self.gate.wait()
+        self.stats.requests += 1
+
+    async def _send(self, request: httpx.Request) -> httpx.Response:
         async with self._in_flight:
-            # Past the gate only with a slot: requests queued for one must also wait out a 429.
-            await self.gate.wait()
-            self.stats.requests += 1
             try:
-                response = await self._http.request(method, self.base_url + path, params=params, headers=headers)
+                response = await self._http.send(request)
             except httpx.TimeoutException as exc:
                 raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
             except httpx.TransportError as exc:
@@ -174,6 +160,9 @@ class Session:
                     ) from None
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
                 raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
+            except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
+                self._throttle(exc)
+                raise
         self.stats.bytes_received += len(response.content)
         # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
         # free the answer and its body; a run makes too few objects for that to come often, and the
@@ -181,106 +170,13 @@ class Session:
         response.stream = httpx.ByteStream(response.content)
         return response
 
-    def _raise_for_status(self, response: httpx.Response, what: str) -> None:
-        status = response.status_code
-        if status < 300:
-            return
-        if status in RETRYABLE_STATUSES:
-            retry_after = _retry_after(response)
-            if status == 429:
-                self.gate.pause(retry_after if retry_after is not None else 1.0)
-            raise ServerError(f"{what}: HTTP {status} ({_excerpt(response, 60)})", status, retry_after)
-        if status == 404:
-            raise NotFound(f"{what}: not found (HTTP 404)", 404, _excerpt(response))
-        raise RequestRejected(f"{what}: rejected with HTTP {status}: {_excerpt(response)}", status, _excerpt(response))
+    def _classified(self, response: httpx.Response, method: str, path: str, expect_json: bool) -> bytes | None:
+        try:
+            return classify.body_of(response, method, path, expect_json)
+        except ServerError as exc:
+            self._throttle(exc)
+            raise
 
-    async def _sign_in_once(self) -> User:
-        response = await self._send(
-            "POST", "/auth/login", {"username": self.username, "password": self._password}, with_session=False
-        )
-        if response.status_code in (400, 401, 403):
-            raise AuthError(
-                f"sign-in refused for user {self.username!r} (HTTP {response.status_code}): "
-                "check the username and password"
-            )
-        self._raise_for_status(response, "sign-in")
-        cookies = SimpleCookie()
-        for header in response.headers.get_list("set-cookie"):
-            cookies.load(header)
-        values = {name: cookies[name].value for name in SESSION_COOKIES if name in cookies}
-        if len(values) != len(SESSION_COOKIES):
-            raise AuthError("sign-in answered without the SEMSESSIONID and issToken session cookies")
-        redact.register(*values.values())
-        body = decode_json(response.content)
-        self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
-        self._cookie_header = "; ".join(f"{k}={v}" for k, v in values.items())
-        self._generation += 1
-        return self.user
-
-    async def _ensure_session(self, rejected_generation: int | None = None) -> None:
-        async with self._login_lock:
-            if rejected_generation is None and self._generation:
-                return
-            if rejected_generation is not None and rejected_generation != self._generation:
-                return  # another request already signed in again
-            if rejected_generation is not None:
-                self.stats.relogins += 1
-            await self._sign_in_once()
-
-    async def _call_once(
-        self, method: str, path: str, params: Any, expect_json: bool, decode: Callable[[bytes], Any],
-        in_thread: bool,
-    ) -> Any:
-        await self._ensure_session()
-        what = f"{method} {path}"
-        for signed_in_again in (False, True):
-            generation = self._generation
-            response = await self._send(method, path, params, with_session=True)
-            try:
-                body = self._body(response, what, expect_json)
-            except _SessionRejected as rejected:
-                if signed_in_again and not rejected.definite:
-                    raise InvalidResponse(f"{what}: answered an HTML page instead of JSON") from None
-                if signed_in_again:
-                    # A 403 from a fresh session is a missing right, final; a 401 (or a redirect to the
-                    # login page) may be a short-lived session expiring in the queue: retried.
-                    refused = AuthError if response.status_code == 403 else SessionRejected
-                    raise refused(
-                        f"{what}: session rejected (HTTP {response.status_code}) "
-                        "right after signing in again; does this login have the rights?"
-                    ) from None
-                await self._ensure_session(rejected_generation=generation)
-                continue
-            if body is None:
-                return None
-            try:
-                if in_thread:
-                    return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
-                return decode(body)
-            except InvalidResponse as exc:
-                raise InvalidResponse(f"{what}: {exc}") from None
-        raise AssertionError("unreachable")
-
-    def _body(self, response: httpx.Response, what: str, expect_json: bool) -> bytes | None:
-        """The body of an answer that is worth decoding (None: an empty one where that is fine)."""
-        status = response.status_code
-        if status in (401, 403):
-            raise _SessionRejected(definite=True)
-        if 300 <= status < 400:
-            if "login" in response.headers.get("location", "").lower():
-                raise _SessionRejected(definite=True)
-            raise RequestRejected(f"{what}: unexpected redirect (HTTP {status})", status)
-        self._raise_for_status(response, what)
-        body = response.content
-        if _looks_like_html(body):
-            if b"password" in body.lower() or b"login" in body.lower():
-                raise _SessionRejected(definite=False)
-            raise InvalidResponse(f"{what}: answered an HTML page instead of JSON")
-        if not body.strip():
-            if expect_json:
-                raise InvalidResponse(f"{what}: empty answer")
-            return None
-        return body
-
-
-__all__ = ["Session", "ApiError"]
+    def _throttle(self, error: ServerError) -> None:
+        if error.status == 429:
+            self.gate.pause(error.retry_after if error.retry_after is not None else 1.0)

@@ -69,7 +69,7 @@ _rate = click.FloatRange(0, 1)
 @emulator.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port (one worker only).")
-@click.option("--base-path", default="/api", show_default=True, help="Every platform path lives under it.")
+@click.option("--base-path", default="/sem-restservices", show_default=True, help="Every platform path lives under it.")
 @click.option("--seed", default=42, show_default=True, type=int, help="Same seed, same data.")
 @click.option("--objects", default=3, show_default=True, type=click.IntRange(0), help="Objects 1..N.")
 @click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0, CALC_OFFSET - 1),

@@ -20,7 +20,7 @@ class EmulatorConfig:
 
     host: str = "127.0.0.1"
     port: int = 8765
-    base_path: str = "/api"
+    base_path: str = "/sem-restservices"
     seed: int = 42
     objects: int = 3
     params_per_object: int = 4

@@ -1,16 +1,19 @@
-"""The control API under /_emulator (no sign-in): health, the request log, faults, the clock and the
-command runs. It is the test harness's channel, so its errors are always JSON."""
+"""The control API under /_emulator (no sign-in): health, the request log, faults, the clock, the
+command runs and each parameter's documented gaps. It is the test harness's channel, so its errors are always JSON."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 
 from etl.emulator.answers import Answer, Refusal, bad, not_found, read_body
+from etl.emulator.dataset import Dataset
 from etl.emulator.faults import FaultPlan
+from etl.emulator.series import gaps
 from etl.emulator.state import Clock, RequestLog
 
 PREFIX = "/_emulator/"
@@ -30,8 +33,10 @@ async def _json_body(receive: Callable) -> dict[str, Any]:
 class ControlApi:
     """Reads and changes the per-process state of one emulator."""
 
-    def __init__(self, clock: Clock, plan: FaultPlan, log: RequestLog, runs: list[dict], base_path: str) -> None:
-        self.clock, self.plan, self.log, self.runs, self.base_path = clock, plan, log, runs, base_path
+    def __init__(self, dataset: Dataset, clock: Clock, plan: FaultPlan, log: RequestLog, runs: list[dict],
+                 base_path: str) -> None:
+        self.dataset, self.clock, self.plan, self.log, self.runs = dataset, clock, plan, log, runs
+        self.base_path = base_path
 
     async def answer(self, scope: dict, receive: Callable, what: str) -> Answer:
         method = scope["method"]
@@ -47,6 +52,7 @@ class ControlApi:
                 ("GET", "clock"): self._clock,
                 ("PUT", "clock"): lambda: self._set_clock(doc),
                 ("GET", "commands"): lambda: self.runs,
+                ("GET", "gaps"): lambda: self._gaps(scope),
             }.get((method, what.strip("/")))
             if handler is None:
                 raise not_found(f"control path {PREFIX}{what} ({method})")
@@ -59,6 +65,19 @@ class ControlApi:
             return self.plan.update(doc).as_dict()
         except (ValueError, TypeError) as exc:
             raise bad(str(exc)) from None
+
+    def _gaps(self, scope: dict) -> list[dict]:
+        """?param=ID&start=MS&end=MS: the parameter's silent spans [start, end) that overlap the window."""
+        query = {k: v[-1] for k, v in parse_qs(scope["query_string"].decode("latin-1")).items()}
+        try:
+            param, start, end = (int(query[name]) for name in ("param", "start", "end"))
+        except (KeyError, ValueError):
+            raise bad("gaps takes the integers param, start and end (epoch ms)") from None
+        try:
+            spans = gaps(self.dataset, param, start, end)
+        except KeyError:
+            raise not_found(f"parameter {param}") from None
+        return [{"start": lo, "end": hi} for lo, hi in spans]
 
     def _clock(self) -> dict:
         return {"now": self.clock.fixed, "current": self.clock.now()}

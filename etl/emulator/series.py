@@ -45,6 +45,14 @@ def _daily_gap(key: int, day: int) -> tuple[int, int]:
     return day * DAY_MS + at, day * DAY_MS + at + length
 
 
+def gaps(dataset: Any, param_id: int, start_ms: int, end_ms: int) -> list[tuple[int, int]]:
+    """The [start, end) of each daily gap of a parameter that overlaps [start_ms, end_ms]: the only
+    times a parameter is silent, documented so that tests and users can check completeness figures."""
+    key = require(dataset, param_id).key
+    spans = (_daily_gap(key, day) for day in range(start_ms // DAY_MS, end_ms // DAY_MS + 1))
+    return [(lo, hi) for lo, hi in spans if lo <= end_ms and hi > start_ms]
+
+
 def _times(p: Param, start_ms: int, end_ms: int) -> tuple[np.ndarray, np.ndarray]:
     """(t_k, hash_k) of every sample in [start, end], daily gaps removed. The low 32 bits of hash_k
     give the jitter, the high 32 bits the noise."""

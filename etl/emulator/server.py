@@ -48,6 +48,10 @@ class EmulatorControl:
         """Change the given fault settings (see Faults); reset=True first clears every fault."""
         return self._call("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
 
+    def gaps(self, param_id: int, start_ms: int, end_ms: int) -> list[dict]:
+        """The parameter's silent spans ({"start", "end"}, end excluded) overlapping the window."""
+        return self._call("GET", f"/gaps?param={param_id}&start={start_ms}&end={end_ms}")
+
     def clock(self) -> dict:
         return self._call("GET", "/clock")
 

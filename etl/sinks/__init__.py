@@ -1,6 +1,7 @@
 """Partitioned, atomic Parquet/CSV datasets."""
 
-from etl.sinks.dataset import DatasetWriter, Replaced, shard_label
+from etl.sinks.dataset import SlabWriter
 from etl.sinks.formats import CsvFormat, FileFormat, ParquetFormat, file_format
+from etl.sinks.layout import FileKey, Layout
 
-__all__ = ["CsvFormat", "DatasetWriter", "FileFormat", "ParquetFormat", "Replaced", "file_format", "shard_label"]
+__all__ = ["CsvFormat", "FileFormat", "FileKey", "Layout", "ParquetFormat", "SlabWriter", "file_format"]

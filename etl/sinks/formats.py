@@ -1,9 +1,11 @@
-"""File formats of the datasets: bytes in, bytes out, one Arrow schema."""
+"""File formats of the datasets: whole tables to bytes and back (small files), and streams of batches
+from and to local files (data files, which are never held whole)."""
 
 from __future__ import annotations
 
 import io
-from typing import Protocol
+from collections.abc import Iterator
+from typing import IO, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -11,6 +13,15 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from etl.errors import DataError
+
+ROW_GROUP_ROWS = 1 << 16  # rows per written row group: a writer holds at most this many
+READ_BATCH_ROWS = 1 << 16
+
+
+class BatchWriter(Protocol):
+    def write(self, table: pa.Table) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class FileFormat(Protocol):
@@ -20,6 +31,42 @@ class FileFormat(Protocol):
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table: ...
 
+    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]: ...
+
+    def writer(self, path: str, schema: pa.Schema) -> BatchWriter: ...
+
+
+def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
+    """The file's columns in the schema's order and types; a column the file lacks (written by an older
+    version) comes back null, for the caller to fill."""
+    try:
+        columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
+                   else pa.nulls(table.num_rows, f.type) for f in schema]
+        return pa.Table.from_arrays(columns, schema=schema)
+    except pa.ArrowException as exc:
+        raise DataError(f"cannot read existing file {where}: {exc}") from None
+
+
+class _Buffered:
+    """Collects small tables into row groups of about ROW_GROUP_ROWS before handing them on."""
+
+    def __init__(self, flush) -> None:
+        self._flush = flush
+        self._parts: list[pa.Table] = []
+        self._rows = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows:
+            self._parts.append(table)
+            self._rows += table.num_rows
+            if self._rows >= ROW_GROUP_ROWS:
+                self._drain()
+
+    def _drain(self) -> None:
+        if self._parts:
+            self._flush(pa.concat_tables(self._parts))
+            self._parts, self._rows = [], 0
+
 
 class ParquetFormat:
     extension = ".parquet"
@@ -27,53 +74,112 @@ class ParquetFormat:
     def __init__(self, compression: str = "zstd") -> None:
         self.compression = None if compression == "none" else compression
 
-    def encode(self, table: pa.Table) -> bytes:
-        sink = pa.BufferOutputStream()
+    def _options(self, schema: pa.Schema) -> dict:
         # Dictionaries pay off on few-valued columns (ids, kinds, names), not on timestamps and
         # measured values: there they cost time and bytes (a 150k-row slab: 2.5x slower, 1.6x larger).
-        keyed = [f.name for f in table.schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))]
-        pq.write_table(table, sink, compression=self.compression, row_group_size=1 << 20, use_dictionary=keyed)
+        keyed = [f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))]
+        return {"compression": self.compression, "use_dictionary": keyed}
+
+    def encode(self, table: pa.Table) -> bytes:
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **self._options(table.schema))
         return sink.getvalue().to_pybytes()
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table:
         try:
             table = pq.read_table(pa.BufferReader(data))
-            return table.select(schema.names).cast(schema)
-        except (pa.ArrowException, KeyError) as exc:
+        except pa.ArrowException as exc:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
+        return _conform(table, schema, where)
+
+    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]:
+        try:
+            reader = pq.ParquetFile(handle)
+            for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS):
+                yield _conform(pa.Table.from_batches([batch]), schema, where)
+        except pa.ArrowException as exc:
+            raise DataError(f"cannot read existing file {where}: {exc}") from None
+
+    def writer(self, path: str, schema: pa.Schema) -> BatchWriter:
+        return _ParquetWriter(path, schema, self._options(schema))
+
+
+class _ParquetWriter(_Buffered):
+    def __init__(self, path: str, schema: pa.Schema, options: dict) -> None:
+        self._writer = pq.ParquetWriter(path, schema, **options)
+        super().__init__(lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS))
+
+    def close(self) -> None:
+        self._drain()
+        self._writer.close()
+
+
+def _csv_plain(table: pa.Table) -> pa.Table:
+    """Timestamps as ISO 8601 UTC with milliseconds (2026-11-01T00:00:00.000Z)."""
+    columns = [pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ") if pa.types.is_timestamp(col.type) else col
+               for col in table.columns]
+    return pa.table(columns, names=table.column_names)
+
+
+def _csv_rows(table: pa.Table, out: IO[bytes]) -> None:
+    plain = _csv_plain(table)
+    # Unquoted when nothing needs quotes (series); quoted strings otherwise (JSON in dimensions).
+    try:
+        buffer = io.BytesIO()
+        pcsv.write_csv(plain, buffer, pcsv.WriteOptions(include_header=False, quoting_style="none"))
+    except pa.ArrowInvalid:
+        buffer = io.BytesIO()
+        pcsv.write_csv(plain, buffer, pcsv.WriteOptions(include_header=False, quoting_style="needed"))
+    out.write(buffer.getvalue())
+
+
+def _csv_header(names: list[str]) -> bytes:
+    return (",".join(names) + "\n").encode()  # pyarrow would quote every name
 
 
 class CsvFormat:
-    """Header row; timestamps as ISO 8601 UTC with milliseconds (2026-11-01T00:00:00.000Z)."""
+    """Header row; timestamps as ISO 8601 UTC with milliseconds."""
 
     extension = ".csv"
 
     def encode(self, table: pa.Table) -> bytes:
-        columns = [
-            pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ") if pa.types.is_timestamp(col.type) else col
-            for col in table.columns
-        ]
-        plain = pa.table(columns, names=table.column_names)
-        # Unquoted when nothing needs quotes (series); quoted strings otherwise (JSON in dimensions).
-        for style in ("none", "needed"):
-            out = io.BytesIO()
-            out.write((",".join(table.column_names) + "\n").encode())  # pyarrow would quote every name
-            try:
-                pcsv.write_csv(plain, out, pcsv.WriteOptions(include_header=False, quoting_style=style))
-                return out.getvalue()
-            except pa.ArrowInvalid:
-                continue
-        raise AssertionError("unreachable: 'needed' quoting accepts any value")
+        out = io.BytesIO()
+        out.write(_csv_header(table.column_names))
+        _csv_rows(table, out)
+        return out.getvalue()
+
+    def _convert(self, schema: pa.Schema) -> pcsv.ConvertOptions:
+        return pcsv.ConvertOptions(column_types=dict(zip(schema.names, schema.types, strict=True)))
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table:
         try:
-            table = pcsv.read_csv(
-                pa.BufferReader(data),
-                convert_options=pcsv.ConvertOptions(column_types=dict(zip(schema.names, schema.types, strict=True))),
-            )
-            return table.select(schema.names).cast(schema)
-        except (pa.ArrowException, KeyError) as exc:
+            table = pcsv.read_csv(pa.BufferReader(data), convert_options=self._convert(schema))
+        except pa.ArrowException as exc:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
+        return _conform(table, schema, where)
+
+    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]:
+        try:
+            reader = pcsv.open_csv(handle, read_options=pcsv.ReadOptions(block_size=1 << 22),
+                                   convert_options=self._convert(schema))
+            for batch in reader:
+                yield _conform(pa.Table.from_batches([batch]), schema, where)
+        except pa.ArrowException as exc:
+            raise DataError(f"cannot read existing file {where}: {exc}") from None
+
+    def writer(self, path: str, schema: pa.Schema) -> BatchWriter:
+        return _CsvWriter(path, schema)
+
+
+class _CsvWriter(_Buffered):
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self._out = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._out.write(_csv_header(schema.names))
+        super().__init__(lambda table: _csv_rows(table, self._out))
+
+    def close(self) -> None:
+        self._drain()
+        self._out.close()
 
 
 def file_format(name: str, compression: str = "zstd") -> FileFormat:

@@ -1,0 +1,89 @@
+"""Command line: parse, call the library, print. No pipeline logic lives here.
+
+Commands live in modules by audience: `runs` (run, plan, state, compact), `analysts` (query,
+pull, plot) and `explorer` (api ...); `params` holds the parameter types, `render` what gets printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+import click
+
+from etl import redact
+from etl.cli import analysts, explorer, runs
+from etl.emulator.cli import emulator
+from etl.errors import EtlError, ExitCode, Interrupted
+
+__all__ = ["cli", "main"]
+
+_debug = False
+
+
+def _setup_logging(debug: bool, quiet: bool) -> None:
+    redact.install_log_redaction()
+    level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    if not debug:
+        for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks.")
+@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
+@click.version_option(package_name="etl")
+def cli(debug: bool, quiet: bool) -> None:
+    """Export time series from the monitoring platform into partitioned Parquet/CSV datasets.
+
+    \b
+    Start here:
+      etl emulator serve            a local platform to try everything against
+      etl plan -c configs/demo.yaml what a run would fetch
+      etl run  -c configs/demo.yaml fetch, write, checkpoint
+    Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch milliseconds.
+    Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
+    7 output, 8 locked, 9 quality below 'etl report --fail-under', 70 internal, 130 interrupted.
+    """
+    global _debug
+    _debug = debug
+    _setup_logging(debug, quiet)
+
+
+for _command in [*runs.COMMANDS, *analysts.COMMANDS, explorer.api, emulator]:
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C/SIGTERM into Abort
+            click.echo("etl: interrupted", err=True)
+            sys.exit(Interrupted.exit_code)
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except EtlError as exc:
+        if _debug:
+            traceback.print_exc()
+        click.echo(f"etl: error: {redact.redact(str(exc))}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("etl: interrupted", err=True)
+        sys.exit(Interrupted.exit_code)
+    except Exception as exc:  # a bug: say so in one line; the traceback is one flag away
+        if _debug:
+            traceback.print_exc()
+        click.echo(
+            f"etl: internal error: {type(exc).__name__}: {redact.redact(str(exc))} (run with --debug for details)",
+            err=True,
+        )
+        sys.exit(ExitCode.INTERNAL)
+    sys.exit(0)

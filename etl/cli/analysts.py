@@ -1,0 +1,139 @@
+"""Commands for analysts: query, plot and report on the output, pull one parameter straight from the platform."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from etl.cli.params import (
+    DURATION,
+    SERIES_CHOICE,
+    config_option,
+    connection_option,
+    open_client,
+    window_options,
+)
+from etl.cli.render import echo_json
+from etl.config import load_config
+from etl.errors import ConfigError, QualityBelow, StorageError
+from etl.model import Series
+
+
+@click.command()
+@config_option
+@click.argument("sql", required=False)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the result to FILE.csv or FILE.parquet instead of printing it.")
+def query(config_path: str, sql: str | None, output: str | None) -> None:
+    """Run SQL (DuckDB) over the output. Views: raw, average, candles, their *_named variants with
+    object and parameter names, and the dimension tables. Without SQL, list the views."""
+    import duckdb
+
+    from etl.query import connect, views
+
+    con = connect(load_config(config_path, offline=True))
+    if not sql:
+        click.echo("\n".join(views(con)))
+        return
+    try:
+        relation = con.sql(sql)
+    except duckdb.Error as exc:
+        raise ConfigError(f"query failed: {str(exc).splitlines()[0]}") from None
+    if relation is None:
+        return
+    if output:
+        if output.endswith(".parquet"):
+            relation.write_parquet(output)
+        else:
+            relation.write_csv(output)
+        click.echo(f"wrote {output}")
+    else:
+        click.echo(relation.df().to_string(index=False, max_rows=200))
+
+
+@click.command()
+@click.argument("param_id", type=int)
+@window_options(required=True, what="Export")
+@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE",
+              help="FILE.csv or FILE.parquet")
+@connection_option
+def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
+    """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
+    the run's retries; no checkpoints."""
+    from etl.lookup import find_param
+    from etl.pull import pull as pull_series
+    from etl.pull import save
+
+    if not output.endswith((".csv", ".parquet")):
+        raise ConfigError(f"output {output}: name it .csv or .parquet")
+    if start >= end:
+        raise ConfigError("--from must be before --to")
+
+    async def go():
+        async with open_client(config_path) as client:
+            return await pull_series(client, await find_param(client, param_id), Series(kind), start, end)
+
+    table, counters = asyncio.run(go())
+    save(table, Path(output))
+    click.echo(f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
+               f" ({counters['requests']} requests)")
+
+
+@click.command()
+@config_option
+@click.argument("param_id", type=int)
+@window_options(required=True, what="Plot")
+@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png")
+def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
+    """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
+    from etl.plot import plot as draw
+
+    points = draw(load_config(config_path, offline=True), param_id, kind, start, end, Path(output))
+    click.echo(f"plotted {points:,} points to {output}")
+
+
+@click.command()
+@config_option
+@window_options(required=False, what="Report on the UTC days", end_note="exclusive; default: the end of the data")
+@click.option("--stale-after", type=DURATION, default="3h", show_default=True,
+              help="A parameter with no point in this long before the report's end is stale.")
+@click.option("--flatline-after", type=DURATION, default="2h", show_default=True,
+              help="Report a parameter-day whose value stays the same this long (signal parameters aside).")
+@click.option("--fail-under", type=click.FloatRange(0, 1), metavar="RATIO",
+              help="Exit 9 if a parameter's completeness over the report is below RATIO (e.g. 0.95).")
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Parameters listed in each table.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE.html",
+              help="Also write a self-contained HTML report (heatmap, tables; no network needed to view it).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
+def report(config_path: str, start: int | None, end: int | None, stale_after: int, flatline_after: int,
+           fail_under: float | None, top: int, output: str | None, as_json: bool) -> None:
+    """Data quality of the raw series from the output's quality dataset: the least complete parameters
+    (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
+    from etl.report import ReportOptions, build, label, percent, text
+    from etl.report_html import render
+
+    options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
+    result = build(load_config(config_path, offline=True), options)
+    if output:
+        try:
+            Path(output).write_text(render(result), encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(text(result))
+        if output:
+            click.echo(f"\nwrote {output}")
+    if fail_under is not None and result.below_count:
+        worst = result.below[0]
+        raise QualityBelow(f"{result.below_count} parameter(s) below {percent(fail_under)} complete "
+                           f"(least: {label(worst)}, {percent(worst['completeness'])})")
+
+
+COMMANDS = [query, pull, plot, report]

@@ -1,0 +1,110 @@
+"""Parameter types, the options several commands share, and the client a connection option names."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+import click
+
+from etl.errors import ConfigError
+from etl.model import SERIES, Shard
+from etl.timeutil import parse_duration_ms, to_ms
+
+if TYPE_CHECKING:
+    from etl.client import MonitoringClient
+
+
+class TimeType(click.ParamType):
+    """ISO 8601 with a UTC offset, or epoch milliseconds; converted to epoch ms."""
+
+    name = "time"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "TIME"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        try:
+            return to_ms(text)
+        except ValueError:
+            self.fail(f"{text!r} is not a time with a UTC offset: use ISO 8601 like 2026-11-01T00:00:00Z or "
+                      "2026-11-01T03:00:00+03:00, or epoch milliseconds", param, ctx)
+
+
+class ShardType(click.ParamType):
+    """'I/N': shard I of N (etl.model.Shard)."""
+
+    name = "shard"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "I/N"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Shard:
+        if isinstance(value, Shard):
+            return value
+        try:
+            return Shard.parse(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class DurationType(click.ParamType):
+    """'90s', '30m', '3h', '7d'; converted to ms."""
+
+    name = "duration"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "DURATION"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ms(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+TIME = TimeType()
+SHARD = ShardType()
+DURATION = DurationType()
+SERIES_CHOICE = click.Choice([s.value for s in SERIES])
+
+
+config_option = click.option(
+    "-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+    help="YAML run configuration.",
+)
+connection_option = click.option(
+    "-c", "--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
+    help="Take the connection from this config's source (default: ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD).",
+)
+
+
+def window_options(required: bool, what: str, end_note: str = "exclusive"):
+    """--from and --to, as epoch ms."""
+    start = click.option("--from", "start", type=TIME, required=required,
+                         help=f"{what} from this time: ISO 8601 with an offset, or epoch ms.")
+    end = click.option("--to", "end", type=TIME, required=required, help=f"{what} up to this time ({end_note}).")
+    return lambda command: start(end(command))
+
+
+def open_client(config_path: str | None) -> MonitoringClient:
+    """The client of a config's source, or of ETL_BASE_URL, ETL_USERNAME and ETL_PASSWORD."""
+    from etl.build import Build
+    from etl.client import MonitoringClient
+    from etl.config import load_config
+
+    if config_path:
+        return Build(load_config(config_path)).client()
+    names = ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD")
+    missing = [v for v in names if not os.environ.get(v)]
+    if missing:
+        raise ConfigError(f"no connection: pass --config FILE or set {', '.join(missing)}")
+    return MonitoringClient(*(os.environ[name] for name in names))

@@ -1,0 +1,151 @@
+"""Commands for whoever schedules and operates runs: run, plan, state show|reset, compact."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from contextlib import suppress
+
+import click
+
+from etl import metrics
+from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
+from etl.cli.render import echo_json, echo_table, plan_text, summary_text
+from etl.config import load_config
+from etl.errors import EtlError, ExitCode
+from etl.model import Shard
+
+
+def _event_loop():
+    """uvloop where it exists: a run spends its event loop's time in socket reads, which it does in C."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
+@click.command()
+@config_option
+@window_options(required=False, what="Backfill")
+@click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
+@click.option("--shard", type=SHARD,
+              help="Take only shard I of N of the parameters; each shard keeps its own checkpoints and lock.")
+@click.option("--executor", type=click.Choice(["local", "dask"]), help="Where slabs run (default: the config's).")
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
+@click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write the run's figures there in the Prometheus text format (node-exporter's textfile "
+                   "collector), atomically, whatever the outcome.")
+def run(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None,
+        executor: str | None, scheduler: str | None, as_json: bool, progress: bool | None,
+        metrics_file: str | None) -> None:
+    """Fetch new data, write it, checkpoint it."""
+    import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
+
+    from etl.allocator import release_freed_memory
+    from etl.pipeline import Runner, RunOptions
+
+    release_freed_memory()
+
+    config = load_config(config_path)
+    options = RunOptions(start, end, full_refresh, shard, progress, executor=executor,
+                         scheduler=scheduler)
+    if metrics_file:
+        metrics.check_path(metrics_file)
+    runner = Runner(config, options)
+    # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
+    # to exit 130 (a temp file left behind is swept by the next run).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        summary = _event_loop()(runner.run())
+    except BaseException as exc:
+        if isinstance(exc, EtlError) and (runner.summary.series or runner.summary.failed_windows):
+            click.echo(summary_text(runner.summary.as_dict()), err=True)  # what got done; else the error says it
+        if metrics_file:
+            code = getattr(exc, "exit_code", ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt)
+                           else ExitCode.INTERNAL)
+            with suppress(EtlError):  # the run's own error is the one to report
+                metrics.write(metrics_file, runner.summary.as_dict(), config.source.name, code)
+        raise
+    if metrics_file:
+        metrics.write(metrics_file, summary.as_dict(), config.source.name, ExitCode.OK)
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        click.echo(summary_text(summary.as_dict()))
+
+
+@click.command("plan")
+@config_option
+@window_options(required=False, what="Plan a backfill")
+@click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
+@click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
+def plan_cmd(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None) -> None:
+    """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    from etl.pipeline import Runner, RunOptions
+
+    options = RunOptions(start, end, full_refresh, shard, dry_run=True)
+    summary = asyncio.run(Runner(load_config(config_path), options).run())
+    click.echo(plan_text(summary.as_dict()))
+
+
+@click.command("compact")
+@config_option
+def compact_cmd(config_path: str) -> None:
+    """Merge the files of each partition into one (after sharded runs); holds the state lock."""
+    from etl.compact import compact
+
+    summary = compact(load_config(config_path, offline=True))
+    click.echo(f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
+               f"{summary.temp_files_removed} temp file(s) removed")
+
+
+@click.group()
+def state() -> None:
+    """Inspect or reset the checkpoints of a config."""
+
+
+def _store(config_path: str, shard: Shard | None):
+    from etl.build import Build
+
+    return Build(load_config(config_path, offline=True), shard).state_store()
+
+
+shard_option = click.option("--shard", type=SHARD, help="The checkpoints of shard I/N (runs with --shard I/N).")
+
+
+@state.command("show")
+@config_option
+@shard_option
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
+def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
+    """Covered intervals and high-water mark per (parameter, series)."""
+    rows = list(_store(config_path, shard).load().rows())
+    if as_json:
+        echo_json(rows)
+    else:
+        echo_table(rows, ["param_id", "series", "high_water", "intervals", "covered"])
+
+
+@state.command("reset")
+@config_option
+@click.option("--param", "params", type=int, multiple=True, metavar="ID", help="Only these parameter ids.")
+@click.option("--series", "series", type=SERIES_CHOICE, multiple=True, help="Only these series.")
+@shard_option
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard: Shard | None,
+                yes: bool) -> None:
+    """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
+    store = _store(config_path, shard)
+    if not yes:
+        click.confirm("Forget these checkpoints?", abort=True)
+    with store.lock():
+        current = store.load()
+        removed = current.reset(set(params) or None, set(series) or None)
+        store.replace(current)
+    click.echo(f"removed {removed} checkpoint(s)")
+
+
+COMMANDS = [run, plan_cmd, state, compact_cmd]

@@ -1,0 +1,136 @@
+"""Discover what to export: the objects visible to the login, then their selected parameters.
+
+Parameters are listed with the document's paged search (`/search/params`, many `oid`s a request, about
+`2 + objects / OIDS_PER_SEARCH` requests for a fleet) when it can be trusted: its records must name
+their object and kind, and for a sample object it must list exactly what the per-object physical and
+calculated lists do. Otherwise, two lists per object (what the document guarantees).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from etl.client import MonitoringClient
+from etl.client.models import Parameter
+from etl.config import SelectConfig
+from etl.dimensions import Rows
+from etl.errors import ConfigError
+from etl.model import Param, ParamKind
+
+log = logging.getLogger(__name__)
+
+OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
+SEARCH_PAGE = 1000
+SEARCHES_AT_ONCE = 4
+
+
+@dataclass
+class Discovery:
+    """What a run exports, compactly: the metadata of objects and parameters is kept as Arrow rows (for
+    the dimension tables), not as one Python object per record."""
+
+    object_ids: list[int]
+    objects: Rows
+    parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
+    params: list[Param]
+
+
+def _kind_of(record: dict) -> str | None:
+    kind = str(record.get("type", "")).lower()
+    return None if not kind else "calculated" if kind == "calculated" else "physical"
+
+
+class _Selection:
+    """The parameters the config selects, taken a page at a time: compact ids for the plan, Arrow rows
+    for the dimension table, nothing per record kept as a Python object."""
+
+    def __init__(self, wanted) -> None:
+        self.kinds = {ParamKind(k).value for k in wanted.kinds}
+        self.ids = None if wanted.ids is None else set(wanted.ids)
+        self.exclude = set(wanted.exclude_ids)
+        self.tags = None if wanted.tags is None else set(wanted.tags)
+        self.params: dict[int, Param] = {}
+        self.rows = Rows("parameters")
+
+    def take(self, page: list[Parameter]) -> None:
+        kept = []
+        for p in page:
+            if p.kind not in self.kinds or p.id in self.exclude or p.id in self.params \
+                    or (self.ids is not None and p.id not in self.ids) \
+                    or (self.tags is not None and not self.tags & set(p.meta.get("tags") or [])):
+                continue
+            self.params[p.id] = Param(p.id, int(p.object_id), ParamKind(p.kind))
+            kept.append(p.raw())
+        self.rows.add(kept)
+
+
+async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
+    """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
+    `limit` silently): the listing ends at an empty page."""
+    async def chunk(ids: list[int]) -> None:
+        offset = 0
+        while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
+            offset += len(page)
+            selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
+
+    chunks = [object_ids[i:i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
+    for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
+        await asyncio.gather(*(chunk(c) for c in chunks[first:first + SEARCHES_AT_ONCE]))
+
+
+async def _per_object(client: MonitoringClient, object_ids: list[int], kinds: set[str],
+                      selection: _Selection | None = None) -> list[Parameter]:
+    lists = []
+    if {"physical", "signal"} & kinds:
+        lists.append(client.physical_params)
+    if "calculated" in kinds:
+        lists.append(client.calculated_params)
+    listed: list[Parameter] = []
+
+    async def one(object_id: int, fetch) -> None:
+        page = await fetch(object_id)
+        selection.take(page) if selection is not None else listed.extend(page)
+
+    await asyncio.gather(*(one(o, fetch) for o in object_ids for fetch in lists))
+    return listed
+
+
+async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
+    """Does the search list a sample object's parameters exactly as its lists do, naming object and kind?"""
+    try:
+        searched = await client.search_params([sample], limit=SEARCH_PAGE, offset=0)
+    except Exception as exc:  # noqa: BLE001 - any refusal means: use the lists
+        log.info("parameter search unavailable (%s): listing parameters object by object", exc)
+        return False
+    listed = await _per_object(client, [sample], {"physical", "calculated"})
+    usable = all(isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) for r in searched)
+    same = usable and {(int(r["id"]), _kind_of(r)) for r in searched} == {(p.id, p.source) for p in listed}
+    if not same:
+        log.info("parameter search answers differ from the parameter lists: listing object by object")
+    return same
+
+
+async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
+    objects = await client.objects(states=select.object_states)
+    if select.objects != "all":
+        visible = {o.id for o in objects}
+        missing = sorted(set(select.objects) - visible)
+        if missing:
+            raise ConfigError(
+                f"config error: select.objects: object(s) {', '.join(map(str, missing))} not visible to "
+                f"login {client.session.username!r}" + (" in the selected states" if select.object_states else "")
+            )
+        objects = [o for o in objects if o.id in set(select.objects)]
+    object_ids = sorted(o.id for o in objects)
+    records = Rows("objects")
+    records.add([o.raw() for o in objects])
+    del objects
+    selection = _Selection(select.parameters)
+    if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
+        await _search(client, object_ids, selection)
+    else:
+        await _per_object(client, object_ids, selection.kinds, selection)
+    params = sorted(selection.params.values(), key=lambda p: p.id)
+    return Discovery(object_ids, records, selection.rows, params)

@@ -1,0 +1,63 @@
+"""A run's figures in the Prometheus text format, for node-exporter's textfile collector.
+
+`etl run --metrics-file /var/lib/node_exporter/textfile/etl.prom` writes them after every run, failed or
+not, atomically (a temp name beside the file, then a rename: the collector never reads half a file).
+Every value describes the last run (gauges); the labels name the source and the shard.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from etl.errors import ConfigError, StorageError
+
+PREFIX = "etl_run"
+
+
+def check_path(path: str) -> None:
+    """Fail before the run if the file's folder does not exist."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--metrics-file {path}: no such folder {folder}")
+
+
+def write(path: str, summary: dict, source: str, exit_code: int) -> None:
+    """The run summary's figures (RunSummary.as_dict) to `path`, atomically."""
+    from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
+
+    registry = CollectorRegistry()
+    base = {"source": source, "shard": summary.get("shard") or ""}
+
+    def gauge(name: str, text: str, value: float | None, **labels: str) -> None:
+        if value is None:
+            return
+        names = [*base, *labels]
+        metric = metrics.get(name) or Gauge(name, text, names, registry=registry)
+        metrics[name] = metric
+        metric.labels(**base, **labels).set(value)
+
+    metrics: dict[str, Gauge] = {}
+    gauge(f"{PREFIX}_success", "1 if the last run succeeded, else 0", float(exit_code == 0))
+    gauge(f"{PREFIX}_exit_code", "Exit code of the last run", exit_code)
+    gauge(f"{PREFIX}_finished_timestamp_seconds", "When the last run ended (Unix time)", time.time())
+    gauge(f"{PREFIX}_seconds", "Duration of the last run", summary.get("seconds", 0.0))
+    gauge(f"{PREFIX}_parameters", "Parameters the last run exported", summary.get("parameters", 0))
+    for series, figures in sorted((summary.get("series") or {}).items()):
+        gauge(f"{PREFIX}_points", "Points written by the last run", figures["points"], series=series)
+        gauge(f"{PREFIX}_windows", "Windows fetched and written by the last run", figures["windows"], series=series)
+    gauge(f"{PREFIX}_requests", "Requests sent by the last run", summary.get("requests", 0))
+    gauge(f"{PREFIX}_retries", "Requests retried by the last run", summary.get("retries", 0))
+    for reason, count in sorted((summary.get("retries_by_reason") or {}).items()):
+        gauge(f"{PREFIX}_retries_by_reason", "Retries of the last run, by reason", count, reason=reason)
+    gauge(f"{PREFIX}_relogins", "Re-sign-ins of the last run (ended sessions)", summary.get("relogins", 0))
+    gauge(f"{PREFIX}_failed_windows", "Windows that failed in the last run (fetched again next time)",
+          summary.get("failed_window_count", 0))
+    quality = summary.get("quality") or {}
+    gauge("etl_quality_rows", "Parameter-days whose quality rows the last run wrote", quality.get("rows", 0))
+    gauge("etl_quality_lowest_completeness", "Lowest completeness (0-1) among the parameter-days the last run "
+          "wrote", quality.get("lowest_completeness"))
+    try:
+        write_to_textfile(path, registry)
+    except OSError as exc:
+        raise StorageError(f"cannot write the metrics file {path}: {exc.strerror or exc}") from None

@@ -1,0 +1,34 @@
+"""The packages of the `scale` extra, imported only by the features that need them."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from types import ModuleType
+
+from etl.errors import ConfigError
+
+# Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
+# the two equal).
+REQUIREMENTS = {"distributed": "dask[distributed]>=2024.4", "s3fs": "s3fs>=2024.2", "matplotlib": "matplotlib>=3.8,<4"}
+
+
+def require(module: str, feature: str) -> ModuleType:
+    """`module`, imported for `feature`; if it is missing or older than the extra asks, one line that
+    names it and the command that installs it."""
+    requirement = REQUIREMENTS[module]
+    try:
+        imported = importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(f"{feature} needs {module}: pip install 'etl[scale]'") from None
+    version = getattr(imported, "__version__", "")
+    minimum = re.search(r">=([\d.]+)", requirement).group(1)
+    if version and _release(version) < _release(minimum):
+        raise ConfigError(f"{feature} needs {requirement}, found {module} {version}: "
+                          f"pip install --upgrade '{requirement}'")
+    return imported
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version: '3.10.0rc1' -> (3, 10, 0)."""
+    return tuple(int(n) for n in re.findall(r"\d+", version)[:3])

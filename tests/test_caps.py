@@ -1,0 +1,115 @@
+"""A server that silently caps its series answers loses no point, over a real socket: whole runs under
+caps of several sizes, alone and with every other fault, window by window on every route, and what it
+costs when there is no cap."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from etl.client import MonitoringClient
+from etl.emulator.server import RunningEmulator, run_emulator
+from etl.extract import fetch_window
+from etl.model import ParamKind, Series, Window
+from etl.timeutil import DAY_MS, HOUR_MS, to_ms
+from tests.conftest import END, START, emulator_config, make_config
+from tests.expected import SERIES, expected_table, read
+from tests.test_client import FAST, T0
+from tests.test_pipeline import run
+
+# The shapes below make each cap bind: the default (periods 10 s to 15 min) for the small caps, and
+# denser parameters, whose raw days hold 2,880 to 8,640 points, for the large ones.
+DENSE = {"period_range": (10, 30)}
+LATER_END = "2026-11-05T00:00:00Z"  # 4 days: 192 half-hour buckets per aggregate window, over a cap of 100
+CAPS = [(7, {}, END), (100, {}, LATER_END), (1000, DENSE, END), (5000, DENSE, END)]
+# Ids in the test shape (2 objects, 3 physical of which the last is a signal, 1 calculated).
+PARAMS = {ParamKind.PHYSICAL: 1001, ParamKind.SIGNAL: 1003, ParamKind.CALCULATED: 1501}
+
+
+def assert_source(out: Path, settings, start: str, end: str) -> None:
+    """Every point of every series in [start, end), exactly once, nothing else."""
+    for series in SERIES:
+        want = expected_table(settings, series, to_ms(start), to_ms(end))
+        got = read(out, series)
+        assert got.num_rows == want.num_rows > 0, series
+        assert got.select(want.column_names).equals(want), series
+
+
+@pytest.mark.parametrize("cap, shape, end", CAPS, ids=[f"cap{c[0]}" for c in CAPS])
+def test_a_run_under_a_silent_cap_is_exact(tmp_path, cap, shape, end):
+    settings = emulator_config(**shape)
+    with run_emulator(settings) as emu:
+        emu.set_faults(max_count=cap)
+        summary = run(make_config(emu.base_url, tmp_path, window={"end": end})).as_dict()
+    assert_source(tmp_path, settings, START, end)
+    assert summary["status"] == "ok" and summary["continuations"] > 0
+
+
+def test_a_silent_cap_with_every_other_fault(fresh_emulator, tmp_path):
+    fresh_emulator.set_faults(max_count=100, error_rate=0.2, rate_limit_rate=0.1, retry_after=0.05,
+                              session_max_requests=10, session_end="302-login", truncate_rate=0.1, drop_rate=0.05,
+                              seed=9)
+    config = make_config(fresh_emulator.base_url, tmp_path, window={"end": LATER_END}, extract={"concurrency": 16},
+                         retry={"attempts": 25})
+    summary = run(config).as_dict()
+    assert_source(tmp_path, emulator_config(), START, LATER_END)
+    assert summary["status"] == "ok" and summary["relogins"] > 0 and summary["continuations"] > 0
+    assert {"http_429", "invalid_body", "connection"} <= summary["retries_by_reason"].keys()
+
+
+@pytest.fixture(scope="module")
+def cap_emulator() -> Iterator[RunningEmulator]:
+    with run_emulator(emulator_config()) as running:
+        yield running
+
+
+async def _fetch(emulator: RunningEmulator, windows: list[Window], max_points: int = 10_000):
+    counters: Counter = Counter()
+    async with MonitoringClient(emulator.base_url, "demo", "demo", retry=FAST) as client:
+        data = await asyncio.gather(*(fetch_window(client, w, max_points, counters) for w in windows))
+        return data, counters, client.caps
+
+
+@pytest.mark.parametrize("series", list(Series))
+@pytest.mark.parametrize("kind", list(ParamKind))
+@pytest.mark.parametrize("cap", [7, 50])
+def test_a_window_comes_whole_and_once_on_every_route(cap_emulator, cap, kind, series):
+    """fetch_window under a cap gives exactly what it gives without one: no point lost, the point at each
+    continuation's start not twice; the cap is learned once an answer proves cut."""
+    days = 1 if series is Series.RAW else 2
+    window = Window(PARAMS[kind], 1, kind, series, T0, T0 + days * DAY_MS)
+    cap_emulator.set_faults(reset=True)
+    (whole,), plain, _ = asyncio.run(_fetch(cap_emulator, [window]))
+    cap_emulator.set_faults(max_count=cap)
+    (capped,), counters, caps = asyncio.run(_fetch(cap_emulator, [window]))
+    cap_emulator.set_faults(reset=True)
+    assert len(whole) > cap and plain["requests"] <= 2
+    for column in whole.__dataclass_fields__:
+        assert np.array_equal(getattr(capped, column), getattr(whole, column)), column
+    assert (np.diff(capped.ts) > 0).all()
+    assert caps.cap(kind, series) == cap and counters["continuations"] > 0
+    assert counters["requests"] >= len(whole) / cap
+
+
+@pytest.mark.parametrize("series", [Series.AVERAGE, Series.CANDLES])
+def test_equal_windows_ending_at_the_clock_cost_one_request_more(cap_emulator, series):
+    """Windows of every parameter over the last two hours, to past the server's clock: all answers are about
+    as long, none ends at the window's end. One wider request rules a cap out for all of them."""
+    now = T0 + 5 * DAY_MS + 10 * HOUR_MS + 12_345
+    cap_emulator.set_faults(reset=True)
+    cap_emulator.set_clock(now)
+    try:
+        windows = [Window(pid, pid // 1000, kind, series, now - 2 * HOUR_MS, now + HOUR_MS)
+                   for pid, kind in [(1001, ParamKind.PHYSICAL), (1002, ParamKind.PHYSICAL),
+                                     (1003, ParamKind.SIGNAL), (2001, ParamKind.PHYSICAL),
+                                     (2002, ParamKind.PHYSICAL), (2003, ParamKind.SIGNAL)]]
+        data, counters, _ = asyncio.run(_fetch(cap_emulator, windows))
+    finally:
+        cap_emulator.set_clock(to_ms("2026-11-20T00:00:00Z"))
+    assert all(len(d) >= 3 for d in data)
+    assert counters["requests"] == len(windows) + 1 and counters["continuations"] == 1
