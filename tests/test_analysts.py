@@ -155,7 +155,8 @@ def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
     import pandas as pd
 
     from etl.emulator.dataset import as_dataset
-    from etl.emulator.series import gaps, raw_series
+    from etl.emulator.series import gaps as generator_gaps
+    from etl.emulator.series import raw_series
     from etl.gaps import with_breaks
 
     ds = as_dataset(emulator_config())
@@ -165,7 +166,7 @@ def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
         broken, gaps = with_breaks(frame)
         assert len(gaps) == 2 and len(broken) == len(frame) + 2, param_id
         for (start, end), day in zip(gaps, (to_ms(START), to_ms(START) + DAY_MS), strict=True):
-            [(lo, hi)] = gaps(ds, param_id, day, day + DAY_MS - 1)
+            [(lo, hi)] = generator_gaps(ds, param_id, day, day + DAY_MS - 1)
             assert start.value // 10**6 < lo and hi <= end.value // 10**6  # the generator's gap, inside
         assert broken["value"].isna().sum() == 2
         assert not broken["value"].iloc[[0, -1]].isna().any()

@@ -53,11 +53,14 @@ class Catalog:
     def units(self, call: Call) -> bytes:
         return orjson.dumps(records.units(self._object(call)))
 
-    def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
+    def _ids(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[int]:
         ds = self.dataset
-        ids = [pid for o in object_ids for pid in (ds.physical_ids(o) if physical else [])
-               + (ds.calc_ids(o) if calculated else [])]
-        return [records.param_record(ds, pid) for pid in sorted(ids)]
+        return sorted(pid for o in object_ids for pid in (ds.physical_ids(o) if physical else [])
+                      + (ds.calc_ids(o) if calculated else []))
+
+    def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
+        return [records.param_record(self.dataset, pid)
+                for pid in self._ids(object_ids, physical=physical, calculated=calculated)]
 
     def object_params(self, call: Call, *, physical: bool) -> bytes:
         found = self._records([self._object(call)], physical=physical, calculated=not physical)
@@ -93,7 +96,9 @@ class Catalog:
             raise bad("limit and offset must not be negative")
         oids = set(call.integers("oid"))
         objects = [o for o in self._objects(call) if not oids or o in oids]
-        return orjson.dumps(self._records(objects, physical=True, calculated=True)[offset:offset + limit])
+        # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
+        page = self._ids(objects, physical=True, calculated=True)[offset:offset + limit]
+        return orjson.dumps([records.param_record(self.dataset, pid) for pid in page])
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)

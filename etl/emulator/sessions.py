@@ -74,6 +74,11 @@ def _cookies(headers: list[tuple[bytes, bytes]]) -> dict[str, str]:
     return cookies
 
 
+# Sessions kept per process. A soak with short sessions signs in without end; an evicted session's
+# cookies are still trusted by their HMAC (as another worker's would be), with a fresh request count.
+LIVE_MAX = 10_000
+
+
 class Sessions:
     """Signs accounts in and checks the session cookies of every other call."""
 
@@ -95,7 +100,12 @@ class Sessions:
         account = next((a for a in self.accounts.values() if a.index == index), None)
         if account is None:
             return None
-        self.live[sid] = session = ServerSession(account, self._token(sid), created_ms / 1000)
+        return self._keep(sid, ServerSession(account, self._token(sid), created_ms / 1000))
+
+    def _keep(self, sid: str, session: ServerSession) -> ServerSession:
+        self.live[sid] = session
+        while len(self.live) > LIVE_MAX:  # the oldest go first (dicts keep insertion order)
+            del self.live[next(iter(self.live))]
         return session
 
     def _credential(self, call: Call, name: str) -> str:
@@ -111,7 +121,7 @@ class Sessions:
         created = time.time()
         sid = f"{secrets.token_hex(12)}{account.index:08x}{int(created * 1000):012x}"
         token = self._token(sid)
-        self.live[sid] = ServerSession(account, token, created)
+        self._keep(sid, ServerSession(account, token, created))
         base = self.base_path or "/"
         cookies = [
             f"SEMSESSIONID={sid}; Path=/; HttpOnly; SameSite=lax",
