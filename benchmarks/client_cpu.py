@@ -126,7 +126,7 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        base = f"http://127.0.0.1:{port}/api"
+        base = f"http://127.0.0.1:{port}/sem-restservices"
         mock = replaying(base)
         for setting, transport in (("loopback", None), ("in process", mock)):
             for series in (False, True):

@@ -53,7 +53,7 @@ class Emulator:
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         self.url = f"http://127.0.0.1:{self.port}"
-        self.base_url = self.url + "/api"
+        self.base_url = self.url + "/sem-restservices"
         try:
             subprocess.run([PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True)
         except BaseException:

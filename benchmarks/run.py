@@ -95,7 +95,7 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
         for u in slab.windows:
             units.setdefault((u.param_id, u.series.value), []).append(u)
     requests, covered = [], set()
-    base_path = "/api"
+    base_path = "/sem-restservices"
     for entry in emulator.control.requests():
         if "interval_ms" not in entry or entry["status"] != 200:
             continue

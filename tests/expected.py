@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from etl.emulator.data import as_dataset, average_series, candles_series, raw_series
+from etl.emulator.dataset import as_dataset
+from etl.emulator.series import average_series, candles_series, raw_series
 from etl.model import SCHEMAS, Series
 from etl.storage import Storage
 from etl.timeutil import to_ms
@@ -108,7 +109,7 @@ def day_facts(emulator_config, param_id: int, day_start: int) -> dict:
     """What a quality row must say of a parameter's UTC day, computed from the generator alone: its points,
     first and last stamps, longest time without a point (the day's edges included), longest run of one
     value, its true period and its gap of the day."""
-    from etl.emulator.data import _gap
+    from etl.emulator.series import gaps
     from etl.timeutil import DAY_MS
 
     ds_ = as_dataset(emulator_config)
@@ -117,7 +118,7 @@ def day_facts(emulator_config, param_id: int, day_start: int) -> dict:
     spacings = np.diff(np.r_[day_start, ts, day_start + DAY_MS])
     runs = np.flatnonzero(np.r_[True, values[1:] != values[:-1]]) if len(values) else np.empty(0, np.int64)
     ends = np.r_[runs[1:], len(values)] - 1
-    gap = _gap(param.key, day_start // DAY_MS)
+    [gap] = gaps(ds_, param_id, day_start, day_start + DAY_MS - 1)
     return {
         "points": len(ts), "first_ts": int(ts[0]) if len(ts) else None, "last_ts": int(ts[-1]) if len(ts) else None,
         "longest_gap_seconds": float(spacings.max()) / 1000,

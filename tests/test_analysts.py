@@ -91,7 +91,7 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     expected = want("raw", 1001, end=end)
     assert f"wrote {expected.num_rows:,} raw points of parameter 1001" in out
     assert pq.read_table(tmp_path / "raw.parquet").equals(expected.drop_columns(["source", "object_id"]))
-    requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/api/db/measure/1001/")]
+    requests = [r for r in fresh_emulator.requests() if r["path"].startswith("/sem-restservices/db/measure/1001/")]
     assert all(r["interval_ms"] <= DAY_MS for r in requests)  # raw in 24 h windows
     whole_days = [r for r in requests if r["status"] == 200 and r["interval_ms"] == DAY_MS]
     assert len(whole_days) == 3  # one answer per day (and maybe an ask for the rest of one: no silent cap here)
@@ -154,7 +154,9 @@ def test_plot_titles_with_object_parameter_and_unit_and_breaks_lines_at_gaps(lak
 def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
     import pandas as pd
 
-    from etl.emulator.data import _gap, as_dataset, raw_series
+    from etl.emulator.dataset import as_dataset
+    from etl.emulator.series import gaps as generator_gaps
+    from etl.emulator.series import raw_series
     from etl.gaps import with_breaks
 
     ds = as_dataset(emulator_config())
@@ -164,7 +166,7 @@ def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
         broken, gaps = with_breaks(frame)
         assert len(gaps) == 2 and len(broken) == len(frame) + 2, param_id
         for (start, end), day in zip(gaps, (to_ms(START), to_ms(START) + DAY_MS), strict=True):
-            lo, hi = _gap(ds.param(param_id).key, day // DAY_MS)
+            [(lo, hi)] = generator_gaps(ds, param_id, day, day + DAY_MS - 1)
             assert start.value // 10**6 < lo and hi <= end.value // 10**6  # the generator's gap, inside
         assert broken["value"].isna().sum() == 2
         assert not broken["value"].iloc[[0, -1]].isna().any()

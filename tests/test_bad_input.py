@@ -90,7 +90,7 @@ CASES = [
      ["source.password_file", "nope"]),
     ("unset variable", lambda d, t: d["source"].update(password="${ETL_NOT_SET_ANYWHERE}"), [], 2,
      ["source.password", "ETL_NOT_SET_ANYWHERE"]),
-    ("unreachable host", lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/api"), [], 4,
+    ("unreachable host", lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"), [], 4,
      ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"]),
     ("wrong password", lambda d, t: d["source"].update(password="${ETL_WRONG_PASSWORD}"), [], 3,
      ["sign-in refused for user 'demo'", "check the username and password"]),
@@ -135,7 +135,7 @@ def test_bad_input_gives_one_line_and_touches_nothing(launched, name, code, word
 
 def test_malformed_yaml_names_file_and_line(existing, tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_text("source:\n  base_url: http://x/api\n  username: [demo\nwindow: {}\n")
+    path.write_text("source:\n  base_url: http://x/sem-restservices\n  username: [demo\nwindow: {}\n")
     before = snapshot(existing)
     assert_one_error_line(etl("run", "-c", str(path)), 2, "config error", "bad.yaml", "line 4")
     assert_untouched(existing, before)

@@ -183,7 +183,7 @@ def test_429_pauses_the_whole_client(fresh_emulator):
 
 
 def test_server_down_exhausts_retries_with_a_clear_message():
-    down = SyncMonitoringClient("http://127.0.0.1:9/api", "demo", "demo",
+    down = SyncMonitoringClient("http://127.0.0.1:9/sem-restservices", "demo", "demo",
                                 retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5))
     with down as c, pytest.raises(RetriesExhausted) as info:
         c.objects()

@@ -64,7 +64,7 @@ def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucke
 
 
 def test_jobs_show_no_secret_where_dask_prints_them(tmp_path):
-    config = make_config("http://127.0.0.1:1/api", tmp_path, source={"password": "pa55-w0rd-x"})
+    config = make_config("http://127.0.0.1:1/sem-restservices", tmp_path, source={"password": "pa55-w0rd-x"})
     job = SlabJob(config, Slab(Series.RAW, 0, DAY_MS, 0, ()))
     for text in (repr(job), str(job), repr(job.config), str(job.config.source)):
         assert "pa55-w0rd-x" not in text

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl.client.series import decode_json, decode_points, parse_points, read_points
-from etl.emulator.app import encode_points, iso_strings
+from etl.emulator.encode import encode_points, iso_strings
 from etl.errors import InvalidResponse
 from etl.timeutil import parse_iso_ms
 

@@ -14,7 +14,8 @@ import numpy as np
 import orjson
 import pytest
 
-from etl.emulator import data
+from etl.emulator import series
+from etl.emulator.dataset import as_dataset
 from etl.emulator.faults import HOSTILE_KINDS
 from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 from etl.timeutil import to_ms
@@ -25,6 +26,7 @@ T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 NOW = T0 + 20 * DAY
 CONFIG = dict(seed=11, objects=3, params_per_object=3, calc_per_object=1, now_ms=NOW)
 ANALOG, SIGNAL, CALC = 1001, 1003, 1501
+BASE = "/sem-restservices"  # the default base path
 
 
 def config(**overrides) -> EmulatorConfig:
@@ -81,8 +83,8 @@ def test_sign_in_sets_the_documented_cookies(emu):
     sid, sid_header = cookies["SEMSESSIONID"]
     assert sid["path"] == "/" and sid["httponly"] and sid["samesite"].lower() == "lax"
     remember, _ = cookies["rememberMe"]
-    assert remember.value == "deleteMe" and remember["path"] == "/api" and remember["max-age"] == "0"
-    assert cookies["language"][0]["path"] == "/api"
+    assert remember.value == "deleteMe" and remember["path"] == BASE and remember["max-age"] == "0"
+    assert cookies["language"][0]["path"] == BASE
     assert cookies["issToken"][0]["path"] == "/" and cookies["issToken"][0].value
 
 
@@ -231,7 +233,7 @@ def test_both_window_ends_are_included_and_count_cuts(demo):
 
 def test_count_defaults_to_10000_and_is_capped_at_100000(demo, emu):
     # 30-minute buckets over 7 years: more than both limits (of the slowest parameter, to stay quick).
-    ds = data.as_dataset(emu.config)
+    ds = as_dataset(emu.config)
     slowest = max((pid for o in ds.object_ids for pid in ds.physical_ids(o)), key=lambda p: ds.param(p).period_ms)
     url = f"/db/measure/average/{slowest}/{T0 - 7 * 365 * DAY}/{T0}"
     assert len(demo.get(url).json()["points"]) == 10_000
@@ -239,18 +241,34 @@ def test_count_defaults_to_10000_and_is_capped_at_100000(demo, emu):
 
 
 def test_series_equal_the_data_functions(demo, emu):
-    ds = data.as_dataset(emu.config)
+    ds = as_dataset(emu.config)
     for path, want in [
-        (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", data.raw_series(ds, ANALOG, T0, T0 + DAY)),
-        (f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", data.raw_series(ds, CALC, T0, T0 + DAY)),
-        (f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", data.raw_series(ds, SIGNAL, T0, T0 + DAY)),
-        (f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}", data.average_series(ds, ANALOG, T0, T0 + 3 * DAY)),
-        (f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", data.average_series(ds, CALC, T0, T0 + DAY)),
+        (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", series.raw_series(ds, ANALOG, T0, T0 + DAY)),
+        (f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", series.raw_series(ds, CALC, T0, T0 + DAY)),
+        (f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", series.raw_series(ds, SIGNAL, T0, T0 + DAY)),
+        (f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}", series.average_series(ds, ANALOG, T0, T0 + 3 * DAY)),
+        (f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", series.average_series(ds, CALC, T0, T0 + DAY)),
     ]:
         ts, values = points(demo.get(path))
         assert ts.tolist() == want[0].tolist() and values.tolist() == want[1].tolist(), path
     _, signal = points(demo.get(f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}"))
     assert set(signal.tolist()) == {0.0, 1.0}
+
+
+def test_each_day_has_one_documented_gap_and_the_series_is_silent_only_there(demo, emu):
+    for param_id in (ANALOG, SIGNAL, CALC):
+        spans = emu.gaps(param_id, T0, T0 + 2 * DAY - 1)
+        assert len(spans) == 2 and all(15 * 60_000 <= g["end"] - g["start"] <= 90 * 60_000 for g in spans)
+        period = as_dataset(emu.config).param(param_id).period_ms
+        for day, gap in zip((T0, T0 + DAY), spans, strict=True):
+            route = "calcvalue" if param_id == CALC else "signal" if param_id == SIGNAL else "measure"
+            ts, _ = points(demo.get(f"/db/{route}/{param_id}/{day}/{day + DAY - 1}"))
+            assert not ((ts >= gap["start"]) & (ts < gap["end"])).any()
+            spacing = np.diff(ts)
+            assert spacing.max() >= gap["end"] - gap["start"] - period  # the longest silence is the gap
+            assert (np.sort(spacing)[-2] if len(spacing) > 1 else 0) < 1.5 * period  # and the only one (jitter < P/2)
+    assert httpx.get(f"{emu.url}/_emulator/gaps?param=999999&start=0&end=1").status_code == 404
+    assert httpx.get(f"{emu.url}/_emulator/gaps?param={ANALOG}").status_code == 400
 
 
 def test_average_is_the_bucket_mean_of_raw(demo):
@@ -259,7 +277,7 @@ def test_average_is_the_bucket_mean_of_raw(demo):
     avg_ts, avg_values = points(demo.get(f"/db/measure/average/{ANALOG}/{start}/{end}"))
     alt_ts, alt_values = points(demo.get(f"/db/measure/{ANALOG}/average/{start}/{end}"))
     assert avg_ts.tolist() == alt_ts.tolist() and avg_values.tolist() == alt_values.tolist()
-    buckets = raw_ts // data.BUCKET_MS * data.BUCKET_MS
+    buckets = raw_ts // series.BUCKET_MS * series.BUCKET_MS
     want = {b: raw_values[buckets == b].mean() for b in np.unique(buckets) if start <= b <= end}
     assert avg_ts.tolist() == sorted(want) and avg_ts[0] == T0 + 30 * 60_000
     np.testing.assert_allclose(avg_values, [want[b] for b in avg_ts.tolist()], rtol=1e-12)
@@ -271,8 +289,8 @@ def test_candles_agree_with_raw(demo):
     assert candles == demo.get(f"/db/measure/{ANALOG}/candles/{T0}/{T0 + 23 * HOUR}").json()["candles"]
     for candle in candles:
         b = candle["timestmp"]
-        assert isinstance(b, int) and b % data.BUCKET_MS == 0
-        inside = raw_values[(raw_ts >= b) & (raw_ts < b + data.BUCKET_MS)]
+        assert isinstance(b, int) and b % series.BUCKET_MS == 0
+        inside = raw_values[(raw_ts >= b) & (raw_ts < b + series.BUCKET_MS)]
         assert (candle["open"], candle["high"], candle["low"], candle["close"]) == (
             inside[0], inside.max(), inside.min(), inside[-1])
 
@@ -482,8 +500,8 @@ def test_request_log_and_its_file(tmp_path):
             c.get("/db/object", params=[("state", 1), ("state", 2)])
         log = emu.requests()
         assert [(e["method"], e["path"], e["status"]) for e in log] == [
-            ("POST", "/api/auth/login", 200), ("GET", f"/api/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
-            ("GET", "/api/db/object", 200)]
+            ("POST", f"{BASE}/auth/login", 200), ("GET", f"{BASE}/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
+            ("GET", f"{BASE}/db/object", 200)]
         assert log[0]["query"] == {"username": "demo"}
         assert log[1]["query"] == {"count": "5"} and log[1]["param_id"] == ANALOG and log[1]["interval_ms"] == HOUR
         assert log[2]["query"] == {"state": ["1", "2"]} and isinstance(log[0]["ts"], int)
@@ -513,10 +531,10 @@ def test_cli_serves_and_waits():
     try:
         line = process.stderr.readline()
         assert "listening on http://127.0.0.1:" in line and "demo" in line, line
-        root = line.split("listening on ")[1].split("/api")[0]
+        root = line.split("listening on ")[1].split(BASE)[0]
         waited = subprocess.run([sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"])
         assert waited.returncode == 0
-        assert httpx.post(f"{root}/api/auth/login", params={"username": "demo", "password": "demo"}).status_code == 200
+        assert httpx.post(f"{root}{BASE}/auth/login", params={"username": "demo", "password": "demo"}).status_code == 200
     finally:
         process.terminate()
         process.wait(10)
@@ -535,3 +553,24 @@ def test_serve_refuses_bad_settings_before_listening(tmp_path, args):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "listening" not in result.stderr and "Traceback" not in result.stderr
     assert "Invalid value" in result.stderr
+
+
+def test_the_session_table_is_bounded_and_an_evicted_session_is_still_trusted(monkeypatch):
+    from etl.emulator import sessions
+    from etl.emulator.accounts import accounts
+    from etl.emulator.faults import FaultPlan, Faults
+    from etl.emulator.routing import Call
+
+    monkeypatch.setattr(sessions, "LIVE_MAX", 3)
+    store = sessions.Sessions(accounts(None, range(1, 3)), "/x", FaultPlan(Faults()))
+    signed = [store.sign_in(Call("POST", "/auth/login", {"username": ["demo"], "password": ["demo"]}, ()))
+              for _ in range(5)]
+    assert len(store.live) == 3  # a soak that signs in without end keeps a bounded table
+    first = SimpleCookie()
+    for name, value in signed[0].headers:
+        if name == b"set-cookie":
+            first.load(value.decode())
+    cookie = "; ".join(f"{k}={first[k].value}" for k in ("SEMSESSIONID", "issToken"))
+    assert store.check([(b"cookie", cookie.encode())]).login == "demo"
+    with pytest.raises(sessions.SessionEnded):
+        store.check([(b"cookie", cookie.replace("issToken=", "issToken=x").encode())])

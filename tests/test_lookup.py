@@ -19,10 +19,10 @@ from tests.test_cli_api import etl
 # In the test emulator (3 physical, 1 calculated per object) the last physical one is a signal.
 PARAMS = {"physical": 1001, "signal": 1003, "calculated": 1501}
 ROUTES = {  # the series route each kind is read through, as in `etl run`
-    ("signal", "raw"): "/api/db/signal/1003/",
-    ("signal", "average"): "/api/db/measure/average/1003/", ("signal", "candles"): "/api/db/measure/candles/1003/",
-    ("calculated", "raw"): "/api/db/calcvalue/1501/", ("calculated", "average"): "/api/db/calcvalue/average/1501/",
-    ("calculated", "candles"): "/api/db/calcvalue/candles/1501/",
+    ("signal", "raw"): "/sem-restservices/db/signal/1003/",
+    ("signal", "average"): "/sem-restservices/db/measure/average/1003/", ("signal", "candles"): "/sem-restservices/db/measure/candles/1003/",
+    ("calculated", "raw"): "/sem-restservices/db/calcvalue/1501/", ("calculated", "average"): "/sem-restservices/db/calcvalue/average/1501/",
+    ("calculated", "candles"): "/sem-restservices/db/calcvalue/candles/1501/",
 }
 SIX = "2026-11-01T06:00:00Z"
 
@@ -41,8 +41,8 @@ def want(series: str, param_id: int, start: str, end: str) -> pa.Table:
 
 
 def series_paths(emulator) -> list[str]:
-    return [r["path"] for r in emulator.requests() if r["path"].startswith(("/api/db/measure", "/api/db/calcvalue",
-                                                                            "/api/db/signal"))]
+    return [r["path"] for r in emulator.requests() if r["path"].startswith(("/sem-restservices/db/measure", "/sem-restservices/db/calcvalue",
+                                                                            "/sem-restservices/db/signal"))]
 
 
 @pytest.mark.parametrize("series", SERIES)
@@ -76,8 +76,8 @@ def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
 
 
 def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
-    for kind, lists in (("physical", ["/api/db/contrdeviceparam"]),
-                        ("calculated", ["/api/db/contrdeviceparam", "/api/db/contrcalcparam"])):
+    for kind, lists in (("physical", ["/sem-restservices/db/contrdeviceparam"]),
+                        ("calculated", ["/sem-restservices/db/contrdeviceparam", "/sem-restservices/db/contrcalcparam"])):
         env.clear_requests()
         code, _, err = etl(capsys, "api", "series", str(PARAMS[kind]), "--from", START, "--to", SIX)
         assert code == 0, err

@@ -17,7 +17,7 @@ from tests.conftest import END, START, config_dict, write_config
 ROOT = Path(__file__).resolve().parents[1]
 
 
-OFFLINE = "http://127.0.0.1:1/api"  # commands that fail before they would connect
+OFFLINE = "http://127.0.0.1:1/sem-restservices"  # commands that fail before they would connect
 
 
 def etl_with(module: str, version: str | None, *args: str) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ def plan(cfg, params, coverage: Coverage, options: PlanOptions) -> list:
 
 def config(raw_window="24h", aggregate_window="7d", overlap="0s"):
     return parse_config({
-        "source": {"base_url": "http://x/api", "username": "u", "password": "p"},
+        "source": {"base_url": "http://x/sem-restservices", "username": "u", "password": "p"},
         "window": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-02T00:00:00Z", "overlap": overlap},
         "extract": {"raw_window": raw_window, "aggregate_window": aggregate_window},
         "sink": {"path": "unused"},

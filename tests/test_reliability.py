@@ -146,7 +146,7 @@ def test_retries_back_off_with_jitter(fresh_emulator):
         results = client._loop.run_until_complete(both())
     assert all(isinstance(r, RetriesExhausted) and r.exit_code == 5 for r in results)
     gaps = {}
-    for path in ("/api/db/object/1", "/api/db/object/1/unit"):
+    for path in ("/sem-restservices/db/object/1", "/sem-restservices/db/object/1/unit"):
         ts = [r["ts"] for r in fresh_emulator.requests() if r["path"] == path]
         assert len(ts) == 4
         gaps[path] = [(b - a) / 1000 for a, b in zip(ts, ts[1:], strict=False)]

@@ -96,7 +96,7 @@ def test_metrics_file_holds_the_runs_figures(lake, tmp_path):
     assert [p.name for p in prom.parent.iterdir() if p.name.startswith("etl.prom")] == ["etl.prom"]  # no temp left
 
     # A failed run writes its metrics too: the scheduler's alert reads them.
-    data = config_dict("http://127.0.0.1:9/api", tmp_path / "out", retry={"attempts": 1})
+    data = config_dict("http://127.0.0.1:9/sem-restservices", tmp_path / "out", retry={"attempts": 1})
     failed = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--metrics-file", str(tmp_path / "m.prom"))
     assert failed.returncode == 4, failed.stderr
     text = (tmp_path / "m.prom").read_text()

@@ -137,7 +137,7 @@ def test_the_emulator_cli_serves_https(certificate):
     try:
         line = process.stderr.readline()
         assert "listening on https://127.0.0.1:" in line, line
-        root = line.split("listening on ")[1].split("/api")[0]
+        root = line.split("listening on ")[1].split("/sem-restservices")[0]
         wait = [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
         assert subprocess.run([*wait, "--ca-bundle", str(cert)]).returncode == 0
         assert subprocess.run([*wait[:-1], "0.5"], capture_output=True).returncode == 1  # untrusted: no answer

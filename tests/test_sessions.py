@@ -103,7 +103,7 @@ def test_a_refused_sign_in_names_its_form_and_suggests_the_other(emulator, sign_
 
 
 def test_a_base_url_without_the_base_path_is_named_at_sign_in(emulator):
-    root = emulator.base_url.removesuffix("/api")  # the service lives under /api
+    root = emulator.base_url.removesuffix("/sem-restservices")  # the service lives under /sem-restservices
     with SyncMonitoringClient(root, "demo", "demo", retry=FAST) as c, pytest.raises(ConfigError, match="base path"):
         c.objects_short()
     result = etl_api("objects", base_url=root, username="demo", password="demo")

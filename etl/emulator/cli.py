@@ -13,8 +13,8 @@ import click
 import httpx
 import yaml
 
-from etl.emulator.data import CALC_OFFSET
-from etl.emulator.faults import HOSTILE_KINDS, SESSION_ENDS, Faults
+from etl.emulator.dataset import CALC_OFFSET
+from etl.emulator.faults import ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
 
 
 def _period(_ctx, _param, value: str) -> tuple[int, int]:
@@ -69,7 +69,7 @@ _rate = click.FloatRange(0, 1)
 @emulator.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port (one worker only).")
-@click.option("--base-path", default="/api", show_default=True, help="Every platform path lives under it.")
+@click.option("--base-path", default="/sem-restservices", show_default=True, help="Every platform path lives under it.")
 @click.option("--seed", default=42, show_default=True, type=int, help="Same seed, same data.")
 @click.option("--objects", default=3, show_default=True, type=click.IntRange(0), help="Objects 1..N.")
 @click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0, CALC_OFFSET - 1),
@@ -94,13 +94,21 @@ _rate = click.FloatRange(0, 1)
 @click.option("--latency-spike", default=2.0, show_default=True, type=float, help="Seconds of a spike.")
 @click.option("--session-max-requests", type=click.IntRange(1), help="A session is refused (401) after serving N requests.")
 @click.option("--session-max-age", type=float, help="A session is refused (401) this many seconds after sign-in.")
-@click.option("--session-end", type=click.Choice(SESSION_ENDS), default="401", show_default=True,
-              help="How a request without a live session is answered.")
-@click.option("--max-count", type=click.IntRange(1), help="Series answers silently hold at most N points.")
 @click.option("--truncate-rate", default=0.0, type=_rate, help="Share of 200s with the body cut in half.")
 @click.option("--drop-rate", default=0.0, type=_rate, help="Share of connections closed mid-answer.")
 @click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")
 @click.option("--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd.")
+@click.option("--session-end", default="401", show_default=True, type=click.Choice(SESSION_ENDS),
+              help="How a call without a live session is answered.")
+@click.option("--error-body", default="json", show_default=True, type=click.Choice(ERROR_BODIES),
+              help="Body of every 4xx/5xx answer.")
+@click.option("--sign-in-via", default="both", show_default=True, type=click.Choice(SIGN_IN_FORMS),
+              help="Where sign-in reads the credentials: query string, form body, or both.")
+@click.option("--max-count", type=click.IntRange(1), help="At most N points or buckets per series answer, silently.")
+@click.option("--count-default", default=10_000, show_default=True, type=click.IntRange(1),
+              help="The count of a series request without one.")
+@click.option("--count-reject-over", type=click.IntRange(1),
+              help="A count above N answers 400 (default: counts above 100000 are served as 100000).")
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key.")
@@ -114,8 +122,10 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
     """
     import uvicorn
 
-    from etl.emulator.app import CONFIG_ENV, SECRET_ENV
-    from etl.emulator.server import EmulatorConfig, bind_socket, uvicorn_config
+    from etl.emulator.app import CONFIG_ENV, create_app
+    from etl.emulator.config import EmulatorConfig
+    from etl.emulator.server import bind_socket, uvicorn_config
+    from etl.emulator.sessions import SECRET_ENV
 
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("give both --tls-cert and --tls-key, or neither")
@@ -140,8 +150,6 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
                     log_level=log_level, access_log=False, lifespan="off", http="httptools", loop="uvloop",
                     server_header=False, date_header=False, **config.ssl_options())
         return
-    from etl.emulator.app import create_app
-
     sock = bind_socket(host, port)
     _announce(host, sock.getsockname()[1], config, logins, workers)
     app = create_app(config)

@@ -1,4 +1,6 @@
-"""Fault injection: what can go wrong, how often, and the seeded decision for each request."""
+"""Fault injection: what can go wrong, how often, and the seeded decision for each request; and the
+choices a real server may make where the document is silent (how an ended session, an error or a
+count is answered), which every answer follows."""
 
 from __future__ import annotations
 
@@ -8,21 +10,20 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import orjson
-
 HOSTILE_KINDS = (
     "nan", "null", "duplicates", "shuffle", "outside", "extra_fields", "missing_fields", "empty_body",
     "html_200", "wrong_content_type", "offsets", "no_millis", "huge",
 )
 ERROR_STATUSES = (500, 502, 503)
-SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")  # how a request without a live session is answered
-HUGE_BYTES = 4 * 1024 * 1024
+SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
+ERROR_BODIES = ("json", "html", "text", "empty")
+SIGN_IN_FORMS = ("both", "query", "form")
 
 
 @dataclass
 class Faults:
-    """Fault settings. Rates are probabilities per request; times are seconds; None disables a limit."""
+    """Fault settings. Rates are probabilities per request; times are seconds; None disables a limit.
+    The fields from `session_end` on are not drawn: they fix how the server answers, every time."""
 
     error_rate: float = 0.0  # 500/502/503, half JSON bodies, half HTML pages
     rate_limit_rate: float = 0.0  # 429 with Retry-After
@@ -36,11 +37,26 @@ class Faults:
     drop_rate: float = 0.0  # connection closed mid-answer
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
-    max_count: int | None = None  # series answers silently hold at most this many points (the first ones)
-    session_end: str = "401"  # the answer to a request without a live session, see SESSION_ENDS
     seed: int = 0
+    session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
+    error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
+    sign_in_via: str = "both"  # where sign-in reads the credentials: query string, form body or both
+    max_count: int | None = None  # points or buckets per series answer, whatever the count asked
+    count_default: int = 10_000  # the count of a series request without one
+    count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
 
     def __post_init__(self) -> None:
+        self.session_end = str(self.session_end)
+        for name, choices in (("session_end", SESSION_ENDS), ("error_body", ERROR_BODIES),
+                              ("sign_in_via", SIGN_IN_FORMS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        for name, optional in (("max_count", True), ("count_default", False), ("count_reject_over", True)):
+            value = getattr(self, name)
+            if value is None and optional:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1" + (" or null" if optional else ""))
         if isinstance(self.hostile, str):
             self.hostile = tuple(k for k in self.hostile.split(",") if k)
         self.hostile = tuple(self.hostile)
@@ -51,10 +67,6 @@ class Faults:
                      "hostile_rate"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
-        if self.max_count is not None and self.max_count < 1:
-            raise ValueError("max_count must be at least 1")
-        if self.session_end not in SESSION_ENDS:
-            raise ValueError(f"session_end must be one of {', '.join(SESSION_ENDS)}")
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "hostile": list(self.hostile)}
@@ -134,85 +146,3 @@ class FaultPlan:
 def retry_after_header(seconds: float) -> bytes:
     """Whole seconds when whole, else a decimal (clients here accept both)."""
     return str(int(seconds) if float(seconds).is_integer() else seconds).encode()
-
-
-def error_page(status: int) -> bytes:
-    return (f"<!DOCTYPE html><html><head><title>{status} Error</title></head><body><h1>{status}</h1>"
-            "<p>The server encountered a temporary error and could not complete your request.</p>"
-            "</body></html>").encode()
-
-
-LOGIN_PAGE = (b"<!DOCTYPE html><html><head><title>Sign in</title></head><body><form method=\"post\" action=\"login\">"
-              b"<input name=\"username\"><input type=\"password\" name=\"password\"><button>Sign in</button>"
-              b"</form></body></html>")
-HTML_200 = (b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
-            b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>")
-
-
-# -- hostile answers on series routes --------------------------------------------------------------
-
-def _iso(ts: np.ndarray, *, offset_hours: int = 0, millis: bool = True) -> list[str]:
-    local = (ts + offset_hours * 3_600_000).astype("datetime64[ms]")
-    text = (local if millis else local.astype("datetime64[s]")).astype(str)
-    suffix = f"{offset_hours:+03d}:00" if offset_hours else "Z"
-    return [s + suffix for s in text.tolist()]
-
-
-def hostile_body(kind: str, salt: int, param_id: int, columns: dict[str, np.ndarray], candles: bool,
-                 start_ms: int, end_ms: int) -> tuple[bytes, bytes]:
-    """(body, content type) of a series answer edited the `kind` way.
-
-    `columns` holds "ts" (epoch ms) and the value columns ("value", or "open", "high", "low",
-    "close"). Timestamps are ISO strings in point answers and epoch ms in candles, except that
-    `offsets` (same instant, written at +03:00) and `no_millis` (floored to the second, written
-    without milliseconds) write ISO strings in candles too.
-    """
-    if kind == "empty_body":
-        return b"", b"application/json"
-    if kind == "html_200":
-        return HTML_200, b"text/html; charset=utf-8"
-    rng = np.random.default_rng(salt)
-    ts = columns["ts"].astype(np.int64)
-    fields = [k for k in columns if k != "ts"]
-    values = {k: columns[k].astype(object) for k in fields}
-    n = len(ts)
-    order = np.arange(n)
-    if kind in ("nan", "null") and n:
-        hit = rng.random(n) < 0.2
-        hit[rng.integers(n)] = True
-        for k in fields:
-            values[k][hit] = None
-    elif kind == "duplicates" and n:
-        order = np.sort(np.r_[order, rng.choice(n, size=max(1, n // 10))])
-    elif kind == "shuffle":
-        order = rng.permutation(n)
-    elif kind == "outside":
-        ts = np.r_[start_ms - 60_000, ts, end_ms + 60_000]
-        for k in fields:
-            edge = columns[k][:1].tolist() or [0.0]
-            values[k] = np.r_[np.array(edge, dtype=object), values[k], np.array(edge, dtype=object)]
-        order = np.arange(n + 2)
-    if kind == "offsets":
-        stamps: list = _iso(ts, offset_hours=3)
-    elif kind == "no_millis":
-        stamps = _iso(ts, millis=False)
-    elif candles:
-        stamps = ts.tolist()
-    else:
-        stamps = _iso(ts)
-    rows = [dict(zip(("timestmp", *fields), row, strict=True))
-            for row in zip(*(np.asarray(stamps, dtype=object)[order], *(values[k][order] for k in fields)),
-                           strict=True)]
-    doc: dict[str, Any] = {"id": param_id, "candles" if candles else "points": rows}
-    if kind == "extra_fields":
-        for row in rows:
-            row["quality"] = "good"
-        doc["meta"] = {"source": "emulator", "version": 2}
-    elif kind == "missing_fields":
-        del doc["id"]
-    elif kind == "huge":
-        doc["padding"] = "x" * HUGE_BYTES
-    body = orjson.dumps(doc)
-    if kind == "nan":
-        body = body.replace(b":null", b":NaN")
-    return body, (b"text/plain; charset=utf-8" if kind == "wrong_content_type" else b"application/json")

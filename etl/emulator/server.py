@@ -1,16 +1,14 @@
-"""Run the emulator: in a background thread for tests (run_emulator), or in the foreground (serve)."""
+"""Run the emulator in a background thread (run_emulator, for tests), and talk to a running one's
+control API (EmulatorControl). EmulatorConfig is re-exported here, where most callers look for it."""
 
 from __future__ import annotations
 
-import dataclasses
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,57 +16,7 @@ import orjson
 import uvicorn
 
 from etl.emulator.app import create_app
-from etl.emulator.faults import Faults
-
-
-@dataclass
-class EmulatorConfig:
-    """Everything an emulator is made of. `users`: list of {login, password, objects: "all" | [ids]}
-    (None: demo/demo sees all, restricted/restricted the odd ids). `now_ms`: a fixed clock (None:
-    the real time). `workers` > 1 only applies to `serve` (separate processes, separate state)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    base_path: str = "/api"
-    seed: int = 42
-    objects: int = 3
-    params_per_object: int = 4
-    calc_per_object: int = 2
-    period_range: tuple[int, int] = (10, 900)
-    users: list[dict] | None = None
-    now_ms: int | None = None
-    faults: Faults = field(default_factory=Faults)
-    request_log: str | Path | None = None
-    workers: int = 1
-    tls_cert: str | Path | None = None  # PEM files: serve https instead of http
-    tls_key: str | Path | None = None
-
-    def __post_init__(self) -> None:
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ValueError("give both tls_cert and tls_key, or neither")
-        self.tls_cert = str(self.tls_cert) if self.tls_cert else None
-        self.tls_key = str(self.tls_key) if self.tls_key else None
-        if isinstance(self.faults, dict):
-            self.faults = Faults(**self.faults)
-        self.period_range = (int(self.period_range[0]), int(self.period_range[1]))
-
-    def to_json(self) -> str:
-        doc = dataclasses.asdict(self)
-        doc["faults"] = self.faults.as_dict()
-        doc["request_log"] = str(self.request_log) if self.request_log else None
-        return orjson.dumps(doc).decode()
-
-    @classmethod
-    def from_json(cls, text: str) -> EmulatorConfig:
-        return cls(**orjson.loads(text))
-
-    @property
-    def scheme(self) -> str:
-        return "https" if self.tls_cert else "http"
-
-    def ssl_options(self) -> dict[str, Any]:
-        """uvicorn's options for serving TLS, if asked to."""
-        return {"ssl_certfile": self.tls_cert, "ssl_keyfile": self.tls_key} if self.tls_cert else {}
+from etl.emulator.config import EmulatorConfig
 
 
 class EmulatorControl:
@@ -99,6 +47,10 @@ class EmulatorControl:
     def set_faults(self, reset: bool = False, **changes: Any) -> dict:
         """Change the given fault settings (see Faults); reset=True first clears every fault."""
         return self._call("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
+
+    def gaps(self, param_id: int, start_ms: int, end_ms: int) -> list[dict]:
+        """The parameter's silent spans ({"start", "end"}, end excluded) overlapping the window."""
+        return self._call("GET", f"/gaps?param={param_id}&start={start_ms}&end={end_ms}")
 
     def clock(self) -> dict:
         return self._call("GET", "/clock")
@@ -170,3 +122,6 @@ def run_emulator(config: EmulatorConfig | None = None, *, port: int = 0) -> Iter
     finally:
         running.stop()
         sock.close()
+
+
+__all__ = ["EmulatorConfig", "EmulatorControl", "RunningEmulator", "bind_socket", "run_emulator", "uvicorn_config"]

@@ -1,0 +1,102 @@
+"""What the emulator answers: an Answer (body, status, headers), a Refusal (an error raised by any
+handler) and the styles of error bodies, reading request bodies and sending answers over ASGI."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+
+import orjson
+
+JSON = b"application/json"
+HTML = b"text/html; charset=utf-8"
+TEXT = b"text/plain; charset=utf-8"
+
+
+class Refusal(Exception):
+    """An error answer: `status`, a short `code` and a human `message`."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> bytes:
+        return orjson.dumps({"error": self.code, "message": self.message, "status": self.status})
+
+
+def not_found(what: str) -> Refusal:
+    return Refusal(404, "not_found", f"{what} not found")
+
+
+def bad(message: str) -> Refusal:
+    return Refusal(400, "bad_request", message)
+
+
+@dataclass
+class Answer:
+    body: bytes
+    status: int = 200
+    content_type: bytes | None = JSON  # None: no content-type header (an empty body)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
+def error_page(status: int) -> bytes:
+    """The HTML page of a failing proxy or application server (no detail of the cause)."""
+    return (f"<!DOCTYPE html><html><head><title>{status} Error</title></head><body><h1>{status}</h1>"
+            "<p>The server encountered a temporary error and could not complete your request.</p>"
+            "</body></html>").encode()
+
+
+def refused(refusal: Refusal, style: str, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
+    """The answer of a refusal in an error-body style: json (`{"error", "message", "status"}`), html (a
+    page with the status and the message), text (one line) or empty (no body, no content type)."""
+    status, message = refusal.status, refusal.message
+    if style == "json":
+        body, content_type = refusal.body(), JSON
+    elif style == "html":
+        title = f"{status} {_reason(status)}"
+        body = (f"<!DOCTYPE html><html><head><title>{title}</title></head><body><h1>{title}</h1>"
+                f"<p>{html.escape(message)}</p></body></html>").encode()
+        content_type = HTML
+    elif style == "text":
+        body, content_type = f"{status} {_reason(status)}: {message}\n".encode(), TEXT
+    else:
+        body, content_type = b"", None
+    return Answer(body, status, content_type, headers or [])
+
+
+async def read_body(receive: Callable) -> bytes:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
+def _head(answer: Answer, length: int) -> dict:
+    headers = [(b"content-length", b"%d" % length), *answer.headers]
+    if answer.content_type is not None:
+        headers.insert(0, (b"content-type", answer.content_type))
+    return {"type": "http.response.start", "status": answer.status, "headers": headers}
+
+
+async def send_answer(send: Callable, answer: Answer) -> None:
+    await send(_head(answer, len(answer.body)))
+    await send({"type": "http.response.body", "body": answer.body})
+
+
+async def send_partial(send: Callable, answer: Answer) -> None:
+    """Announce the whole body, send half of it, and return: uvicorn then closes the connection."""
+    body = answer.body if len(answer.body) >= 2 else answer.body + b" " * 64
+    await send(_head(answer, len(body)))
+    await send({"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True})

@@ -1,0 +1,79 @@
+"""Hostile answers: series answers that are odd but 200 (see faults.HOSTILE_KINDS)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+
+HUGE_BYTES = 4 * 1024 * 1024
+HTML_200 = (b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
+            b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>")
+
+
+def _iso(ts: np.ndarray, *, offset_hours: int = 0, millis: bool = True) -> list[str]:
+    local = (ts + offset_hours * 3_600_000).astype("datetime64[ms]")
+    text = (local if millis else local.astype("datetime64[s]")).astype(str)
+    suffix = f"{offset_hours:+03d}:00" if offset_hours else "Z"
+    return [s + suffix for s in text.tolist()]
+
+
+def hostile_body(kind: str, salt: int, param_id: int, columns: dict[str, np.ndarray], candles: bool,
+                 start_ms: int, end_ms: int) -> tuple[bytes, bytes]:
+    """(body, content type) of a series answer edited the `kind` way.
+
+    `columns` holds "ts" (epoch ms) and the value columns ("value", or "open", "high", "low",
+    "close"). Timestamps are ISO strings in point answers and epoch ms in candles, except that
+    `offsets` (same instant, written at +03:00) and `no_millis` (floored to the second, written
+    without milliseconds) write ISO strings in candles too.
+    """
+    if kind == "empty_body":
+        return b"", b"application/json"
+    if kind == "html_200":
+        return HTML_200, b"text/html; charset=utf-8"
+    rng = np.random.default_rng(salt)
+    ts = columns["ts"].astype(np.int64)
+    fields = [k for k in columns if k != "ts"]
+    values = {k: columns[k].astype(object) for k in fields}
+    n = len(ts)
+    order = np.arange(n)
+    if kind in ("nan", "null") and n:
+        hit = rng.random(n) < 0.2
+        hit[rng.integers(n)] = True
+        for k in fields:
+            values[k][hit] = None
+    elif kind == "duplicates" and n:
+        order = np.sort(np.r_[order, rng.choice(n, size=max(1, n // 10))])
+    elif kind == "shuffle":
+        order = rng.permutation(n)
+    elif kind == "outside":
+        ts = np.r_[start_ms - 60_000, ts, end_ms + 60_000]
+        for k in fields:
+            edge = columns[k][:1].tolist() or [0.0]
+            values[k] = np.r_[np.array(edge, dtype=object), values[k], np.array(edge, dtype=object)]
+        order = np.arange(n + 2)
+    if kind == "offsets":
+        stamps: list = _iso(ts, offset_hours=3)
+    elif kind == "no_millis":
+        stamps = _iso(ts, millis=False)
+    elif candles:
+        stamps = ts.tolist()
+    else:
+        stamps = _iso(ts)
+    rows = [dict(zip(("timestmp", *fields), row, strict=True))
+            for row in zip(*(np.asarray(stamps, dtype=object)[order], *(values[k][order] for k in fields)),
+                           strict=True)]
+    doc: dict[str, Any] = {"id": param_id, "candles" if candles else "points": rows}
+    if kind == "extra_fields":
+        for row in rows:
+            row["quality"] = "good"
+        doc["meta"] = {"source": "emulator", "version": 2}
+    elif kind == "missing_fields":
+        del doc["id"]
+    elif kind == "huge":
+        doc["padding"] = "x" * HUGE_BYTES
+    body = orjson.dumps(doc)
+    if kind == "nan":
+        body = body.replace(b":null", b":NaN")
+    return body, (b"text/plain; charset=utf-8" if kind == "wrong_content_type" else b"application/json")
