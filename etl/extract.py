@@ -24,6 +24,7 @@ import numpy as np
 from etl.client import MonitoringClient
 from etl.client.caps import Verdict
 from etl.client.models import Candles, Points
+from etl.errors import RequestRejected
 from etl.model import ParamKind, Series, Window
 from etl.timeutil import DAY_MS
 
@@ -68,7 +69,9 @@ async def _fetch(
     seen: int | None = None  # continuing: points up to this stamp came already
     suspected = 0  # continuing on suspicion: the length of the answer that may have been cut
     while True:
-        data = await client.series(window.param_id, kind, series, start, end, count=count)
+        count = client.caps.count(kind, series, count)
+        data = await _series(client, window, start, end, count, counters)
+        count = client.caps.count(kind, series, count)  # as sent, when a refusal made it smaller
         counters["requests"] += 1
         points = len(data)
         last = int(data.ts.max()) if points else end
@@ -100,6 +103,20 @@ async def _fetch(
                 return parts
         counters["continuations"] += 1
         start, seen, suspected = resume, last, points if verdict is Verdict.SUSPECT else 0
+
+
+async def _series(
+    client: MonitoringClient, window: Window, start: int, end: int, count: int | None, counters: Counter
+) -> Points | Candles:
+    """One answer; a 400 to a count the server finds too large is asked again with a smaller one."""
+    while True:
+        try:
+            return await client.series(window.param_id, window.kind, window.series, start, end, count=count)
+        except RequestRejected as exc:
+            if exc.status != 400 or count is None or (count := client.caps.refused(window.kind, window.series,
+                                                                                     count)) is None:
+                raise
+            counters["requests"] += 1
 
 
 def _wider(series: Series, start: int, end: int) -> int:

@@ -113,3 +113,29 @@ def test_equal_windows_ending_at_the_clock_cost_one_request_more(cap_emulator, s
         cap_emulator.set_clock(to_ms("2026-11-20T00:00:00Z"))
     assert all(len(d) >= 3 for d in data)
     assert counters["requests"] == len(windows) + 1 and counters["continuations"] == 1
+
+
+@pytest.mark.parametrize("reject_over", [5000, 300])
+def test_a_server_that_refuses_large_counts_loses_nothing(tmp_path, reject_over):
+    """Counts above the server's maximum answer 400: the count is halved until accepted, then kept."""
+    settings = emulator_config(**DENSE)
+    with run_emulator(settings) as emu:
+        emu.set_faults(count_reject_over=reject_over)
+        summary = run(make_config(emu.base_url, tmp_path)).as_dict()
+        refused = [r for r in emu.requests() if r["status"] == 400]
+    assert_source(tmp_path, settings, START, END)
+    assert summary["status"] == "ok" and refused
+    # learned once per route, not once per window: a handful of refusals per route at most
+    assert len(refused) <= 6 * 4 * 16  # routes x halvings x requests in flight when the first came back
+
+
+@pytest.mark.parametrize("style", ["html", "text", "empty"])
+def test_error_bodies_in_any_style_are_retried_and_the_output_is_exact(tmp_path, style):
+    settings = emulator_config()
+    with run_emulator(settings) as emu:
+        emu.set_faults(error_body=style, error_rate=0.2, rate_limit_rate=0.1, retry_after=0.05,
+                       session_max_requests=15, seed=3)
+        summary = run(make_config(emu.base_url, tmp_path, retry={"attempts": 25})).as_dict()
+    assert_source(tmp_path, settings, START, END)
+    assert summary["status"] == "ok" and summary["relogins"] > 0
+    assert {"http_429"} <= summary["retries_by_reason"].keys()

@@ -5,6 +5,9 @@ asked without a word: the first N of the interval, in time order. Such a cap is 
 for every answer of one route (parameter kind and series), so every answer bounds it from below: an
 answer shorter than the longest one seen on its route cannot have been cut. One as long as the longest
 may have been; asking for the rest tells, and once the rest proves it cut its length is the cap.
+
+A server may instead refuse a `count` above its maximum (400): the count is then halved until one is
+accepted, and that one is sent on the route from then on.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from etl.model import ParamKind, Series
+
+MIN_COUNT = 100  # a 400 at this count is not about the count
 
 
 class Verdict(Enum):
@@ -26,6 +31,7 @@ class Verdict(Enum):
 class _Route:
     longest: int = 0
     cap: int | None = None
+    count: int | None = None  # the largest count known to be accepted, once a larger one was refused
     # Held while one answer's doubt is settled: the many equal answers that arrive together wait for
     # what it learns instead of each asking again.
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -68,6 +74,19 @@ class AnswerCaps:
         """An answer of `points` points (fewer than asked) proved cut: the server caps answers there."""
         route = self._get(kind, series)
         route.cap = points if route.cap is None else min(route.cap, points)
+
+    def count(self, kind: ParamKind, series: Series, wanted: int | None) -> int | None:
+        """The count to send: the one wanted, unless the server refused one that large."""
+        accepted = self._get(kind, series).count
+        return wanted if wanted is None or accepted is None else min(wanted, accepted)
+
+    def refused(self, kind: ParamKind, series: Series, count: int) -> int | None:
+        """A request with `count` was refused (400): the smaller count to try, None when none is left."""
+        if count <= MIN_COUNT:
+            return None
+        route = self._get(kind, series)
+        route.count = min(route.count or count, max(count // 2, MIN_COUNT))
+        return route.count
 
     def cap(self, kind: ParamKind, series: Series) -> int | None:
         return self._get(kind, series).cap
