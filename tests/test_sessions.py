@@ -102,6 +102,18 @@ def test_a_refused_sign_in_names_its_form_and_suggests_the_other(emulator, sign_
     assert f"source.sign_in: {other}" in message and "wrong-password" not in message
 
 
+@pytest.mark.parametrize("server_reads, client_sends", [("form", "query"), ("query", "form")])
+def test_a_server_that_reads_one_form_only_is_met_by_choosing_it(fresh_emulator, tmp_path, server_reads,
+                                                                 client_sends):
+    fresh_emulator.set_faults(sign_in_via=server_reads)
+    with client_for(fresh_emulator, sign_in=client_sends) as c, pytest.raises(AuthError) as info:
+        c.objects_short()
+    assert f"source.sign_in: {server_reads}" in str(info.value)  # the hint is the way out
+    summary = run(make_config(fresh_emulator.base_url, tmp_path, source={"sign_in": server_reads})).as_dict()
+    assert summary["status"] == "ok"
+    assert_exact(tmp_path)
+
+
 def test_a_base_url_without_the_base_path_is_named_at_sign_in(emulator):
     root = emulator.base_url.removesuffix("/sem-restservices")  # the service lives under /sem-restservices
     with SyncMonitoringClient(root, "demo", "demo", retry=FAST) as c, pytest.raises(ConfigError, match="base path"):
