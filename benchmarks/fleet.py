@@ -157,11 +157,14 @@ def main() -> int:
     try:
         print("\none-day runs, every series, answers in 0 ms (CPU-bound: client and emulator share the cores)")
         print(HEADER)
-        for size in args.sizes:
+        for size in dict.fromkeys([*args.sizes, args.latency_size, args.history_size]):
             fleet = Fleet(workdir, size, max(args.history))
             try:
-                r = doc["sizes"][str(fleet.parameters)] = compare(fleet, fleet.warm())  # writes requests.json
-                print(row(f"{fleet.parameters:,} par.", r), flush=True)
+                if size in args.sizes:
+                    r = doc["sizes"][str(fleet.parameters)] = compare(fleet, fleet.warm())  # writes requests.json
+                    print(row(f"{fleet.parameters:,} par.", r), flush=True)
+                elif size == args.latency_size:
+                    fleet.warm()
                 if size == args.latency_size:
                     spec = fleet.workdir / "requests.json"  # the warm-up run's requests, made above
                     for latency in args.latencies:
