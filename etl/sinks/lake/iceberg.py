@@ -172,6 +172,8 @@ class IcebergTable(LakeTable):
         for key, files in groups.items():
             if len(files) < 2:
                 continue
+            if not self.time_key:  # a dimension table: unpartitioned, one file per snapshot already
+                continue
             day = key[0]  # days since the epoch (the day transform)
             where = And(GreaterThanOrEqual(self.time_key, _iso(day * DAY_MS)), LessThan(self.time_key, _iso((day + 1) * DAY_MS)))
             for column, value in zip(self.partition_by, key[1:], strict=True):

@@ -138,12 +138,8 @@ def write_dimensions(tables: dict, lake_table, source: str) -> list[str]:
     written = []
     for name, rows in tables.items():
         try:
-            schema = rows.schema()
-            full = pa.schema([pa.field("source", pa.string()), *schema])
-            reader = pa.RecordBatchReader.from_batches(
-                full, (batch for page in rows.pages(schema, source) for batch in page.to_batches()))
             target = lake_table(name)
-            target.replace(reader, Replace(source=source))
+            target.replace(rows.reader(source), Replace(source=source))
             written.append(target.name)
         finally:
             rows.close()
