@@ -46,10 +46,11 @@ def counted(summary: dict, key: str) -> int:
     return summary["relogins"] if key == "relogins" else summary["retries_by_reason"].get(key, 0)
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "delta", "iceberg"])
 @pytest.mark.parametrize("name", list(FAULTS))
-def test_faulty_server_run_equals_the_source(fresh_emulator, tmp_path, name):
+def test_faulty_server_run_equals_the_source(fresh_emulator, tmp_path, name, fmt):
     fresh_emulator.set_faults(seed=11, **FAULTS[name])
-    config = make_config(fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4})
+    config = make_config(fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4}, sink={"format": fmt})
     summary = run(config).as_dict()
     assert_exact(tmp_path)
     assert summary["status"] == "ok" and summary["failed_window_count"] == 0

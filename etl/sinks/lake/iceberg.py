@@ -27,6 +27,9 @@ from etl.storage import Storage
 from etl.timeutil import DAY_MS
 
 NAMESPACE = "etl"
+# A slab of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
+# thread-safe, and slabs commit from several threads).
+warnings.filterwarnings("ignore", message="Delete operation did not match any records")
 
 
 def catalog(storage: Storage, uri: str | None) -> Any:
@@ -118,8 +121,7 @@ class IcebergTable(LakeTable):
                 table = self._load() if self.exists() else self._create(rows.schema)
             except TableAlreadyExistsError:
                 table = self._load()
-            with table.transaction() as txn, warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "Delete operation did not match any records": a new window
+            with table.transaction() as txn:
                 if table.current_snapshot() is not None:
                     txn.delete(expression(replace), snapshot_properties=properties)
                 if rows.num_rows or table.current_snapshot() is None:
