@@ -70,6 +70,7 @@ class DeltaTable(LakeTable):
         self.deltalake = require("deltalake", "sink.format delta")
         self.storage, self.rel = storage, rel
         self.options = delta_options(storage)
+        self._exists = False
 
     @property
     def uri(self) -> str:
@@ -82,7 +83,11 @@ class DeltaTable(LakeTable):
             raise StorageError(f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}") from None
 
     def exists(self) -> bool:
-        return self.deltalake.DeltaTable.is_deltatable(self.uri, storage_options=self.options)
+        # Asked once until true: delta-rs holds the GIL through this call's requests, which would stall
+        # the run's event loop on every commit to an object store.
+        if not self._exists:
+            self._exists = self.deltalake.DeltaTable.is_deltatable(self.uri, storage_options=self.options)
+        return self._exists
 
     def _commit(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]) -> None:
         dl = self.deltalake
