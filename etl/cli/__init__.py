@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _main(argv)
     except SystemExit as exc:
-        if "deltalake" in sys.modules:
+        # Only as the process's own command (argv None): a caller of main([...]) keeps its interpreter.
+        if argv is None and "deltalake" in sys.modules:
             # delta-rs's runtime threads sometimes abort the interpreter's shutdown (SIGABRT, "terminate
             # called without an active exception"), which would turn a finished command into exit 134:
             # everything is committed and flushed by now, so leave without that shutdown.
