@@ -102,12 +102,23 @@ def parquet_rows(root: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
 
 
-def etl_run(config: Path, out: Path, emulator: Emulator) -> Measurement:
+def lake_rows(root: Path, fmt: str) -> int:
+    """Rows of the series tables' current snapshots (sink.format delta / iceberg)."""
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage import Storage
+
+    lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
+    return sum(t.dataset().count_rows() for t in (lake.series(s) for s in SERIES) if t.exists())
+
+
+def etl_run(config: Path, out: Path, emulator: Emulator, fmt: str = "parquet") -> Measurement:
     shutil.rmtree(out, ignore_errors=True)
     cpu = emulator.cpu_seconds()
     summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"])
+    rows = parquet_rows(out) if fmt == "parquet" else lake_rows(out, fmt)
     return Measurement(summary["seconds"], usage["wall"], usage["peak_rss_mb"], usage["cpu_seconds"],
-                       emulator.cpu_seconds() - cpu, parquet_rows(out))
+                       emulator.cpu_seconds() - cpu, rows)
 
 
 def peer_run(name: str, requests: Path, out: Path, emulator: Emulator) -> Measurement:

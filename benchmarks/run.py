@@ -38,7 +38,7 @@ from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_ru
 
 START = "2026-11-01T00:00:00Z"
 TARGETS = {"ceiling_share": 0.85, "vs_naive": 5.0, "vs_dlt": 3.0, "peak_rss_mb": 250.0,
-           "rss_growth": 0.20, "emulator_rps": 1000.0}
+           "rss_growth": 0.20, "emulator_rps": 1000.0, "lake_vs_parquet": 1.3}
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,15 @@ class Result:
 QUICK = Shape(objects=1, params_per_object=3, calc_per_object=1, days=1, memory_days=(1, 2))
 
 
-def write_config(path: Path, emulator: Emulator, out: Path, start: int, days: int, concurrency: int) -> Path:
+def write_config(path: Path, emulator: Emulator, out: Path, start: int, days: int, concurrency: int,
+                 fmt: str = "parquet") -> Path:
     config = {
         "source": {"base_url": emulator.base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
         "select": {"objects": "all"},
         "series": list(SERIES),
         "window": {"start": iso(start), "end": iso(start + days * DAY_MS)},
         "extract": {"concurrency": concurrency},
-        "sink": {"format": "parquet", "path": str(out)},
+        "sink": {"format": fmt, "path": str(out)},
     }
     path.write_text(yaml.safe_dump(config))
     return path
@@ -222,14 +223,21 @@ def main() -> int:
               f"raw + 30-min average + candles: {points:,} points in {len(spec['requests'])} requests "
               f"(concurrency {shape.concurrency}); best of {repeat}")
 
+        # The same run into lake tables (sink.format delta / iceberg), next to plain Parquet.
+        lakes = {f"etl-{fmt}": (fmt, write_config(workdir / f"bench-{fmt}.yaml", emulator, workdir / f"etl-{fmt}-out",
+                                                  start, shape.days, shape.concurrency, fmt))
+                 for fmt in ("delta", "iceberg")}
+
         def run_one(name: str) -> Measurement:
             out = workdir / f"{name}-out"
+            if name in lakes:
+                return etl_run(lakes[name][1], out, emulator, lakes[name][0])
             return etl_run(config, out, emulator) if name == "etl" else peer_run(name, requests, out, emulator)
 
         doc["tables"] = {}
         contenders = ["ceiling", "ceiling-uvloop", "etl"]
         also = [0.0] if args.quick else args.also_latency
-        runs = [(args.latency, [*contenders, "naive", "dlt"])] + [(x, contenders) for x in also]
+        runs = [(args.latency, [*contenders, *lakes, "naive", "dlt"])] + [(x, contenders) for x in also]
         for latency, names in runs:
             emulator.control.set_faults(latency=latency)
             print(f"\nthe emulator answers in {latency * 1000:g} ms" + (" (all work is CPU: the ceiling is what "
@@ -282,6 +290,11 @@ def _targets(doc: dict, main: str) -> dict[str, tuple[bool, str]]:
     out["ceiling_share"] = (share >= TARGETS["ceiling_share"], f"etl at {share:.0%} of the ceiling's points/s, "
                             f"answers in {main} (>= 85%; {same_loop:.0%} of bare httpx on uvloop)")
     etl = doc["tables"][main]["etl"]
+    for lake in ("etl-delta", "etl-iceberg"):
+        if lake in t:
+            ratio = t[lake]["best"]["seconds"] / etl["best"]["seconds"]
+            out[f"{lake}_vs_parquet"] = (ratio <= TARGETS["lake_vs_parquet"],
+                                         f"{ratio:.2f}x plain Parquet's time, answers in {main} (<= 1.3x)")
     for peer in ("naive", "dlt"):
         if peer in doc["tables"][main]:
             ratio = doc["tables"][main][peer]["best"]["seconds"] / etl["best"]["seconds"]

@@ -40,6 +40,7 @@ class Build:
     def __init__(self, config: Config, shard: Shard | None = None) -> None:
         self.config = config
         self.shard = shard
+        self.run_id = ""  # the run's id, set by its Runner: lake commits name the run that made them
 
     # -- the platform ------------------------------------------------------------------------------
 
@@ -97,7 +98,24 @@ class Build:
 
     @cached_property
     def fmt(self) -> FileFormat:
-        return file_format(self.config.sink.format, self.config.sink.compression)
+        """The file format; lake tables hold Parquet files (their layouts name nothing else)."""
+        sink = self.config.sink
+        return file_format("parquet" if sink.lake else sink.format, sink.compression)
+
+    @cached_property
+    def lake(self):
+        """The lake tables (sink.format delta / iceberg), or None for Parquet/CSV datasets."""
+        if not self.config.sink.lake:
+            return None
+        from etl.sinks.lake import Lake
+
+        return Lake(self.config.sink, self.data)
+
+    @property
+    def app(self) -> str:
+        from etl.sinks.lake import app_id
+
+        return app_id(self.config.source.name, self.shard)
 
     def layout(self, series: Series) -> Layout:
         sink = self.config.sink
@@ -110,17 +128,38 @@ class Build:
                       sink.buckets, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY)
 
     def slab_writer(self, slab: Slab, observer: Observer | None = None) -> SlabWriter:
+        if self.lake is not None:
+            return self._lake_writer(slab)
         if slab.series is Series.RAW and observer is None:
             # The raw files' observer computes each parameter-day's quality row from the rows it writes;
             # the writer writes those rows once its own files are in, before the slab is checkpointed.
-            from etl.quality import QualitySlabWriter, QualityTracker
+            from etl.quality import QualitySlabWriter
 
-            window = self.config.window
-            tracker = QualityTracker(slab.windows, self.config.source.name,
-                                     (window.start_ms, window.end_ms(now_ms())))
             return QualitySlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket,
-                                     self.quality_layout(), tracker)
+                                     self.quality_layout(), self._tracker(slab))
         return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket, observer)
+
+    def _tracker(self, slab: Slab):
+        from etl.quality import QualityTracker
+
+        window = self.config.window
+        return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms())))
+
+    def _lake_writer(self, slab: Slab):
+        from etl.sinks.lake.writer import LakeSlabWriter
+
+        quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
+        return LakeSlabWriter(self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality)
+
+    def write_dimensions(self, tables: dict) -> list[str]:
+        """The reference tables' snapshots: files, or lake tables."""
+        from etl import dimensions
+
+        if self.lake is not None:
+            from etl.sinks.lake.writer import write_dimensions
+
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+        return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- checkpoints --------------------------------------------------------------------------------
 

@@ -155,9 +155,14 @@ class ExtractConfig(Strict):
         return self
 
 
+LAKE_FORMATS = ("delta", "iceberg")
+
+
 class SinkConfig(Strict):
-    format: Literal["parquet", "csv"] = "parquet"
+    format: Literal["parquet", "csv", "delta", "iceberg"] = "parquet"
     path: str
+    catalog: str | None = Field(None, description="iceberg: a REST catalog URI or a SQL database URL; "
+                                                  "default: SQLite at {path}/catalog.db")
     partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
     buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
@@ -169,6 +174,23 @@ class SinkConfig(Strict):
         if "date" not in value or len(set(value)) != len(value):
             raise ValueError("must contain 'date' once (and may add 'source' and 'object_id')")
         return value
+
+    @model_validator(mode="after")
+    def _catalog(self) -> SinkConfig:
+        if self.catalog is not None and self.format != "iceberg":
+            raise ValueError("catalog: only sink.format iceberg has a catalog")
+        if self.catalog is not None and not re.match(r"^(https?|sqlite|postgresql|mysql)[+:]", self.catalog):
+            raise ValueError("catalog: give a REST catalog URI (http[s]://...) or a SQL database URL "
+                             "(sqlite:///..., postgresql://...)")
+        if self.format == "iceberg" and self.catalog is None and "://" in self.path \
+                and not self.path.startswith("file://"):
+            raise ValueError("catalog: iceberg on an object store needs sink.catalog (its default SQLite "
+                             "catalog is a local file)")
+        return self
+
+    @property
+    def lake(self) -> bool:
+        return self.format in LAKE_FORMATS
 
 
 class StateConfig(Strict):

@@ -77,6 +77,14 @@ class Rows:
             page = pa.Table.from_arrays(columns, schema=schema)
             yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
 
+    def reader(self, source: str) -> pa.RecordBatchReader:
+        """Every page as one stream of batches, `source` first (a lake table's snapshot); close() after."""
+        self._flush()
+        schema = self.schema()
+        full = pa.schema([pa.field("source", pa.string()), *schema])
+        return pa.RecordBatchReader.from_batches(
+            full, (batch for page in self.pages(schema, source) for batch in page.to_batches()))
+
     def write(self, storage: Storage, fmt: FileFormat, rel: str, source: str) -> None:
         """One file of every page, swapped in whole."""
         self._flush()

@@ -1,4 +1,4 @@
-"""The packages of the `scale` extra, imported only by the features that need them."""
+"""The packages of the `scale` and `lake` extras, imported only by the features that need them."""
 
 from __future__ import annotations
 
@@ -11,16 +11,20 @@ from etl.errors import ConfigError
 # Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
 # the two equal).
 REQUIREMENTS = {"distributed": "dask[distributed]>=2024.4", "s3fs": "s3fs>=2024.2", "matplotlib": "matplotlib>=3.8,<4"}
+# Module -> the requirement of the `lake` extra (sink.format delta / iceberg).
+LAKE_REQUIREMENTS = {"deltalake": "deltalake>=1.1,<2",
+                     "pyiceberg": "pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.9,<1"}
 
 
 def require(module: str, feature: str) -> ModuleType:
     """`module`, imported for `feature`; if it is missing or older than the extra asks, one line that
     names it and the command that installs it."""
-    requirement = REQUIREMENTS[module]
+    extra = "lake" if module in LAKE_REQUIREMENTS else "scale"
+    requirement = {**REQUIREMENTS, **LAKE_REQUIREMENTS}[module]
     try:
         imported = importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"{feature} needs {module}: pip install 'etl[scale]'") from None
+        raise ConfigError(f"{feature} needs {module}: pip install 'etl[{extra}]'") from None
     version = getattr(imported, "__version__", "")
     minimum = re.search(r">=([\d.]+)", requirement).group(1)
     if version and _release(version) < _release(minimum):

@@ -129,6 +129,7 @@ class Runner:
         self.store = self.build.state_store()
         run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.build.run_id = run_id
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
@@ -147,6 +148,9 @@ class Runner:
         kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
         if kind == "local":
             return None
+        if self.config.sink.lake:
+            raise ConfigError(f"sink.format {self.config.sink.format} runs slabs with the local executor only "
+                              "(each table commit carries a version counted in this process)")
         address = self.options.scheduler or self.config.executor.address
         if not address:
             raise ConfigError("the dask executor needs --scheduler ADDRESS (or executor.address in the config)")
@@ -186,6 +190,11 @@ class Runner:
         if not self.options.dry_run:
             summary.temp_files_removed = self.data.remove_temp_files()
         coverage = self.store.load()
+        if self.build.lake is not None and not self.options.dry_run:
+            from etl.sinks.lake.writer import recover
+
+            tables = [self.build.lake.series(s) for s in self.config.series]
+            await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
         start, end = self._window()
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
@@ -239,7 +248,7 @@ class Runner:
 
     async def _dimensions(self, client: MonitoringClient, found: Discovery) -> None:
         tables = await dimensions.collect(client, found.object_ids, found.objects, found.parameters)
-        await asyncio.to_thread(dimensions.write, self.data, self.build.fmt, tables, self.config.source.name)
+        await asyncio.to_thread(self.build.write_dimensions, tables)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
         config = self.build.remote_config() if executor.remote else self.config
@@ -272,7 +281,7 @@ class Runner:
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
                 async with commit_lock:
-                    await asyncio.to_thread(self.store.commit, result.done)
+                    await asyncio.to_thread(self.store.commit, result.done, result.lake)
                     coverage.add(result.done)
                 allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
                 totals = self.summary.series[result.series]

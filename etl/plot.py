@@ -17,10 +17,16 @@ from etl.optional import require
 def load(config: Config, param_id: int, series: Series, start: int, end: int):
     build = Build(config)
     storage, layout = build.data, build.layout(series)
-    fmt = "parquet" if config.sink.format == "parquet" else "csv"
-    dataset = ds.dataset(storage.full(series.value), schema=layout.schema if fmt == "parquet" else None,
-                         filesystem=None if storage.local else storage.fs, format=fmt, partitioning="hive",
-                         exclude_invalid_files=True)
+    fmt = "parquet" if config.sink.format != "csv" else "csv"
+    if build.lake is not None:  # the table's current snapshot
+        table = build.lake.series(series)
+        if not table.exists():
+            raise DataError(f"no {series} table in the output")
+        dataset = table.dataset()
+    else:
+        dataset = ds.dataset(storage.full(series.value), schema=layout.schema if fmt == "parquet" else None,
+                             filesystem=None if storage.local else storage.fs, format=fmt, partitioning="hive",
+                             exclude_invalid_files=True)
     ts = pc.field("ts").cast(TS) if fmt == "csv" else pc.field("ts")
     mine = (pc.field("source") == config.source.name) | pc.field("source").is_null()
     table = dataset.to_table(

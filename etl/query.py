@@ -8,9 +8,10 @@ import duckdb
 from etl.build import Build
 from etl.config import Config
 from etl.dimensions import FOLDER
-from etl.model import Series
+from etl.model import QUALITY, Series
 from etl.quality import create_quality_view
 
+_LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
@@ -18,6 +19,10 @@ def connect(config: Config) -> duckdb.DuckDBPyConnection:
     build = Build(config)
     storage = build.data
     con = duckdb.connect()
+    if build.lake is not None:
+        _lake_views(con, build.lake)
+        _named_views(con)
+        return con
     prefix = storage.full("")
     if not storage.local:
         # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
@@ -39,9 +44,31 @@ def connect(config: Config) -> duckdb.DuckDBPyConnection:
     quality = build.quality_layout()
     if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
         create_quality_view(con, f"{reader}('{prefix}/{quality.glob}', hive_partitioning=1, union_by_name=1)")
+    _named_views(con)
+    return con
+
+
+def _lake_views(con: duckdb.DuckDBPyConnection, lake) -> None:
+    """Each table's current snapshot as an Arrow dataset DuckDB scans lazily (filters pushed down): a view
+    reads one committed version, never a partial commit."""
+    tables = {str(s): lake.series(s) for s in Series}
+    tables.update({QUALITY: lake.quality()})
+    tables.update({name: lake.dimension(name) for name in lake.dimension_names() if name in DIMENSIONS})
+    for name, table in tables.items():
+        if not table.exists():
+            continue
+        relation = f"{_LAKE}{name}"
+        con.register(relation, table.dataset())
+        if name == QUALITY:
+            create_quality_view(con, relation)
+        else:
+            con.sql(f"create view {name} as select * from {relation}")
+
+
+def _named_views(con: duckdb.DuckDBPyConnection) -> None:
     if _has_view(con, "parameters") and _has_view(con, "objects"):
         unit = "p.unit" if "unit" in _columns(con, "parameters") else "null::varchar"
-        for name in [*Series, quality.name]:
+        for name in [*Series, QUALITY]:
             if _has_view(con, name):
                 # files of older versions have no source: they belong to the only one there was
                 con.sql(
@@ -51,7 +78,6 @@ def connect(config: Config) -> duckdb.DuckDBPyConnection:
                     f"and p.source = coalesce(s.source, p.source) "
                     f"left join objects o on o.id = s.object_id and o.source = coalesce(s.source, o.source)"
                 )
-    return con
 
 
 def _columns(con: duckdb.DuckDBPyConnection, view: str) -> list[str]:
@@ -63,4 +89,5 @@ def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [r[0] for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()]
+    return [r[0] for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()
+            if not r[0].startswith(_LAKE)]

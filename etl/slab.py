@@ -64,6 +64,7 @@ class SlabResult:
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
     quality_rows: int = 0  # rows written to the quality dataset (raw slabs: etl/quality.py)
     lowest_completeness: float | None = None
+    lake: tuple[str, int] | None = None  # lake formats: (table, version) of the commit holding the slab
 
     def detached(self) -> SlabResult:
         """Without exception objects: many cannot be unpickled in another process."""
@@ -173,6 +174,7 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
         result.points = writer.points
         result.quality_rows = getattr(writer, "quality_rows", 0)
         result.lowest_completeness = getattr(writer, "lowest_completeness", None)
+        result.lake = getattr(writer, "committed", None)
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)

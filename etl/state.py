@@ -11,6 +11,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
 
     {store}/base-{seq}.parquet     coverage up to log segment seq
     {store}/log/{seq}.json         one slab's windows, committed after its files are durable
+                                   (lake formats: and the table commit that holds them, see docs/lake.md)
     {store}/lock                   the run lock (etl/lock.py)
 """
 
@@ -30,7 +31,7 @@ import pyarrow.parquet as pq
 
 from etl.errors import StorageError
 from etl.lock import RunLock
-from etl.model import SERIES, Series, Window
+from etl.model import SERIES, ParamKind, Series, Window
 from etl.storage import Storage
 from etl.timeutil import iso
 
@@ -41,6 +42,7 @@ _CODE = {series: code for code, series in enumerate(SERIES)}
 _BASE = re.compile(r"base-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
 _EMPTY = np.empty(0, np.int64)
+_MARKS = b"etl.lake_marks"
 
 
 def _key(param_id: np.ndarray | int, series: Series) -> np.ndarray | int:
@@ -148,9 +150,12 @@ class Coverage:
 
     # -- on disk ---------------------------------------------------------------------------------------
 
-    def to_parquet(self) -> bytes:
+    def to_parquet(self, marks: dict[str, int] | None = None) -> bytes:
+        """`marks`: the lake tables' commit versions the coverage includes (kept in the file's metadata)."""
         series = pa.DictionaryArray.from_arrays(pa.array(self.key % 4, pa.int8()), pa.array([s.value for s in SERIES]))
         table = pa.table({"param_id": self.key // 4, "series": series, "start": self.start, "end": self.end})
+        if marks:
+            table = table.replace_schema_metadata({_MARKS: orjson.dumps(marks)})
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
         return sink.getvalue().to_pybytes()
@@ -166,17 +171,48 @@ class Coverage:
                       table.column("end").to_numpy())
 
 
-def segment(windows: list[Window]) -> bytes:
-    """A log segment: the windows, grouped by (series, start, end) (a slab's windows mostly share them)."""
+def _marks_of(data: bytes) -> dict[str, int]:
+    metadata = pq.read_schema(io.BytesIO(data)).metadata or {}
+    return {str(k): int(v) for k, v in orjson.loads(metadata[_MARKS]).items()} if _MARKS in metadata else {}
+
+
+def segment(windows: list[Window], mark: tuple[str, int] | None = None) -> bytes:
+    """A log segment: the windows, grouped by (series, start, end) (a slab's windows mostly share them),
+    and for a lake table the (table, version) of the commit that holds them."""
     groups: dict[tuple[str, int, int], list[int]] = {}
     for w in windows:
         groups.setdefault((w.series.value, w.start, w.end), []).append(w.param_id)
-    return orjson.dumps({"version": 2, "windows": [[s, a, b, sorted(p)] for (s, a, b), p in sorted(groups.items())]})
+    body = {"version": 2, "windows": [[s, a, b, sorted(p)] for (s, a, b), p in sorted(groups.items())]}
+    if mark is not None:
+        body["lake"] = list(mark)
+    return orjson.dumps(body)
 
 
-def _parse_segment(data: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def windows_of(data: bytes) -> list[Window]:
+    """A segment's windows back (object and kind are not kept: they do not matter to coverage)."""
+    return [Window(p, 0, ParamKind.PHYSICAL, Series(s), a, b) for s, a, b, params in orjson.loads(data)["windows"]
+            for p in params]
+
+
+def advance(marks: dict[str, int], seen: dict[str, set[int]]) -> dict[str, int]:
+    """Each table's highest commit version below which every one of ours is in the checkpoints: versions
+    land out of order (slabs finish in any order), so only an unbroken run from the last mark counts."""
+    out = dict(marks)
+    for table, versions in seen.items():
+        mark = out.get(table, 0)
+        while mark + 1 in versions:
+            mark += 1
+        out[table] = mark
+    return out
+
+
+def _parse_segment(data: bytes, seen: dict[str, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     keys, starts, ends = [], [], []
-    for series, start, end, params in orjson.loads(data)["windows"]:
+    body = orjson.loads(data)
+    if "lake" in body:
+        table, version = body["lake"]
+        seen.setdefault(str(table), set()).add(int(version))
+    for series, start, end, params in body["windows"]:
         keys.append(_key(np.array(params, np.int64), Series(series)))
         starts.append(np.full(len(params), start, np.int64))
         ends.append(np.full(len(params), end, np.int64))
@@ -195,6 +231,9 @@ class StateStore:
         self._seq = 0  # the last log segment applied
         self._bases: list[int] = []
         self._segments: list[int] = []
+        # Lake formats: per table, the commit version up to which the checkpoints hold every one of ours.
+        self.marks: dict[str, int] = {}
+        self._seen: dict[str, set[int]] = {}
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -218,6 +257,7 @@ class StateStore:
         self._segments = sorted(int(m.group(1)) for n in self.storage.listdir("log") if (m := _SEGMENT.fullmatch(n)))
         base = self._bases[-1] if self._bases else 0
         coverage = Coverage()
+        marks: dict[str, int] = {}
         if self._bases:
             rel = f"base-{base:012d}.parquet"
             data = self.storage.read(rel)
@@ -225,29 +265,36 @@ class StateStore:
                 return None
             try:
                 coverage = Coverage.from_parquet(data)
+                marks = _marks_of(data)
             except Exception as exc:  # noqa: BLE001 - any damage is the same one line
                 raise self._damaged(rel, exc) from None
         pending = [s for s in self._segments if s > base]
         rels = [f"log/{s:012d}.json" for s in pending]
         parts: tuple[list, list, list] = ([_EMPTY], [_EMPTY], [_EMPTY])
+        seen: dict[str, set[int]] = {}
         for rel, data in zip(rels, self.storage.read_many(rels), strict=True):
             if data is None:
                 return None
             try:
-                for column, values in zip(parts, _parse_segment(data), strict=True):
+                for column, values in zip(parts, _parse_segment(data, seen), strict=True):
                     column.append(values)
             except (ValueError, KeyError, TypeError) as exc:
                 raise self._damaged(rel, exc) from None
         coverage.add_arrays(*(np.concatenate(column) for column in parts))
         self._seq = max([base, *pending])
+        self._seen = seen
+        self.marks = advance(marks, seen)
         return coverage
 
-    def commit(self, windows: list[Window]) -> None:
-        """One slab's windows, once its files are durable."""
+    def commit(self, windows: list[Window], mark: tuple[str, int] | None = None) -> None:
+        """One slab's windows, once its files are durable (or its lake commit, `mark`, is made)."""
         self.run_lock.check()
         self._seq += 1
-        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(windows))
+        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(windows, mark))
         self._segments.append(self._seq)
+        if mark is not None:
+            self._seen.setdefault(mark[0], set()).add(mark[1])
+            self.marks = advance(self.marks, {mark[0]: self._seen[mark[0]]})
 
     def compact(self, coverage: Coverage, *, force: bool = False) -> None:
         """Fold the log into a new base (when it has grown, or always with force)."""
@@ -255,7 +302,7 @@ class StateStore:
         if not force and len([s for s in self._segments if s > base]) < COMPACT_AFTER:
             return
         self.run_lock.check()
-        self.storage.write_atomic(f"base-{self._seq:012d}.parquet", coverage.to_parquet())
+        self.storage.write_atomic(f"base-{self._seq:012d}.parquet", coverage.to_parquet(self.marks))
         # The new base is durable: what it replaces can go (a crash here leaves files the next load ignores).
         for seq in self._bases:
             if seq != self._seq:
@@ -263,6 +310,7 @@ class StateStore:
         for seq in self._segments:
             self.storage.remove(f"log/{seq:012d}.json")
         self._bases, self._segments = [self._seq], []
+        self._seen = {}
 
     def replace(self, coverage: Coverage) -> None:
         """Make `coverage` the whole state (after a reset)."""

@@ -28,6 +28,8 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     assert doc["memory"]["2"]["rows"] > doc["memory"]["1"]["rows"]
     assert doc["emulator"]["requests"] > 0 and doc["emulator"]["errors"] == 0
     assert {"ceiling_share", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} <= set(doc["targets"])
+    for lake in ("etl-delta", "etl-iceberg"):  # the same run into lake tables: every point, once
+        assert main[lake]["best"]["rows"] == points, lake
     assert "skipped: --skip" in done.stdout  # dlt's row says why it is missing
 
 

@@ -72,3 +72,12 @@ def test_the_dask_executor(emulator, tmp_path, version, line):
     result = etl_with("distributed", version, "run", "-c", config(tmp_path, tmp_path / "out", emulator.base_url),
                       "--scheduler", "tcp://127.0.0.1:1", "--no-progress")
     assert_one_line(result, line)
+
+
+def test_the_lake_requirements_are_the_lake_extra():
+    from etl.optional import LAKE_REQUIREMENTS
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert sorted(LAKE_REQUIREMENTS.values()) == sorted(extras["lake"])
+    assert set(LAKE_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them

@@ -7,6 +7,7 @@ pull, plot) and `explorer` (api ...); `params` holds the parameter types, `rende
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 
@@ -57,6 +58,22 @@ for _command in [*runs.COMMANDS, *analysts.COMMANDS, explorer.api, emulator]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except SystemExit as exc:
+        # Only as the process's own command (argv None): a caller of main([...]) keeps its interpreter.
+        if argv is None and "deltalake" in sys.modules:
+            # delta-rs's runtime threads sometimes abort the interpreter's shutdown (SIGABRT, "terminate
+            # called without an active exception"), which would turn a finished command into exit 134:
+            # everything is committed and flushed by now, so leave without that shutdown.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            code = exc.code
+            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
+        raise
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort as exc:

@@ -94,12 +94,42 @@ def plan_cmd(config_path: str, start: int | None, end: int | None, full_refresh:
 @click.command("compact")
 @config_option
 def compact_cmd(config_path: str) -> None:
-    """Merge the files of each partition into one (after sharded runs); holds the state lock."""
+    """Merge the files of each partition into one (after sharded runs; lake tables: bin-pack small
+    files in a new version); holds the state lock."""
     from etl.compact import compact
 
-    summary = compact(load_config(config_path, offline=True))
+    config = load_config(config_path, offline=True)
+    if config.sink.lake:
+        from etl.sinks.lake import maintenance
+
+        done = maintenance.compact(config)
+        click.echo(f"compacted {done.tables} table(s): {sum(done.files.values())} file(s) rewritten")
+        return
+    summary = compact(config)
     click.echo(f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
                f"{summary.temp_files_removed} temp file(s) removed")
+
+
+@click.command("vacuum")
+@config_option
+@click.option("--retain", "retain", default="7d", show_default=True, metavar="DURATION",
+              help="Keep every version younger than this (time travel, readers in flight), e.g. 7d, 12h.")
+def vacuum_cmd(config_path: str, retain: str) -> None:
+    """Lake tables: expire old versions and delete the files only they reference; holds the state lock."""
+    from etl.errors import ConfigError
+    from etl.sinks.lake import maintenance
+    from etl.timeutil import parse_duration_ms
+
+    config = load_config(config_path, offline=True)
+    if not config.sink.lake:
+        raise ConfigError("etl vacuum is for lake tables (sink.format delta or iceberg); "
+                          "Parquet/CSV datasets keep no old versions")
+    try:
+        retain_ms = parse_duration_ms(retain)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--retain") from None
+    done = maintenance.vacuum(config, retain_ms)
+    click.echo(f"vacuumed {done.tables} table(s): {sum(done.files.values())} file(s) removed")
 
 
 @click.group()
@@ -148,4 +178,4 @@ def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ..
     click.echo(f"removed {removed} checkpoint(s)")
 
 
-COMMANDS = [run, plan_cmd, state, compact_cmd]
+COMMANDS = [run, plan_cmd, state, compact_cmd, vacuum_cmd]

@@ -1,0 +1,62 @@
+"""Lake table formats (sink.format delta / iceberg): a table per series, the quality dataset and each
+reference table, written exactly once with the slab's checkpoint inside the commit (docs/lake.md)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from etl.config import SinkConfig
+from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
+from etl.sinks.lake.common import LakeTable
+from etl.storage import Storage
+
+DIMENSIONS_FOLDER = "dimensions"
+
+
+class Lake:
+    """The tables of one sink, made on demand (each cached: a table keeps its app's version counter)."""
+
+    def __init__(self, sink: SinkConfig, storage: Storage) -> None:
+        self.sink, self.storage = sink, storage
+        self._tables: dict[str, LakeTable] = {}
+
+    @cached_property
+    def _catalog(self):
+        from etl.sinks.lake.iceberg import catalog
+
+        return catalog(self.storage, self.sink.catalog)
+
+    def _table(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
+        if name not in self._tables:
+            if self.sink.format == "delta":
+                from etl.sinks.lake.delta import DeltaTable
+
+                columns = tuple(self.sink.partition_by) if partitioned else ()
+                self._tables[name] = DeltaTable(self.storage, name, columns, time_key)
+            else:
+                from etl.sinks.lake.iceberg import IcebergTable
+
+                # Iceberg partitions by day(time_key) itself; `date` stays a plain column for readers.
+                columns = tuple(c for c in self.sink.partition_by if c != "date") if partitioned else ()
+                self._tables[name] = IcebergTable(self._catalog, self.storage, name, columns, time_key)
+        return self._tables[name]
+
+    def series(self, series: Series) -> LakeTable:
+        return self._table(Series(series).value, "ts", True)
+
+    def quality(self) -> LakeTable:
+        return self._table(QUALITY, QUALITY_TIME_KEY, True)
+
+    def dimension(self, name: str) -> LakeTable:
+        return self._table(f"{DIMENSIONS_FOLDER}/{name}", None, False)
+
+    def dimension_names(self) -> list[str]:
+        if self.sink.format == "delta":
+            return [n for n in self.storage.listdir(DIMENSIONS_FOLDER)]
+        prefix = f"{DIMENSIONS_FOLDER}_"
+        return [t[-1][len(prefix):] for t in self._catalog.list_tables("etl") if t[-1].startswith(prefix)]
+
+
+def app_id(source: str, shard: Shard | None) -> str:
+    """Whose checkpoints a commit carries: one per (source, shard), as the state stores."""
+    return f"etl-{source}" + (f"-{shard.label}" if shard else "")
