@@ -78,7 +78,8 @@ bench: $(BENCH_STAMP)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 ## make bench-fleet: one-day runs over 800, 8,000 and 40,000 parameters next to bare httpx replaying the same
-## requests, at 0/10/50 ms answers, and 1 vs 10 weeks of history (README, Performance). About 40 minutes.
+## requests, at 0/10/50 ms answers, and 1 vs 4 weeks of history at 2,000 parameters (README, Performance).
+## About 50 minutes; BENCH_ARGS="--history 7 70 --history-size 8000" for 10 weeks at 8,000 (hours more).
 bench-fleet: $(STAMP)
 	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
 
