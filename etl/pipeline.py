@@ -187,6 +187,7 @@ class Runner:
 
     async def _run_locked(self) -> None:
         summary = self.summary
+        start, end = self._window()  # a window with nothing in it is refused before any I/O
         if not self.options.dry_run:
             summary.temp_files_removed = self.data.remove_temp_files()
         coverage = self.store.load()
@@ -195,7 +196,6 @@ class Runner:
 
             tables = [self.build.lake.series(s) for s in self.config.series]
             await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
-        start, end = self._window()
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
             await client.sign_in()

@@ -18,12 +18,17 @@ def etl(capsys, *args: str, stdin: str | None = None, monkeypatch=None) -> tuple
     return exit_info.value.code, out, err
 
 
-@pytest.fixture
-def env(monkeypatch, emulator):
+def sign_in_env(monkeypatch, emulator):
+    """The ETL_* variables that point the explorer at an emulator as the demo login."""
     monkeypatch.setenv("ETL_BASE_URL", emulator.base_url)
     monkeypatch.setenv("ETL_USERNAME", "demo")
     monkeypatch.setenv("ETL_PASSWORD", "demo")
     return emulator
+
+
+@pytest.fixture
+def env(monkeypatch, emulator):
+    return sign_in_env(monkeypatch, emulator)
 
 
 def test_read_commands_print_tables_and_json(env, capsys):

@@ -14,25 +14,25 @@ from etl.model import Series
 from etl.timeutil import iso, to_ms
 from tests.conftest import END, START, config_dict, emulator_config, write_config
 from tests.expected import SERIES, expected_table
-from tests.test_cli_api import etl
+from tests.test_cli_api import etl, sign_in_env
 
 # In the test emulator (3 physical, 1 calculated per object) the last physical one is a signal.
 PARAMS = {"physical": 1001, "signal": 1003, "calculated": 1501}
+BASE = "/sem-restservices"
 ROUTES = {  # the series route each kind is read through, as in `etl run`
-    ("signal", "raw"): "/sem-restservices/db/signal/1003/",
-    ("signal", "average"): "/sem-restservices/db/measure/average/1003/", ("signal", "candles"): "/sem-restservices/db/measure/candles/1003/",
-    ("calculated", "raw"): "/sem-restservices/db/calcvalue/1501/", ("calculated", "average"): "/sem-restservices/db/calcvalue/average/1501/",
-    ("calculated", "candles"): "/sem-restservices/db/calcvalue/candles/1501/",
+    ("signal", "raw"): f"{BASE}/db/signal/1003/",
+    ("signal", "average"): f"{BASE}/db/measure/average/1003/",
+    ("signal", "candles"): f"{BASE}/db/measure/candles/1003/",
+    ("calculated", "raw"): f"{BASE}/db/calcvalue/1501/",
+    ("calculated", "average"): f"{BASE}/db/calcvalue/average/1501/",
+    ("calculated", "candles"): f"{BASE}/db/calcvalue/candles/1501/",
 }
 SIX = "2026-11-01T06:00:00Z"
 
 
 @pytest.fixture
 def env(monkeypatch, fresh_emulator):
-    monkeypatch.setenv("ETL_BASE_URL", fresh_emulator.base_url)
-    monkeypatch.setenv("ETL_USERNAME", "demo")
-    monkeypatch.setenv("ETL_PASSWORD", "demo")
-    return fresh_emulator
+    return sign_in_env(monkeypatch, fresh_emulator)
 
 
 def want(series: str, param_id: int, start: str, end: str) -> pa.Table:
@@ -41,8 +41,8 @@ def want(series: str, param_id: int, start: str, end: str) -> pa.Table:
 
 
 def series_paths(emulator) -> list[str]:
-    return [r["path"] for r in emulator.requests() if r["path"].startswith(("/sem-restservices/db/measure", "/sem-restservices/db/calcvalue",
-                                                                            "/sem-restservices/db/signal"))]
+    routes = tuple(f"{BASE}/db/{route}" for route in ("measure", "calcvalue", "signal"))
+    return [r["path"] for r in emulator.requests() if r["path"].startswith(routes)]
 
 
 @pytest.mark.parametrize("series", SERIES)
@@ -76,8 +76,8 @@ def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
 
 
 def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
-    for kind, lists in (("physical", ["/sem-restservices/db/contrdeviceparam"]),
-                        ("calculated", ["/sem-restservices/db/contrdeviceparam", "/sem-restservices/db/contrcalcparam"])):
+    for kind, lists in (("physical", [f"{BASE}/db/contrdeviceparam"]),
+                        ("calculated", [f"{BASE}/db/contrdeviceparam", f"{BASE}/db/contrcalcparam"])):
         env.clear_requests()
         code, _, err = etl(capsys, "api", "series", str(PARAMS[kind]), "--from", START, "--to", SIX)
         assert code == 0, err
