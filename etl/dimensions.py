@@ -24,7 +24,8 @@ from etl.sinks import FileFormat
 from etl.storage import Storage
 
 FOLDER = "dimensions"
-PAGE = 1000
+PAGE = 1000  # records converted to Arrow at a time
+AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
 
 
 class Rows:
@@ -39,10 +40,11 @@ class Rows:
         self.count = 0
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        self._pending.extend(records)
+        for lo in range(0, len(records), PAGE):  # a long list is still converted a page at a time
+            self._pending.extend(records[lo:lo + PAGE])
+            if len(self._pending) >= PAGE:
+                self._flush()
         self.count += len(records)
-        if len(self._pending) >= PAGE:
-            self._flush()
 
     def _flush(self) -> None:
         if not self._pending:
@@ -115,14 +117,15 @@ class Rows:
 async def collect(client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> dict[str, Rows]:
     """Every dimension table: objects and parameters as discovery listed them, the rest fetched here."""
     units, commands, devices = Rows("units"), Rows("commands"), set()
-    for start in range(0, len(object_ids), PAGE):
-        chunk = object_ids[start:start + PAGE]
+    for start in range(0, len(object_ids), AT_ONCE):
+        chunk = object_ids[start:start + AT_ONCE]
         for object_id, found in zip(chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True):
             units.add([{"object_id": object_id, **u} for u in found])
             devices.update(int(u["deviceconnect"]["device"]["id"]) for u in found
                            if isinstance(u.get("deviceconnect"), dict) and isinstance(u["deviceconnect"].get("device"), dict))
-    for start in range(0, len(devices), PAGE):
-        chunk = sorted(devices)[start:start + PAGE]
+    device_ids = sorted(devices)
+    for start in range(0, len(device_ids), AT_ONCE):
+        chunk = device_ids[start:start + AT_ONCE]
         for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
             commands.add([c.raw() for c in batch])
     lookups = dict(zip(("zones", "classifiers", "room_types", "rooms"), await asyncio.gather(

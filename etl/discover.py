@@ -113,20 +113,20 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
 
 
 async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
-    objects = await client.objects(states=select.object_states)
-    if select.objects != "all":
-        visible = {o.id for o in objects}
-        missing = sorted(set(select.objects) - visible)
-        if missing:
-            raise ConfigError(
-                f"config error: select.objects: object(s) {', '.join(map(str, missing))} not visible to "
-                f"login {client.session.username!r}" + (" in the selected states" if select.object_states else "")
-            )
-        objects = [o for o in objects if o.id in set(select.objects)]
-    object_ids = sorted(o.id for o in objects)
+    wanted = None if select.objects == "all" else set(select.objects)
+    object_ids: list[int] = []
     records = Rows("objects")
-    records.add([o.raw() for o in objects])
-    del objects
+    async for page in client.object_pages(states=select.object_states):
+        page = [o for o in page if wanted is None or o.id in wanted]
+        object_ids += [o.id for o in page]
+        records.add([o.raw() for o in page])
+    missing = sorted((wanted or set()) - set(object_ids))
+    if missing:
+        raise ConfigError(
+            f"config error: select.objects: object(s) {', '.join(map(str, missing))} not visible to "
+            f"login {client.session.username!r}" + (" in the selected states" if select.object_states else "")
+        )
+    object_ids.sort()
     selection = _Selection(select.parameters)
     if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
         await _search(client, object_ids, selection)

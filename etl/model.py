@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -77,6 +78,54 @@ class Window(NamedTuple):
         return f"param {self.param_id} {self.series} {iso(self.start)}..{iso(self.end)}"
 
 
+class Windows(Sequence[Window]):
+    """Windows of one series, column-wise. A slab names up to a bucket's parameters times its spans (tens
+    of thousands for a wide fleet); it keeps them as arrays, and a `Window` exists only while one is used."""
+
+    __slots__ = ("series", "param_id", "object_id", "kind", "start", "end")
+    _CHUNK = 1024  # windows made at a time when iterating
+
+    def __init__(self, series: Series, param_id: np.ndarray, object_id: np.ndarray, kind: np.ndarray,
+                 start: np.ndarray, end: np.ndarray) -> None:
+        self.series = Series(series)
+        self.param_id, self.object_id = np.asarray(param_id, np.int64), np.asarray(object_id, np.int64)
+        self.kind = np.asarray(kind, np.int8)  # positions in PARAM_KINDS
+        self.start, self.end = np.asarray(start, np.int64), np.asarray(end, np.int64)
+
+    @classmethod
+    def of(cls, series: Series, windows: Iterable[Window]) -> Windows:
+        """Windows of `series` (all of them must be of it)."""
+        rows = []
+        for w in windows:
+            if w.series != series:
+                raise ValueError(f"{w.describe()} is not a {series} window")
+            rows.append((w.param_id, w.object_id, PARAM_KINDS.index(w.kind), w.start, w.end))
+        columns = zip(*rows, strict=True) if rows else ((),) * 5
+        return cls(series, *(np.array(c, np.int64) for c in columns))
+
+    def __len__(self) -> int:
+        return len(self.param_id)
+
+    def __getitem__(self, index):  # an int gives a Window, a slice or an index array gives Windows
+        if isinstance(index, int | np.integer):
+            kind = PARAM_KINDS[int(self.kind[index])]
+            return Window(int(self.param_id[index]), int(self.object_id[index]), kind, self.series,
+                          int(self.start[index]), int(self.end[index]))
+        return Windows(self.series, self.param_id[index], self.object_id[index], self.kind[index],
+                       self.start[index], self.end[index])
+
+    def __iter__(self) -> Iterator[Window]:
+        for lo in range(0, len(self), self._CHUNK):
+            part = slice(lo, lo + self._CHUNK)
+            for p, o, k, s, e in zip(self.param_id[part].tolist(), self.object_id[part].tolist(),
+                                     self.kind[part].tolist(), self.start[part].tolist(), self.end[part].tolist(),
+                                     strict=True):
+                yield Window(p, o, PARAM_KINDS[k], self.series, s, e)
+
+    def __repr__(self) -> str:
+        return f"Windows({self.series}, {len(self)})"
+
+
 def keep_span(ts: np.ndarray, start: int, end: int) -> tuple[int, int]:
     """Positions [lo, hi) of the stamps in [start, end) in an ascending array (an inclusive answer's
     point at `end` falls out here)."""
@@ -92,6 +141,16 @@ def cut(start: int, end: int, step: int) -> list[tuple[int, int]]:
         pieces.append((start, min(end, boundary)))
         start = pieces[-1][1]
     return pieces
+
+
+def cut_columns(start: np.ndarray, end: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`cut` of many intervals at once: (the interval each piece comes from, piece starts, piece ends)."""
+    first = start // step
+    count = (end - 1) // step - first + 1
+    index = np.repeat(np.arange(len(start)), count)
+    nth = np.arange(len(index)) - np.repeat(np.cumsum(count) - count, count)
+    boundary = (first[index] + nth) * step
+    return index, np.maximum(start[index], boundary), np.minimum(end[index], boundary + step)
 
 
 def slug(text: str) -> str:

@@ -26,7 +26,8 @@ from etl import allocator, dimensions, redact
 from etl.build import Build
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
-from etl.discover import Discovery, discover
+from etl.dimensions import Rows
+from etl.discover import discover
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.executors import Executor, dask_executor, execute, local_executor
 from etl.model import Shard
@@ -214,8 +215,10 @@ class Runner:
             if self.options.dry_run:
                 return
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = asyncio.ensure_future(self._dimensions(client, found)) if self.config.dimensions else None
-            del found, mine
+            snapshot = asyncio.ensure_future(
+                self._dimensions(client, found.object_ids, found.objects, found.parameters)) \
+                if self.config.dimensions else None
+            del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
             try:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
@@ -246,8 +249,8 @@ class Runner:
             async with dask_executor(scheduler) as executor:
                 yield executor
 
-    async def _dimensions(self, client: MonitoringClient, found: Discovery) -> None:
-        tables = await dimensions.collect(client, found.object_ids, found.objects, found.parameters)
+    async def _dimensions(self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> None:
+        tables = await dimensions.collect(client, object_ids, objects, parameters)
         await asyncio.to_thread(self.build.write_dimensions, tables)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:

@@ -19,11 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etl.model import SERIES, Param, ParamKind, Series, Window, bucket_of, cut
+from etl.model import PARAM_KINDS, SERIES, Param, Series, Windows, bucket_of, cut_columns
 from etl.state import Coverage, union
 from etl.timeutil import DAY_MS
-
-_KINDS = tuple(ParamKind)
 
 
 @dataclass(frozen=True)
@@ -32,7 +30,7 @@ class Slab:
     start: int
     end: int  # the span, [start, end)
     bucket: int
-    windows: tuple[Window, ...]  # in write order: (object_id when partitioned by it,) param_id, start
+    windows: Windows  # in write order: (object_id when partitioned by it,) param_id, start
 
 
 @dataclass(frozen=True)
@@ -56,10 +54,9 @@ class Fleet:
 
     def __init__(self, params: list[Param], buckets: int) -> None:
         params = sorted(set(params), key=lambda p: p.id)
-        self.params = params
         self.ids = np.array([p.id for p in params], np.int64)
         self.objects = np.array([p.object_id for p in params], np.int64)
-        code = {kind: i for i, kind in enumerate(_KINDS)}
+        code = {kind: i for i, kind in enumerate(PARAM_KINDS)}
         self.kinds = np.array([code[p.kind] for p in params], np.int8)
         self.buckets = np.array([bucket_of(p.id, buckets) for p in params], np.int64)
 
@@ -153,22 +150,20 @@ class Plan:
         hit = (starts < span_end) & (ends > span_start)
         pids, starts, ends = pids[hit], np.maximum(starts[hit], span_start), np.minimum(ends[hit], span_end)
         rows = self._rows(pids)
-        objects, kinds, buckets = self.fleet.objects[rows], self.fleet.kinds[rows], self.fleet.buckets[rows]
-        order = np.lexsort((starts, pids, objects if self.by_object else pids, buckets))
+        buckets = self.fleet.buckets[rows]
+        order = np.lexsort((starts, pids, self.fleet.objects[rows] if self.by_object else pids, buckets))
+        buckets, rows = buckets[order], rows[order]
+        pids, starts, ends = pids[order], starts[order], ends[order]
         unit = self.spans[series].unit
-        whole = unit == span_end - span_start  # one window per interval (aggregates; raw at 24h)
-        buckets_in_order = buckets[order]
-        at = np.flatnonzero(np.r_[True, buckets_in_order[1:] != buckets_in_order[:-1]])
-        for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(order)], strict=True):
-            rows = order[lo:hi]
-            columns = zip(pids[rows].tolist(), objects[rows].tolist(), kinds[rows].tolist(), starts[rows].tolist(),
-                          ends[rows].tolist(), strict=True)
-            if whole:
-                windows = tuple(Window(p, o, _KINDS[k], series, s, e) for p, o, k, s, e in columns)
-            else:
-                windows = tuple(Window(p, o, _KINDS[k], series, a, b)
-                                for p, o, k, s, e in columns for a, b in cut(s, e, unit))
-            yield Slab(series, span_start, span_end, int(buckets_in_order[lo]), windows)
+        if unit != span_end - span_start:  # raw under 24 h: each interval cut at the request unit
+            piece, starts, ends = cut_columns(starts, ends, unit)
+            buckets, rows, pids = buckets[piece], rows[piece], pids[piece]
+        objects, kinds = self.fleet.objects[rows], self.fleet.kinds[rows]
+        at = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
+        for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(buckets)], strict=True):
+            part = slice(lo, hi)
+            windows = Windows(series, pids[part], objects[part], kinds[part], starts[part], ends[part])
+            yield Slab(series, span_start, span_end, int(buckets[lo]), windows)
 
 
 def spans_for(raw_window: int, aggregate_window: int) -> dict[Series, Spans]:

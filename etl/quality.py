@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from etl.model import QUALITY_SCHEMA, QUALITY_TIME_KEY, ParamKind, Series, Window
+from etl.model import PARAM_KINDS, QUALITY_SCHEMA, QUALITY_TIME_KEY, ParamKind, Series, Window, Windows
 from etl.sinks.dataset import SlabWriter
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
@@ -184,15 +184,24 @@ def day_rows(rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]],
 class QualityTracker:
     """The observer of a raw slab's file rewrites: the quality rows of the parameters they write."""
 
-    def __init__(self, windows: tuple[Window, ...], source: str, window: tuple[int, int]) -> None:
-        self.params = {w.param_id: (w.object_id, str(w.kind)) for w in windows}
+    def __init__(self, windows: Windows, source: str, window: tuple[int, int]) -> None:
+        order = np.argsort(windows.param_id, kind="stable")
+        self._ids, self._objects, self._kinds = windows.param_id[order], windows.object_id[order], windows.kind[order]
         self.source = source
         self.window = window
         self.parts: list[pa.Table] = []
 
     def __call__(self, rows: pa.Table, ranges: Ranges) -> None:
         if len(ranges):
-            self.parts.append(day_rows(rows, ranges, self.params, self.source, self.window))
+            self.parts.append(day_rows(rows, ranges, self._params(ranges.param_id), self.source, self.window))
+
+    def _params(self, ids: np.ndarray) -> dict[int, tuple[int, str]]:
+        """Object and kind of these parameters (a file's, not the whole slab's)."""
+        ids = np.unique(ids)
+        at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
+        known = self._ids[at] == ids if len(self._ids) else np.zeros(len(ids), bool)
+        return {p: (o, PARAM_KINDS[k].value) for p, o, k in zip(
+            ids[known].tolist(), self._objects[at][known].tolist(), self._kinds[at][known].tolist(), strict=True)}
 
     def result(self, by_object: bool) -> tuple[pa.Table, list[Window]]:
         """The rows in write order, and the (parameter, day) windows they replace."""

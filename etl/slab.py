@@ -18,11 +18,13 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import ExitCode
 from etl.extract import fetch_window
-from etl.model import Series, Shard, Window
+from etl.model import Series, Shard, Window, Windows
 from etl.plan import Slab
 from etl.sinks.dataset import SlabWriter
 from etl.timeutil import iso
@@ -55,7 +57,7 @@ class WindowFailure:
 @dataclass
 class SlabResult:
     series: Series
-    done: list[Window] = field(default_factory=list)  # fetched and in the files now
+    done: Windows | None = None  # fetched and in the files now
     failures: list[WindowFailure] = field(default_factory=list)
     windows: int = 0  # planned
     points: int = 0
@@ -71,12 +73,13 @@ class SlabResult:
         return dataclasses.replace(self, failures=[dataclasses.replace(f, error=None) for f in self.failures])
 
 
-def batches(windows: tuple[Window, ...], size: int) -> list[tuple[int, int]]:
+def batches(param_ids: np.ndarray, size: int) -> list[tuple[int, int]]:
     """[lo, hi) index ranges of whole parameters, at most `size` windows each (one parameter's windows
     of a slab are never split: they go to one file together)."""
-    out, lo = [], 0
-    for i in range(1, len(windows) + 1):
-        if i == len(windows) or (windows[i].param_id != windows[i - 1].param_id and i - lo >= size):
+    out, lo, n = [], 0, len(param_ids)
+    changes = np.flatnonzero(param_ids[1:] != param_ids[:-1]) + 1
+    for i in [*changes.tolist(), n] if n else []:
+        if i == n or i - lo >= size:
             out.append((lo, i))
             lo = i
     return out
@@ -85,7 +88,7 @@ def batches(windows: tuple[Window, ...], size: int) -> list[tuple[int, int]]:
 class _Fetcher:
     """Fetches a slab's windows in order, at most `ahead` of them before the writer takes them."""
 
-    def __init__(self, client: MonitoringClient, windows: tuple[Window, ...], max_points: int, ahead: int,
+    def __init__(self, client: MonitoringClient, windows: Windows, max_points: int, ahead: int,
                  counters: Counter) -> None:
         self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
         self.room = asyncio.Semaphore(ahead)
@@ -133,16 +136,18 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
     """Fetch the slab's windows and write those that succeed; failed ones stay open."""
     slab, extract = job.slab, job.config.extract
     result = SlabResult(slab.series, windows=len(slab.windows))
-    groups = batches(slab.windows, extract.batch_windows)
+    groups = batches(slab.windows.param_id, extract.batch_windows)
     # Room for the batch being written and the next: never less than two of the longest batch.
     ahead = 2 * max([extract.batch_windows, *(hi - lo for lo, hi in groups)])
     fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counters)
     watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
     launcher = asyncio.ensure_future(fetcher.launch())
     source, by_object = job.config.source.name, writer.layout.by_object
+    done: list[int] = []  # positions in slab.windows
     try:
         for lo, hi in groups:
             good: list[WindowData] = []
+            written: list[int] = []
             complete = True
             for index in range(lo, hi):
                 task = await fetcher.task(index)
@@ -153,6 +158,7 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                 fetcher.tasks[index] = None  # a finished task holds its window's data: let it go
                 if isinstance(outcome, WindowData):
                     good.append(outcome)
+                    written.append(index)
                 elif isinstance(outcome, Exception):
                     # Each error class says whether fetching more is pointless; anything else is a bug.
                     failure = WindowFailure(slab.windows[index], str(outcome),
@@ -166,11 +172,12 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
             if good:
                 table = await asyncio.to_thread(to_table, slab.series, good, source, by_object)
                 await asyncio.to_thread(writer.write, table, [g.window for g in good])
-                result.done.extend(g.window for g in good)
+                done.extend(written)
             fetcher.release(hi - lo)
             if not complete:
                 break
         result.files = await asyncio.to_thread(writer.finish)
+        result.done = slab.windows[np.array(done, np.int64)]
         result.points = writer.points
         result.quality_rows = getattr(writer, "quality_rows", 0)
         result.lowest_completeness = getattr(writer, "lowest_completeness", None)
@@ -178,7 +185,7 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)
-        result.done = []
+        result.done = None
         raise
     finally:
         launcher.cancel()

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from etl.errors import StorageError
 from etl.lock import RunLock
-from etl.model import SERIES, ParamKind, Series, Window
+from etl.model import SERIES, ParamKind, Series, Window, Windows
 from etl.storage import Storage
 from etl.timeutil import iso
 
@@ -90,7 +90,11 @@ class Coverage:
         """Keys (parameter, series) with any coverage."""
         return int(np.count_nonzero(np.r_[True, self.key[1:] != self.key[:-1]])) if len(self.key) else 0
 
-    def add(self, windows: Iterable[Window]) -> None:
+    def add(self, windows: Windows | Iterable[Window]) -> None:
+        if isinstance(windows, Windows):
+            if len(windows):
+                self.add_arrays(_key(windows.param_id, windows.series), windows.start, windows.end)
+            return
         windows = list(windows)
         if windows:
             self.add_arrays(np.array([_key(w.param_id, w.series) for w in windows], np.int64),
@@ -176,13 +180,21 @@ def _marks_of(data: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in orjson.loads(metadata[_MARKS]).items()} if _MARKS in metadata else {}
 
 
-def segment(windows: list[Window], mark: tuple[str, int] | None = None) -> bytes:
+def segment(windows: Windows | list[Window], mark: tuple[str, int] | None = None) -> bytes:
     """A log segment: the windows, grouped by (series, start, end) (a slab's windows mostly share them),
     and for a lake table the (table, version) of the commit that holds them."""
-    groups: dict[tuple[str, int, int], list[int]] = {}
-    for w in windows:
-        groups.setdefault((w.series.value, w.start, w.end), []).append(w.param_id)
-    body = {"version": 2, "windows": [[s, a, b, sorted(p)] for (s, a, b), p in sorted(groups.items())]}
+    groups = []
+    for series in sorted(SERIES):  # by name, as earlier segments were
+        mine = windows if isinstance(windows, Windows) else Windows.of(series, (w for w in windows if w.series == series))
+        if mine.series != series or not len(mine):
+            continue
+        order = np.lexsort((mine.param_id, mine.end, mine.start))
+        starts, ends, ids = mine.start[order], mine.end[order], mine.param_id[order]
+        cuts = np.flatnonzero((starts[1:] != starts[:-1]) | (ends[1:] != ends[:-1])) + 1
+        heads = np.r_[0, cuts]
+        groups += [[series.value, a, b, p.tolist()] for a, b, p in
+                   zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)]
+    body = {"version": 2, "windows": groups}
     if mark is not None:
         body["lake"] = list(mark)
     return orjson.dumps(body)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +24,7 @@ from etl.client.models import (
 from etl.client.retry import ClientStats
 from etl.client.series import SMALL_ANSWER, decode_points, parse_candles, parse_points
 from etl.client.session import Session
-from etl.errors import InvalidArgument
+from etl.errors import InvalidArgument, InvalidResponse
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, to_ms
 
@@ -124,7 +124,18 @@ class MonitoringClient:
         return [ObjectShort.model_validate(o) for o in await self._get("/db/object/shortest")]
 
     async def objects(self, states: Iterable[int] | int | None = None) -> list[ObjectFull]:
-        return [ObjectFull.model_validate(o) for o in await self._get("/db/object", state=_ids(states))]
+        return [o async for page in self.object_pages(states) for o in page]
+
+    async def object_pages(self, states: Iterable[int] | int | None = None,
+                           size: int = 250) -> AsyncIterator[list[ObjectFull]]:
+        """The full listing (one answer) as models a page at a time, each record let go once it is one:
+        a wide instance's records are never all models at once."""
+        records = await self._get("/db/object", state=_ids(states))
+        if not isinstance(records, list):
+            raise InvalidResponse(f"GET /db/object: expected a list of objects, got {type(records).__name__}")
+        records.reverse()
+        while records:
+            yield [ObjectFull.model_validate(records.pop()) for _ in range(min(size, len(records)))]
 
     async def object(self, object_id: int) -> ObjectFull:
         return ObjectFull.model_validate(await self._get(f"/db/object/{int(object_id)}"))

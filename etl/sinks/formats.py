@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 
 from etl.errors import DataError
 
-ROW_GROUP_ROWS = 1 << 16  # rows per written row group: a writer holds at most this many
+ROW_GROUP_ROWS = 1 << 16  # rows per written row group: a writer holds at most this many,
+ROW_GROUP_BYTES = 8 << 20  # or this many bytes (wide reference records: 65,536 of them are tens of MB)
 READ_BATCH_ROWS = 1 << 16
 
 
@@ -48,24 +49,26 @@ def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
 
 
 class _Buffered:
-    """Collects small tables into row groups of about ROW_GROUP_ROWS before handing them on."""
+    """Collects small tables into row groups of about ROW_GROUP_ROWS or ROW_GROUP_BYTES before handing
+    them on."""
 
     def __init__(self, flush) -> None:
         self._flush = flush
         self._parts: list[pa.Table] = []
-        self._rows = 0
+        self._rows = self._bytes = 0
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows:
             self._parts.append(table)
             self._rows += table.num_rows
-            if self._rows >= ROW_GROUP_ROWS:
+            self._bytes += table.nbytes  # of the rows in view (a slice shares a larger buffer)
+            if self._rows >= ROW_GROUP_ROWS or self._bytes >= ROW_GROUP_BYTES:
                 self._drain()
 
     def _drain(self) -> None:
         if self._parts:
             self._flush(pa.concat_tables(self._parts))
-            self._parts, self._rows = [], 0
+            self._parts, self._rows, self._bytes = [], 0, 0
 
 
 class ParquetFormat:
