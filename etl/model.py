@@ -126,6 +126,18 @@ class Windows(Sequence[Window]):
         return f"Windows({self.series}, {len(self)})"
 
 
+def batches(param_ids: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """[lo, hi) index ranges of whole parameters, each cut at the first parameter boundary at or past
+    `size` windows (one parameter's windows of a slab are never split: they go to one file together)."""
+    out, lo, n = [], 0, len(param_ids)
+    changes = np.flatnonzero(param_ids[1:] != param_ids[:-1]) + 1
+    for i in [*changes.tolist(), n] if n else []:
+        if i == n or i - lo >= size:
+            out.append((lo, i))
+            lo = i
+    return out
+
+
 def keep_span(ts: np.ndarray, start: int, end: int) -> tuple[int, int]:
     """Positions [lo, hi) of the stamps in [start, end) in an ascending array (an inclusive answer's
     point at `end` falls out here)."""

@@ -147,22 +147,23 @@ class Plan:
 
     def _slabs_at(self, series: Series, span_start: int, span_end: int) -> Iterator[Slab]:
         pids, starts, ends = self.needed[series]
-        hit = (starts < span_end) & (ends > span_start)
-        pids, starts, ends = pids[hit], np.maximum(starts[hit], span_start), np.minimum(ends[hit], span_end)
-        rows = self._rows(pids)
-        buckets = self.fleet.buckets[rows]
-        order = np.lexsort((starts, pids, self.fleet.objects[rows] if self.by_object else pids, buckets))
-        buckets, rows = buckets[order], rows[order]
-        pids, starts, ends = pids[order], starts[order], ends[order]
+        hit = np.flatnonzero((starts < span_end) & (ends > span_start))
+        buckets = self.fleet.buckets[self._rows(pids[hit])]
+        by_bucket = np.argsort(buckets, kind="stable")
+        hit, buckets = hit[by_bucket], buckets[by_bucket]  # all this generator keeps between slabs
+        at = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]]) if len(buckets) else buckets
         unit = self.spans[series].unit
-        if unit != span_end - span_start:  # raw under 24 h: each interval cut at the request unit
-            piece, starts, ends = cut_columns(starts, ends, unit)
-            buckets, rows, pids = buckets[piece], rows[piece], pids[piece]
-        objects, kinds = self.fleet.objects[rows], self.fleet.kinds[rows]
-        at = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
         for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(buckets)], strict=True):
-            part = slice(lo, hi)
-            windows = Windows(series, pids[part], objects[part], kinds[part], starts[part], ends[part])
+            mine = hit[lo:hi]
+            p = pids[mine]
+            s, e = np.maximum(starts[mine], span_start), np.minimum(ends[mine], span_end)
+            rows = self._rows(p)
+            order = np.lexsort((s, p, self.fleet.objects[rows] if self.by_object else p))
+            p, s, e, rows = p[order], s[order], e[order], rows[order]
+            if unit != span_end - span_start:  # raw under 24 h: each interval cut at the request unit
+                piece, s, e = cut_columns(s, e, unit)
+                p, rows = p[piece], rows[piece]
+            windows = Windows(series, p, self.fleet.objects[rows], self.fleet.kinds[rows], s, e)
             yield Slab(series, span_start, span_end, int(buckets[lo]), windows)
 
 

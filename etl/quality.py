@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from etl.model import PARAM_KINDS, QUALITY_SCHEMA, QUALITY_TIME_KEY, ParamKind, Series, Window, Windows
+from etl.model import PARAM_KINDS, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Windows, batches
 from etl.sinks.dataset import SlabWriter
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
@@ -203,18 +204,17 @@ class QualityTracker:
         return {p: (o, PARAM_KINDS[k].value) for p, o, k in zip(
             ids[known].tolist(), self._objects[at][known].tolist(), self._kinds[at][known].tolist(), strict=True)}
 
-    def result(self, by_object: bool) -> tuple[pa.Table, list[Window]]:
+    def result(self, by_object: bool) -> tuple[pa.Table, Windows]:
         """The rows in write order, and the (parameter, day) windows they replace."""
         if not self.parts:
-            return QUALITY_SCHEMA.empty_table(), []
+            return QUALITY_SCHEMA.empty_table(), Windows.of(Series.RAW, [])
         table = pa.concat_tables(self.parts)
         keys = [("object_id", "ascending")] if by_object else []
         table = table.sort_by([*keys, ("param_id", "ascending"), (QUALITY_TIME_KEY, "ascending")])
         days = ts_ms(table, QUALITY_TIME_KEY)
-        windows = [Window(p, o, ParamKind(k), Series.RAW, d, d + DAY_MS) for p, o, k, d in zip(
-            table.column("param_id").to_pylist(), table.column("object_id").to_pylist(),
-            table.column("kind").to_pylist(), days.tolist(), strict=True)]
-        return table, windows
+        kinds = pc.index_in(table.column("kind"), pa.array([k.value for k in PARAM_KINDS])).to_numpy(zero_copy_only=False)
+        return table, Windows(Series.RAW, param_ids(table), table.column("object_id").to_numpy(), kinds,
+                              days, days + DAY_MS)
 
     @property
     def rows(self) -> int:
@@ -225,6 +225,9 @@ class QualityTracker:
         lows = [float(np.nanmin(c)) for p in self.parts
                 if len(c := p.column("completeness").to_numpy(zero_copy_only=False)) and not np.isnan(c).all()]
         return min(lows) if lows else None
+
+
+QUALITY_BATCH = 1024  # quality rows handed to the writer at a time
 
 
 class QualitySlabWriter(SlabWriter):
@@ -242,8 +245,8 @@ class QualitySlabWriter(SlabWriter):
         files = super().finish()
         try:
             table, windows = self.tracker.result(self.quality.layout.by_object)
-            if windows:
-                self.quality.write(table, windows)
+            for lo, hi in batches(windows.param_id, QUALITY_BATCH):  # a slab's rows, a bounded part at a time
+                self.quality.write(table.slice(lo, hi - lo), list(windows[lo:hi]))
             self.quality_files = self.quality.finish()
         except BaseException:
             self.quality.abort()

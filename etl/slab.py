@@ -1,7 +1,7 @@
 """One slab, from requests to durable files: the unit every executor runs.
 
 A slab's windows are fetched in write order with at most `2 x extract.batch_windows` windows fetched
-ahead of the writer, and handed to it a batch (whole parameters, at most `batch_windows` windows) at a
+ahead of the writer, and handed to it a batch (whole parameters, about `batch_windows` windows) at a
 time, so a slab holds a bounded amount of data however wide the fleet. Requests keep flowing across
 batch boundaries; writing runs in a thread beside the fetching.
 
@@ -24,7 +24,7 @@ from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import ExitCode
 from etl.extract import fetch_window
-from etl.model import Series, Shard, Window, Windows
+from etl.model import Series, Shard, Window, Windows, batches
 from etl.plan import Slab
 from etl.sinks.dataset import SlabWriter
 from etl.timeutil import iso
@@ -71,18 +71,6 @@ class SlabResult:
     def detached(self) -> SlabResult:
         """Without exception objects: many cannot be unpickled in another process."""
         return dataclasses.replace(self, failures=[dataclasses.replace(f, error=None) for f in self.failures])
-
-
-def batches(param_ids: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """[lo, hi) index ranges of whole parameters, at most `size` windows each (one parameter's windows
-    of a slab are never split: they go to one file together)."""
-    out, lo, n = [], 0, len(param_ids)
-    changes = np.flatnonzero(param_ids[1:] != param_ids[:-1]) + 1
-    for i in [*changes.tolist(), n] if n else []:
-        if i == n or i - lo >= size:
-            out.append((lo, i))
-            lo = i
-    return out
 
 
 class _Fetcher:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 
 import numpy as np
@@ -11,10 +12,21 @@ from hypothesis import strategies as st
 
 from etl.client.models import Points
 from etl.config import parse_config
-from etl.model import SERIES, Param, ParamKind, Series, Window
+from etl.model import (
+    PARAM_KINDS,
+    SERIES,
+    Param,
+    ParamKind,
+    Series,
+    Window,
+    Windows,
+    batches,
+    cut,
+    cut_columns,
+)
 from etl.plan import Fleet, Plan, PlanOptions, needed, spans_for
 from etl.sinks.rewrite import Ranges
-from etl.state import Coverage
+from etl.state import Coverage, segment, windows_of
 from etl.timeutil import DAY_MS, HOUR_MS
 from etl.transform import clean, to_table
 
@@ -144,3 +156,38 @@ def test_replaced_mask_matches_a_plain_loop(rows, ranges):
                 for p, s, n in ranges]
     want = [any(r.param_id == p and r.start <= T0 + t * HOUR_MS < r.end for r in replaced) for p, t in rows]
     assert Ranges.of(replaced).mask(table).tolist() == want
+
+
+intervals = st.lists(st.tuples(st.integers(0, 10 * DAY_MS), st.integers(1, 3 * DAY_MS)), max_size=20)
+
+
+@given(intervals, st.sampled_from([HOUR_MS, 6 * HOUR_MS, DAY_MS]))
+def test_cutting_many_intervals_at_once_cuts_each_as_one_would(items, step):
+    starts = np.array([s for s, _ in items], np.int64)
+    ends = starts + np.array([n for _, n in items], np.int64)
+    index, a, b = cut_columns(starts, ends, step)
+    expected = [(i, x, y) for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True))
+                for x, y in cut(s, e, step)]
+    assert list(zip(index.tolist(), a.tolist(), b.tolist(), strict=True)) == expected
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 3), st.sampled_from(PARAM_KINDS),
+                          st.integers(0, 5), st.integers(1, 4)), max_size=40), st.integers(1, 8))
+def test_column_wise_windows_are_the_windows_they_were_made_of(rows, size):
+    rows.sort(key=lambda r: r[0])
+    made = [Window(p, o, k, Series.RAW, s * HOUR_MS, (s + n) * HOUR_MS) for p, o, k, s, n in rows]
+    windows = Windows.of(Series.RAW, made)
+    assert list(windows) == made and [windows[i] for i in range(len(made))] == made
+    assert list(pickle.loads(pickle.dumps(windows))) == made
+    assert list(windows[np.arange(len(made))[::2]]) == made[::2]
+    # A slab's batches: whole parameters, cut at the first parameter boundary at or past `size` windows.
+    spans = batches(windows.param_id, size)
+    assert [w for lo, hi in spans for w in made[lo:hi]] == made
+    for lo, hi in spans:
+        assert lo == 0 or made[lo - 1].param_id != made[lo].param_id
+        last = next(i for i in range(hi - 1, lo - 1, -1) if i == lo or made[i - 1].param_id != made[i].param_id)
+        assert last - lo < size and (hi - lo >= size or hi == len(made))
+    # The checkpoint log says the same of them whichever form they come in.
+    assert segment(windows) == segment(made)
+    assert Counter(windows_of(segment(windows))) == Counter(w._replace(object_id=0, kind=ParamKind.PHYSICAL)
+                                                           for w in made)

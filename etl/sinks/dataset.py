@@ -18,7 +18,7 @@ import pyarrow as pa
 from etl.model import Window
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
-from etl.sinks.rewrite import FileRewrite, Observer, Ranges, param_ids, ts_ms
+from etl.sinks.rewrite import FileRewrite, Observer, Ranges, concat, param_ids, ts_ms
 from etl.storage import Storage
 from etl.timeutil import DAY_MS
 
@@ -35,7 +35,7 @@ class SlabWriter:
         self.storage, self.fmt, self.layout, self.bucket = storage, fmt, layout, bucket
         self.observer = observer
         self.open: dict[str, FileRewrite] = {}
-        self.fed: dict[str, list[Window]] = defaultdict(list)
+        self.fed: dict[str, list[Ranges]] = defaultdict(list)  # what each open file's feeds replaced
         self.files: list[str] = []
         self.points = 0
 
@@ -57,8 +57,9 @@ class SlabWriter:
             if folder not in self.open:
                 self.open[folder] = FileRewrite(self.storage, self.fmt, self.layout,
                                                 self.layout.file(folder, self.bucket), self.observer)
-            self.open[folder].feed(rows, Ranges.of(fed))
-            self.fed[folder].extend(fed)
+            ranges = Ranges.of(fed)
+            self.open[folder].feed(rows, ranges)
+            self.fed[folder].append(ranges)
         self.points += table.num_rows
         if self.layout.by_object and windows:
             passed = max(w.object_id for w in windows)  # later batches hold this object or later ones
@@ -71,7 +72,7 @@ class SlabWriter:
         return table.column("object_id").to_numpy() * _DAYS + days if self.layout.by_object else days
 
     def _finish(self, folder: str) -> None:
-        ranges = Ranges.of(self.fed.pop(folder))
+        ranges = concat(self.fed.pop(folder))
         for name in self.storage.listdir(folder):
             key = self.layout.data_key(name)
             if key is not None and self.layout.may_hold_ours(key) and f"{folder}/{name}" != self.open[folder].rel:

@@ -115,6 +115,7 @@ class FileRewrite:
         self._last_old = -1  # the last parameter id read from the old file: they must ascend
         self._new_buf = self.layout.schema.empty_table()
         self._emitted: float = -1  # every row of parameters up to this id is written
+        self._pending = 0  # the first feed in `fed` with parameters above `_emitted`
         self._output = self.storage.new_output(self.rel)
         with self.storage.errors("write", self.rel):
             self._writer = self.fmt.writer(self._output, self.layout.file_schema)
@@ -182,8 +183,10 @@ class FileRewrite:
         if new.num_rows:
             cut = int(np.searchsorted(param_ids(new), upto, side="right"))
             new, self._new_buf = new.slice(0, cut), new.slice(cut)
-        replaced = _concat(r.between(self._emitted + 1, upto) for r in self.fed)
+        replaced = concat(r.between(self._emitted + 1, upto) for r in self.fed[self._pending:])
         self._emitted = max(self._emitted, upto)
+        while self._pending < len(self.fed) and self.fed[self._pending].param_id[-1] <= self._emitted:
+            self._pending += 1  # feeds ascend: this one is written, later emits need not look at it
         if old.num_rows and len(replaced):
             stale = replaced.mask(old, self.key)
             if stale.any():
@@ -231,7 +234,7 @@ class FileRewrite:
         observer, self.observer = self.observer, None
         self.fed, self.rows = [], 0
         self._open()
-        ranges = _concat(fed)
+        ranges = concat(fed)
         with open(ours, "rb") as handle:
             done = -1
             for batch in self.fmt.batches(handle, self.layout.schema, self.storage.display(self.rel)):
@@ -251,7 +254,8 @@ class FileRewrite:
         self.storage.discard(self._output)
 
 
-def _concat(parts) -> Ranges:
+def concat(parts) -> Ranges:
+    """Ranges of several feeds as one (sorted by parameter when the feeds ascend, as a slab's do)."""
     parts = [p for p in parts if len(p)]
     if len(parts) == 1:
         return parts[0]
