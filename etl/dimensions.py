@@ -97,7 +97,9 @@ class Rows:
             if flat:
                 schema = pa.schema([pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema])
             with storage.errors("write", rel):
-                writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]))
+                # A page (1,000 records) is a row group: a wide fleet's table is not gathered into 8 MB ones
+                # while slabs run beside it.
+                writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]), group_bytes=1)
                 for page in self.pages(schema, source):
                     writer.write(page)
                 writer.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from dataclasses import dataclass
 
 from etl.client import MonitoringClient
@@ -113,12 +114,30 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
 
 
 async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
+    records, selection = Rows("objects"), _Selection(select.parameters)
+    try:
+        object_ids = await _objects(client, select, records)
+        if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
+            await _search(client, object_ids, selection)
+        else:
+            await _per_object(client, object_ids, selection.kinds, selection)
+    except BaseException:
+        records.close()  # their spooled pages
+        selection.rows.close()
+        raise
+    params = sorted(selection.params.values(), key=lambda p: p.id)
+    return Discovery(object_ids, records, selection.rows, params)
+
+
+async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:
+    """The selected objects' ids, sorted; their records go to `records` a page at a time."""
     wanted = None if select.objects == "all" else set(select.objects)
-    object_ids: list[int] = []
-    records = Rows("objects")
+    # An array, not a list: an int kept from each page would pin the allocator's arenas that held the
+    # page's records, and the listing's whole peak would stay for the run.
+    object_ids = array("q")
     async for page in client.object_pages(states=select.object_states):
         page = [o for o in page if wanted is None or o.id in wanted]
-        object_ids += [o.id for o in page]
+        object_ids.extend(o.id for o in page)
         records.add([o.raw() for o in page])
     missing = sorted((wanted or set()) - set(object_ids))
     if missing:
@@ -126,11 +145,4 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
             f"config error: select.objects: object(s) {', '.join(map(str, missing))} not visible to "
             f"login {client.session.username!r}" + (" in the selected states" if select.object_states else "")
         )
-    object_ids.sort()
-    selection = _Selection(select.parameters)
-    if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
-        await _search(client, object_ids, selection)
-    else:
-        await _per_object(client, object_ids, selection.kinds, selection)
-    params = sorted(selection.params.values(), key=lambda p: p.id)
-    return Discovery(object_ids, records, selection.rows, params)
+    return sorted(object_ids)

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import numpy as np
 import orjson
 
 from etl import allocator, dimensions, redact
@@ -34,7 +35,7 @@ from etl.model import Shard
 from etl.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.progress import Progress
 from etl.slab import SlabJob, SlabResult
-from etl.state import Coverage
+from etl.state import Coverage, intervals_of
 from etl.timeutil import iso, now_ms
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
@@ -134,6 +135,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
+        self.committed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # coverage rows of committed slabs
         self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
 
     def _window(self) -> tuple[int, int]:
@@ -230,7 +232,7 @@ class Runner:
             if snapshot is not None:
                 await snapshot
         if summary.series:
-            await asyncio.to_thread(self.store.compact, coverage)
+            await asyncio.to_thread(self._compact, coverage)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -252,6 +254,13 @@ class Runner:
     async def _dimensions(self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> None:
         tables = await dimensions.collect(client, object_ids, objects, parameters)
         await asyncio.to_thread(self.build.write_dimensions, tables)
+
+    def _compact(self, coverage: Coverage) -> None:
+        """The run's windows merged into the coverage once, then folded into a new base."""
+        if self.committed:
+            coverage.add_arrays(*(np.concatenate(column) for column in zip(*self.committed, strict=True)))
+            self.committed = []
+        self.store.compact(coverage)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
         config = self.build.remote_config() if executor.remote else self.config
@@ -285,7 +294,9 @@ class Runner:
             if result.done:
                 async with commit_lock:
                     await asyncio.to_thread(self.store.commit, result.done, result.lake)
-                    coverage.add(result.done)
+                    # Merged into the coverage when the run compacts, not per slab: each merge would copy
+                    # the whole coverage while other slabs hold their data.
+                    self.committed.append(intervals_of(result.done))
                 allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
                 totals = self.summary.series[result.series]
                 totals.slabs += 1

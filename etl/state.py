@@ -49,6 +49,11 @@ def _key(param_id: np.ndarray | int, series: Series) -> np.ndarray | int:
     return param_id * 4 + _CODE[Series(series)]
 
 
+def intervals_of(windows: Windows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows as coverage rows (key, start, end), to merge in later with `Coverage.add_arrays`."""
+    return _key(windows.param_id, windows.series), windows.start, windows.end
+
+
 def union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Intervals sorted by (key, start), overlapping or touching ones of a key merged, empty ones gone."""
     keep = start < end
@@ -93,7 +98,7 @@ class Coverage:
     def add(self, windows: Windows | Iterable[Window]) -> None:
         if isinstance(windows, Windows):
             if len(windows):
-                self.add_arrays(_key(windows.param_id, windows.series), windows.start, windows.end)
+                self.add_arrays(*intervals_of(windows))
             return
         windows = list(windows)
         if windows:

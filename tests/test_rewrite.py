@@ -124,3 +124,20 @@ def test_ranges_mask_matches_a_plain_loop():
             for p, t in zip(table.column("param_id").to_pylist(), table.column("ts").cast(pa.int64()).to_pylist(),
                             strict=True)]
     assert ranges.mask(table).tolist() == want
+
+
+def test_a_writer_of_wide_rows_cuts_row_groups_by_bytes(tmp_path):
+    """40,000 rows of 1 kB: under the 64k-row bound, over the byte bound several times; the writer
+    hands a row group on each time its rows pass the byte bound, and holds no more than that."""
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("record", pa.string())])
+    path = tmp_path / "wide.parquet"
+    writer = ParquetFormat().writer(str(path), schema)
+    for _ in range(40):
+        writer.write(pa.table({"record": ["x" * 1000] * 1000}, schema=schema))
+    writer.close()
+    metadata = pq.ParquetFile(path).metadata
+    assert metadata.num_rows == 40_000
+    largest = max(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
+    assert metadata.num_row_groups > 1 and largest * 1000 < formats.ROW_GROUP_BYTES + 1_100_000

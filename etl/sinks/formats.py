@@ -34,7 +34,7 @@ class FileFormat(Protocol):
 
     def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]: ...
 
-    def writer(self, path: str, schema: pa.Schema) -> BatchWriter: ...
+    def writer(self, path: str, schema: pa.Schema, group_bytes: int = ROW_GROUP_BYTES) -> BatchWriter: ...
 
 
 def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
@@ -52,8 +52,8 @@ class _Buffered:
     """Collects small tables into row groups of about ROW_GROUP_ROWS or ROW_GROUP_BYTES before handing
     them on."""
 
-    def __init__(self, flush) -> None:
-        self._flush = flush
+    def __init__(self, flush, group_bytes: int) -> None:
+        self._flush, self._group_bytes = flush, group_bytes
         self._parts: list[pa.Table] = []
         self._rows = self._bytes = 0
 
@@ -62,7 +62,7 @@ class _Buffered:
             self._parts.append(table)
             self._rows += table.num_rows
             self._bytes += table.nbytes  # of the rows in view (a slice shares a larger buffer)
-            if self._rows >= ROW_GROUP_ROWS or self._bytes >= ROW_GROUP_BYTES:
+            if self._rows >= ROW_GROUP_ROWS or self._bytes >= self._group_bytes:
                 self._drain()
 
     def _drain(self) -> None:
@@ -103,14 +103,14 @@ class ParquetFormat:
         except pa.ArrowException as exc:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
 
-    def writer(self, path: str, schema: pa.Schema) -> BatchWriter:
-        return _ParquetWriter(path, schema, self._options(schema))
+    def writer(self, path: str, schema: pa.Schema, group_bytes: int = ROW_GROUP_BYTES) -> BatchWriter:
+        return _ParquetWriter(path, schema, self._options(schema), group_bytes)
 
 
 class _ParquetWriter(_Buffered):
-    def __init__(self, path: str, schema: pa.Schema, options: dict) -> None:
+    def __init__(self, path: str, schema: pa.Schema, options: dict, group_bytes: int) -> None:
         self._writer = pq.ParquetWriter(path, schema, **options)
-        super().__init__(lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS))
+        super().__init__(lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS), group_bytes)
 
     def close(self) -> None:
         self._drain()
@@ -170,15 +170,15 @@ class CsvFormat:
         except pa.ArrowException as exc:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
 
-    def writer(self, path: str, schema: pa.Schema) -> BatchWriter:
-        return _CsvWriter(path, schema)
+    def writer(self, path: str, schema: pa.Schema, group_bytes: int = ROW_GROUP_BYTES) -> BatchWriter:
+        return _CsvWriter(path, schema, group_bytes)
 
 
 class _CsvWriter(_Buffered):
-    def __init__(self, path: str, schema: pa.Schema) -> None:
+    def __init__(self, path: str, schema: pa.Schema, group_bytes: int) -> None:
         self._out = open(path, "wb")  # noqa: SIM115 - closed by close()
         self._out.write(_csv_header(schema.names))
-        super().__init__(lambda table: _csv_rows(table, self._out))
+        super().__init__(lambda table: _csv_rows(table, self._out), group_bytes)
 
     def close(self) -> None:
         self._drain()
