@@ -27,7 +27,13 @@ class EmulatorControl:
         self._http = httpx.Client(base_url=self.url + "/_emulator", timeout=10, verify=verify)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
-        response = self._http.request(method, path, content=None if body is None else orjson.dumps(body))
+        content = None if body is None else orjson.dumps(body)
+        try:
+            response = self._http.request(method, path, content=content)
+        except httpx.TransportError:
+            # A keep-alive connection the server closed for idling just as it was reused. Every control
+            # call is idempotent: it is sent again, once, on a new connection.
+            response = self._http.request(method, path, content=content)
         response.raise_for_status()
         return response.json()
 
