@@ -151,7 +151,9 @@ class Plan:
         buckets = self.fleet.buckets[self._rows(pids[hit])]
         by_bucket = np.argsort(buckets, kind="stable")
         hit, buckets = hit[by_bucket], buckets[by_bucket]  # all this generator keeps between slabs
-        at = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]]) if len(buckets) else buckets
+        if not len(hit):
+            return
+        at = np.flatnonzero(np.r_[True, buckets[1:] != buckets[:-1]])
         unit = self.spans[series].unit
         for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(buckets)], strict=True):
             mine = hit[lo:hi]
