@@ -40,6 +40,8 @@ from etl.timeutil import iso, now_ms
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
+MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
+
 log = logging.getLogger("etl")
 
 
@@ -255,11 +257,14 @@ class Runner:
         tables = await dimensions.collect(client, object_ids, objects, parameters)
         await asyncio.to_thread(self.build.write_dimensions, tables)
 
-    def _compact(self, coverage: Coverage) -> None:
-        """The run's windows merged into the coverage once, then folded into a new base."""
+    def _merge_committed(self, coverage: Coverage) -> None:
         if self.committed:
             coverage.add_arrays(*(np.concatenate(column) for column in zip(*self.committed, strict=True)))
             self.committed = []
+
+    def _compact(self, coverage: Coverage) -> None:
+        """The run's last windows merged into the coverage, then folded into a new base."""
+        self._merge_committed(coverage)
         self.store.compact(coverage)
 
     def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
@@ -294,9 +299,11 @@ class Runner:
             if result.done:
                 async with commit_lock:
                     await asyncio.to_thread(self.store.commit, result.done, result.lake)
-                    # Merged into the coverage when the run compacts, not per slab: each merge would copy
-                    # the whole coverage while other slabs hold their data.
+                    # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
+                    # copies the whole coverage while other slabs hold their data.
                     self.committed.append(intervals_of(result.done))
+                    if sum(len(rows[0]) for rows in self.committed) >= MERGE_AFTER:
+                        await asyncio.to_thread(self._merge_committed, coverage)
                 allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
                 totals = self.summary.series[result.series]
                 totals.slabs += 1

@@ -12,6 +12,7 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 
+from etl import pipeline
 from etl.pipeline import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
 from tests import expected
@@ -65,6 +66,17 @@ def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_
     run(second)
     assert series_requests(fresh_emulator) == []
     assert read(tmp_path, "raw").equals(before)
+
+
+def test_coverage_merged_during_the_run_checkpoints_every_window(emulator, tmp_path, monkeypatch):
+    """Committed windows merged into the coverage after every slab rather than once at the end: the base
+    the run compacts into still holds them all, and the next run plans nothing."""
+    monkeypatch.setattr(pipeline, "MERGE_AFTER", 1)
+    config = make_config(emulator.base_url, tmp_path)
+    run(config)
+    assert list((tmp_path / "_state").rglob("base-*.parquet"))  # the log was folded into a base
+    planned = run(config, dry_run=True).as_dict()["planned"]
+    assert planned and all(series["windows"] == 0 for series in planned.values())
 
 
 def test_rerun_and_full_refresh_never_duplicate(emulator, tmp_path):
