@@ -8,6 +8,7 @@ functions read. CSV has no nested types: there lists and records are written as 
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow as pa
 _WORD_BREAKS = (re.compile(r"([A-Z]+)([A-Z][a-z])"), re.compile(r"([a-z0-9])([A-Z])"))
 
 
+@functools.lru_cache(maxsize=4096)  # a listing repeats a few dozen key names over every record
 def snake(name: str) -> str:
     """objectId -> object_id, deviceClassifierId -> device_classifier_id, HTTPStatus -> http_status."""
     for pattern in _WORD_BREAKS:
