@@ -37,43 +37,27 @@ class TimeType(click.ParamType):
                       "2026-11-01T03:00:00+03:00, or epoch milliseconds", param, ctx)
 
 
-class ShardType(click.ParamType):
-    """'I/N': shard I of N (etl.model.Shard)."""
+class ParsedType(click.ParamType):
+    """A value `parse` makes from text (ValueError: the message click shows); `kind` passes through."""
 
-    name = "shard"
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "I/N"
-
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> Shard:
-        if isinstance(value, Shard):
-            return value
-        try:
-            return Shard.parse(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-class DurationType(click.ParamType):
-    """'90s', '30m', '3h', '7d'; converted to ms."""
-
-    name = "duration"
+    def __init__(self, name: str, metavar: str, parse, kind: type) -> None:
+        self.name, self.metavar, self.parse, self.kind = name, metavar, parse, kind
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "DURATION"
+        return self.metavar
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, self.kind):
             return value
         try:
-            return parse_duration_ms(str(value))
+            return self.parse(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
 
 
 TIME = TimeType()
-SHARD = ShardType()
-DURATION = DurationType()
+SHARD = ParsedType("shard", "I/N", Shard.parse, Shard)  # shard I of N (etl.model.Shard)
+DURATION = ParsedType("duration", "DURATION", parse_duration_ms, int)  # '90s', '30m', '3h', '7d' -> ms
 SERIES_CHOICE = click.Choice([s.value for s in SERIES])
 
 
