@@ -22,6 +22,7 @@ from etl import redact
 from etl.client import classify
 from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
 from etl.client.models import User
+from etl.client.pool import LeanTransport
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
 from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
@@ -64,12 +65,13 @@ class Session:
         # Decoders that release the GIL run here, beside the event loop. Two threads parse faster than
         # one loop downloads; more would only add per-thread allocator caches to the peak memory.
         self._decoders = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etl-decode")
+        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
         self._http = httpx.AsyncClient(
             auth=self.auth,
             timeout=timeout,
             verify=verify,
-            transport=transport,
-            limits=httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight),
+            transport=transport or LeanTransport(verify=verify, limits=limits),
+            limits=limits,
             # The auth flow sends the two session cookies itself; a jar would also keep rememberMe and
             # language and share cookies across hosts.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
