@@ -1,6 +1,6 @@
 """The contenders that are not `etl run`, each meant to run in its own process.
 
-    python benchmarks/peers.py ceiling|ceiling-uvloop|naive|dlt --requests FILE [--out DIR]
+    python benchmarks/peers.py ceiling|ceiling-uvloop|ceiling-lean|naive|dlt --requests FILE [--out DIR]
 
 FILE (written by run.py) holds the sign-in and the exact series requests `etl run` makes. Each
 contender prints one JSON line: {"seconds": <time from sign-in to the last byte written>}.
@@ -25,14 +25,20 @@ def _sign_in(client, spec: dict) -> str:
     return "; ".join(f"{name}={response.cookies[name]}" for name in ("SEMSESSIONID", "issToken"))
 
 
-async def ceiling(spec: dict, _out: Path) -> int:
-    """The same requests with bare httpx at the same concurrency; bodies read and thrown away."""
+async def ceiling(spec: dict, _out: Path, lean: bool = False) -> int:
+    """The same requests with bare httpx at the same concurrency; bodies read and thrown away. `lean`:
+    over etl's connection pool (etl.client.pool) instead of httpcore's."""
     import httpx
 
     n = spec["concurrency"]
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    transport = None
+    if lean:
+        from etl.client.pool import LeanTransport
+
+        transport = LeanTransport(limits=limits)
     received = 0
-    async with httpx.AsyncClient(limits=limits, timeout=60) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=60, transport=transport) as client:
         response = await client.post(spec["base_url"] + "/auth/login",
                                      params={"username": spec["username"], "password": spec["password"]})
         headers = {"Cookie": "; ".join(f"{k}={response.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))}
@@ -134,7 +140,12 @@ def _before_end(stamp: str | int, end: int) -> bool:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000 < end
 
 
-CONTENDERS = {"ceiling": ceiling, "ceiling-uvloop": ceiling, "naive": naive, "dlt": dlt_peer}
+async def ceiling_lean(spec: dict, out: Path) -> int:
+    return await ceiling(spec, out, lean=True)
+
+
+CONTENDERS = {"ceiling": ceiling, "ceiling-uvloop": ceiling, "ceiling-lean": ceiling_lean, "naive": naive,
+              "dlt": dlt_peer}
 
 
 def main() -> None:
@@ -148,7 +159,7 @@ def main() -> None:
     started = time.perf_counter()
     if asyncio.iscoroutinefunction(run):
         # etl run uses uvloop: this ceiling shows what the same loop gives bare httpx
-        loop = __import__("uvloop").run if args.contender.endswith("uvloop") else asyncio.run
+        loop = asyncio.run if args.contender == "ceiling" else __import__("uvloop").run
         received = loop(run(spec, args.out))
     else:
         received = run(spec, args.out)
