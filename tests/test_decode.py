@@ -1,4 +1,5 @@
-"""The fast point reader agrees with the JSON path on every answer it accepts, and takes the usual ones."""
+"""The fast point reader agrees with the JSON path on every answer it accepts, and takes the usual ones;
+the element-by-element array decoder agrees with the JSON parser on every body."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etl.client.series import decode_json, decode_points, parse_points, read_points
+from etl.client.series import JsonArray, decode_json, decode_points, parse_points, read_points
 from etl.emulator.encode import encode_points, iso_strings
 from etl.errors import InvalidResponse
 from etl.timeutil import parse_iso_ms
@@ -100,3 +101,33 @@ def test_canonical_stamps_are_checked_digit_by_digit():
                 "2026-11-01T24:00:00.000Z", "2026-11-01T00:00:00.0a0Z"]:
         with pytest.raises(ValueError):
             parse_iso_ms([bad])
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8)
+spacing = st.sampled_from(["", " ", "\n", " \t\r\n "])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(json_values, max_size=6), spacing, spacing, st.booleans())
+def test_json_array_gives_each_element_as_the_json_parser_does(items, before, after, indent):
+    body = json.dumps(items, indent=2 if indent else None)
+    body = (before + body + after).encode()
+    decoded = JsonArray(body)
+    assert len(decoded) == len(items)
+    assert list(decoded) == json.loads(body) == list(decoded)  # and it can be walked again
+
+
+@pytest.mark.parametrize("body", [
+    b"", b"{}", b'"[1]"', b"[", b"[1", b"[1,]", b"[,1]", b"[1 2]", b"[1]]", b"[1] x", b"[{]",
+    b'[{"a": 1}, {"a": }]', b"<html>[1]</html>", b"\xff[1]",
+])
+def test_json_array_refuses_what_is_not_one_json_array(body):
+    with pytest.raises(InvalidResponse):
+        JsonArray(body)
+
+
+def test_json_array_takes_the_bare_nan_some_servers_send():
+    assert [str(v) for v in JsonArray(b"[NaN, 1.5]")] == ["nan", "1.5"]

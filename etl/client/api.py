@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 from collections.abc import AsyncIterator, Iterable
 from datetime import datetime
 from typing import Any
@@ -22,9 +23,9 @@ from etl.client.models import (
     User,
 )
 from etl.client.retry import ClientStats
-from etl.client.series import SMALL_ANSWER, decode_points, parse_candles, parse_points
+from etl.client.series import SMALL_ANSWER, JsonArray, decode_points, parse_candles, parse_points
 from etl.client.session import Session
-from etl.errors import InvalidArgument, InvalidResponse
+from etl.errors import InvalidArgument
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, to_ms
 
@@ -128,14 +129,11 @@ class MonitoringClient:
 
     async def object_pages(self, states: Iterable[int] | int | None = None,
                            size: int = 250) -> AsyncIterator[list[ObjectFull]]:
-        """The full listing (one answer) as models a page at a time, each record let go once it is one:
-        a wide instance's records are never all models at once."""
-        records = await self._get("/db/object", state=_ids(states))
-        if not isinstance(records, list):
-            raise InvalidResponse(f"GET /db/object: expected a list of objects, got {type(records).__name__}")
-        records.reverse()
-        while records:
-            yield [ObjectFull.model_validate(records.pop()) for _ in range(min(size, len(records)))]
+        """The full listing (one answer) as models a page at a time, each record decoded when its page
+        is: a wide instance's records are never all Python objects at once."""
+        records = iter(await self.session.call("GET", "/db/object", _query(state=_ids(states)), decode=JsonArray))
+        while page := [ObjectFull.model_validate(r) for r in itertools.islice(records, size)]:
+            yield page
 
     async def object(self, object_id: int) -> ObjectFull:
         return ObjectFull.model_validate(await self._get(f"/db/object/{int(object_id)}"))

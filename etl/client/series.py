@@ -8,6 +8,9 @@ no GIL); what it declines goes through a JSON parser (`decode_json`, then `parse
 from __future__ import annotations
 
 import json
+import re
+from array import array
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,9 +35,60 @@ def decode_json(body: bytes) -> Any:
         raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
 
 
-def _excerpt(body: bytes, size: int = 60) -> str:
-    text = body[:size].decode("utf-8", "replace").replace("\n", " ")
-    return repr(text + ("..." if len(body) > size else ""))
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+class JsonArray:
+    """A JSON array decoded one element at a time: a listing of thousands of records is never all
+    Python objects at once (they would scatter the long-lived objects made meanwhile across the
+    allocator's arenas, and those would pin the listing's peak for the rest of the run). The body is
+    checked whole on arrival, so a malformed one is refused (and retried) like any other."""
+
+    def __init__(self, body: bytes) -> None:
+        try:
+            self._text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
+        self._starts = array("q")
+        for start in self._scan():
+            self._starts.append(start)
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def __iter__(self) -> Iterator[Any]:
+        decode = json.JSONDecoder().raw_decode
+        for start in self._starts:
+            yield decode(self._text, start)[0]
+
+    def _scan(self) -> Iterator[int]:
+        """Where each element starts; each is parsed once to find its end, then let go."""
+        text, decode = self._text, json.JSONDecoder().raw_decode
+        pos = _SPACE.match(text).end()
+        if text[pos:pos + 1] != "[":
+            raise InvalidResponse(f"expected a JSON array ({len(text)} chars: {_excerpt(text)})")
+        pos = _SPACE.match(text, pos + 1).end()
+        separator = ","
+        if text[pos:pos + 1] == "]":  # empty
+            separator, pos = "]", _SPACE.match(text, pos + 1).end()
+        while separator == ",":
+            try:
+                _, end = decode(text, pos)
+            except ValueError:
+                raise InvalidResponse(f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})") from None
+            yield pos
+            pos = _SPACE.match(text, end).end()
+            separator = text[pos:pos + 1]
+            if separator not in (",", "]"):
+                raise InvalidResponse(f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})")
+            pos = _SPACE.match(text, pos + 1).end()
+        if pos != len(text):
+            raise InvalidResponse(f"answer is not valid JSON (after the array: {_excerpt(text[pos:])})")
+
+
+def _excerpt(body: bytes | str, size: int = 60) -> str:
+    text = body[:size] if isinstance(body, str) else body[:size].decode("utf-8", "replace")
+    return repr(text.replace("\n", " ") + ("..." if len(body) > size else ""))
 
 
 def _items(doc: Any, key: str) -> list:
