@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
+import time
 
 import pyarrow as pa
 
@@ -32,12 +33,22 @@ def release_freed_memory() -> None:
         pass  # not glibc (musl...): its defaults stay
 
 
-def trim() -> None:
+_last_trim = 0.0
+
+
+def trim(every: float = 0.0) -> None:
     """Give the heap's free pages back to the OS: after a phase that made many short-lived objects
-    (listing a wide fleet), so the next phase's peak does not stack on the last one's leftovers."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            _libc().malloc_trim(0)
+    (listing a wide fleet), so the next phase's peak does not stack on the last one's leftovers.
+    With `every`, at most once per that many seconds (callers in a hot loop)."""
+    global _last_trim
+    if not sys.platform.startswith("linux"):
+        return
+    now = time.monotonic()
+    if every and now - _last_trim < every:
+        return
+    _last_trim = now
+    with contextlib.suppress(OSError, AttributeError):
+        _libc().malloc_trim(0)
 
 
 def _libc() -> ctypes.CDLL:

@@ -19,7 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
+from etl import allocator
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import ExitCode
@@ -131,7 +133,8 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
     watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
     launcher = asyncio.ensure_future(fetcher.launch())
     source, by_object = job.config.source.name, writer.layout.by_object
-    done: list[int] = []  # positions in slab.windows
+    done = np.zeros(len(slab.windows), bool)  # by position in slab.windows (not a list of ints, which
+    # would leave a slab's worth of small objects across the allocator's arenas)
     try:
         for lo, hi in groups:
             good: list[WindowData] = []
@@ -159,13 +162,13 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                     raise outcome  # CancelledError and friends
             if good:
                 table = await asyncio.to_thread(to_table, slab.series, good, source, by_object)
-                await asyncio.to_thread(writer.write, table, [g.window for g in good])
-                done.extend(written)
+                await asyncio.to_thread(_write, writer, table, [g.window for g in good])
+                done[written] = True
             fetcher.release(hi - lo)
             if not complete:
                 break
         result.files = await asyncio.to_thread(writer.finish)
-        result.done = slab.windows[np.array(done, np.int64)]
+        result.done = slab.windows[done]
         result.points = writer.points
         result.quality_rows = getattr(writer, "quality_rows", 0)
         result.lowest_completeness = getattr(writer, "lowest_completeness", None)
@@ -183,6 +186,16 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
         if watch is not None:
             watch.cancel()
     return result
+
+
+TRIM_EVERY = 0.5  # seconds
+
+
+def _write(writer: SlabWriter, table: pa.Table, windows: list[Window]) -> None:
+    writer.write(table, windows)
+    # A slab of a wide fleet runs for minutes: its freed buffers go back to the OS as it goes, not only
+    # when it ends (the heap's free pages would otherwise add up to a fleet-proportional share of RSS).
+    allocator.trim(every=TRIM_EVERY)
 
 
 async def _relay(stop: asyncio.Event, fetcher: _Fetcher) -> None:
