@@ -182,6 +182,9 @@ def day_rows(rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]],
     return pa.table(columns, schema=QUALITY_SCHEMA)
 
 
+COMPACT_PARTS = 32
+
+
 class QualityTracker:
     """The observer of a raw slab's file rewrites: the quality rows of the parameters they write."""
 
@@ -190,11 +193,16 @@ class QualityTracker:
         self._ids, self._objects, self._kinds = windows.param_id[order], windows.object_id[order], windows.kind[order]
         self.source = source
         self.window = window
-        self.parts: list[pa.Table] = []
+        self.parts: list[pa.Table] = []  # compacted, then the latest small ones
+        self._small = 0
 
     def __call__(self, rows: pa.Table, ranges: Ranges) -> None:
         if len(ranges):
             self.parts.append(day_rows(rows, ranges, self._params(ranges.param_id), self.source, self.window))
+            self._small += 1
+            if self._small == COMPACT_PARTS:  # one table, not dozens of small ones with their own buffers
+                self.parts[-COMPACT_PARTS:] = [pa.concat_tables(self.parts[-COMPACT_PARTS:]).combine_chunks()]
+                self._small = 0
 
     def _params(self, ids: np.ndarray) -> dict[int, tuple[int, str]]:
         """Object and kind of these parameters (a file's, not the whole slab's)."""
