@@ -24,7 +24,8 @@ from etl.sinks import FileFormat
 from etl.storage import Storage
 
 FOLDER = "dimensions"
-PAGE = 1000  # records converted to Arrow at a time
+PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
+ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
 AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
 
 
@@ -40,8 +41,11 @@ class Rows:
         self.count = 0
 
     def add(self, records: list[dict[str, Any]]) -> None:
-        for lo in range(0, len(records), PAGE):  # a long list is still converted a page at a time
-            self._pending.extend(records[lo:lo + PAGE])
+        taken = 0
+        while taken < len(records):  # pages of exactly PAGE records, however the lists come
+            room = PAGE - len(self._pending)
+            self._pending.extend(records[taken:taken + room])
+            taken += room
             if len(self._pending) >= PAGE:
                 self._flush()
         self.count += len(records)
@@ -97,11 +101,17 @@ class Rows:
             if flat:
                 schema = pa.schema([pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema])
             with storage.errors("write", rel):
-                # A page (1,000 records) is a row group: a wide fleet's table is not gathered into 8 MB ones
-                # while slabs run beside it.
+                # Row groups of about ROW_GROUP records: a wide fleet's table is not gathered into 8 MB
+                # ones while slabs run beside it.
                 writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]), group_bytes=1)
+                group: list[pa.Table] = []
                 for page in self.pages(schema, source):
-                    writer.write(page)
+                    group.append(page)
+                    if sum(p.num_rows for p in group) >= ROW_GROUP:
+                        writer.write(pa.concat_tables(group))
+                        group.clear()
+                if group:
+                    writer.write(pa.concat_tables(group))
                 writer.close()
             storage.publish(rel, output)
         except BaseException:

@@ -141,3 +141,27 @@ def test_a_writer_of_wide_rows_cuts_row_groups_by_bytes(tmp_path):
     assert metadata.num_rows == 40_000
     largest = max(metadata.row_group(i).num_rows for i in range(metadata.num_row_groups))
     assert metadata.num_row_groups > 1 and largest * 1000 < formats.ROW_GROUP_BYTES + 1_100_000
+
+
+def test_a_dimension_table_is_converted_in_small_pages_and_written_in_row_groups_of_a_thousand(tmp_path):
+    """2,600 records (a field null in the first pages and text later, a number that turns into a
+    record): pages of 250 records, row groups of 1,000, every record once, one type per column."""
+    import pyarrow.parquet as pq
+
+    from etl import dimensions
+
+    rows = dimensions.Rows("parameters")
+    records = [{"id": i, "tagName": None if i < 600 else f"t{i}", "extra": i if i < 2000 else {"a": i}}
+               for i in range(2600)]
+    for lo in range(0, len(records), 700):
+        rows.add(records[lo:lo + 700])
+    assert len(rows._pages) == 10  # converted 250 at a time; the last 100 wait for the write
+    rows.write(Storage(str(tmp_path)), ParquetFormat(), "dimensions/parameters/demo.parquet", "demo")
+    parquet = pq.ParquetFile(tmp_path / "dimensions/parameters/demo.parquet")
+    groups = [parquet.metadata.row_group(i).num_rows for i in range(parquet.metadata.num_row_groups)]
+    assert groups == [1000, 1000, 600]
+    table = parquet.read()
+    assert table.column("id").to_pylist() == list(range(2600))
+    assert table.schema.field("tag_name").type == pa.string()
+    assert table.column("tag_name").to_pylist()[599:601] == [None, "t600"]
+    assert table.schema.field("extra").type == pa.string()  # numbers and records: JSON text
