@@ -157,3 +157,24 @@ def test_the_period_ignores_gaps_and_jitter():
     assert infer_period(ts) == pytest.approx(60_000, rel=0.002)
     assert infer_period(np.array([5])) is None
 
+
+
+def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
+    """Hundreds of one-parameter feeds (a long slab): compacted as they come, the same rows at the end."""
+    from etl.model import Windows
+    from etl.quality import COMPACT_PARTS, QualityTracker
+
+    day = DAYS[0]
+    ids = list(range(100, 100 + 3 * COMPACT_PARTS + 5))
+    windows = [Window(p, p % 7, ParamKind.PHYSICAL, Series.RAW, day, day + DAY_MS) for p in ids]
+    tracker = QualityTracker(Windows.of(Series.RAW, windows), "s", (day, day + DAY_MS))
+    for w in windows:
+        ts = np.arange(3, dtype=np.int64) * 60_000 + day
+        tracker(pa.table({"param_id": [w.param_id] * 3, "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")),
+                          "value": [1.0, 2.0, 2.0]}), Ranges.of([w]))
+    assert len(tracker.parts) == 3 + 5  # three compacted tables, then the five latest feeds
+    table, replaced = tracker.result(by_object=False)
+    assert tracker.rows == len(ids) and table.column("param_id").to_pylist() == ids
+    assert table.column("object_id").to_pylist() == [p % 7 for p in ids]
+    assert set(table.column("points").to_pylist()) == {3}
+    assert replaced.param_id.tolist() == ids
