@@ -103,37 +103,41 @@ class Plan:
         self.by_object = by_object
         self.series = [Series(s) for s in SERIES if s in series]
         self.needed = {s: needed(coverage, s, fleet.ids, options) for s in self.series}
+        self._summary = {series.value: self._summarize(series, *work) for series, work in self.needed.items()}
 
     def _rows(self, pids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.fleet.ids, pids)
 
+    def _summarize(self, series: Series, pids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, int]:
+        spans = self.spans[series]
+        first, last = starts // spans.span, (ends - 1) // spans.span
+        buckets = self.fleet.buckets[self._rows(pids)]
+        slab_b, slab_s, slab_e = union(buckets, first, last + 1)
+        return {
+            "parameters": len(np.unique(pids)),
+            "slabs": int((slab_e - slab_s).sum()),
+            "windows": int(((ends - 1) // spans.unit - starts // spans.unit + 1).sum()),
+        }
+
     def summary(self) -> dict[str, dict[str, int]]:
         """Per series: parameters, slabs and windows (one request each unless an answer is cut)."""
-        out = {}
-        for series, (pids, starts, ends) in self.needed.items():
-            spans = self.spans[series]
-            first, last = starts // spans.span, (ends - 1) // spans.span
-            buckets = self.fleet.buckets[self._rows(pids)]
-            slab_b, slab_s, slab_e = union(buckets, first, last + 1)
-            out[series.value] = {
-                "parameters": len(np.unique(pids)),
-                "slabs": int((slab_e - slab_s).sum()),
-                "windows": int(((ends - 1) // spans.unit - starts // spans.unit + 1).sum()),
-            }
-        return out
+        return {series: dict(figures) for series, figures in self._summary.items()}
 
     @property
     def windows(self) -> int:
-        return sum(s["windows"] for s in self.summary().values())
+        return sum(s["windows"] for s in self._summary.values())
 
     def slabs(self) -> Iterator[Slab]:
-        """Every slab, in time order (then series, then bucket)."""
-        streams = [self._slabs_of(series, order) for order, series in enumerate(self.series)]
+        """Every slab, in time order (then series, then bucket). The work is handed out once: each
+        series' arrays are let go with its last slab (a wide fleet's raw days outlast its weeks)."""
+        needed, self.needed = self.needed, {}
+        streams = [self._slabs_of(series, order, *needed.pop(series)) for order, series in enumerate(self.series)
+                   if series in needed]
         for _, _, _, slab in heapq.merge(*streams, key=lambda item: item[:3]):
             yield slab
 
-    def _slabs_of(self, series: Series, order: int) -> Iterator[tuple[int, int, int, Slab]]:
-        pids, starts, ends = self.needed[series]
+    def _slabs_of(self, series: Series, order: int, pids: np.ndarray, starts: np.ndarray,
+                  ends: np.ndarray) -> Iterator[tuple[int, int, int, Slab]]:
         spans = self.spans[series]
         if not len(pids):
             return
@@ -142,11 +146,11 @@ class Plan:
         for lo, hi in zip(first.tolist(), stop.tolist(), strict=True):
             for index in range(lo, hi):
                 span_start = index * spans.span
-                for slab in self._slabs_at(series, span_start, span_start + spans.span):
+                for slab in self._slabs_at(series, (pids, starts, ends), span_start, span_start + spans.span):
                     yield span_start, order, slab.bucket, slab
 
-    def _slabs_at(self, series: Series, span_start: int, span_end: int) -> Iterator[Slab]:
-        pids, starts, ends = self.needed[series]
+    def _slabs_at(self, series: Series, work: tuple[np.ndarray, ...], span_start: int, span_end: int) -> Iterator[Slab]:
+        pids, starts, ends = work
         hit = np.flatnonzero((starts < span_end) & (ends > span_start))
         buckets = self.fleet.buckets[self._rows(pids[hit])]
         by_bucket = np.argsort(buckets, kind="stable")

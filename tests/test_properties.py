@@ -88,6 +88,17 @@ def test_plan_covers_the_window_exactly_once(a, b, raw_window, aggregate_window)
         assert all(slab.start <= u.start < u.end <= slab.end and u.series == slab.series for u in slab.windows)
 
 
+def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
+    cfg = config("6h")
+    spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
+    made = Plan(Fleet(PARAMS, cfg.sink.buckets), Coverage(), PlanOptions(T0, T0 + 10 * DAY_MS), cfg.series, spans)
+    before, windows = made.summary(), made.windows
+    slabs = list(made.slabs())
+    assert windows == sum(len(s.windows) for s in slabs) == 2 * (40 + 2 + 2)  # 10 days of 6 h; 2 weeks each
+    assert made.summary() == before and made.windows == windows
+    assert list(made.slabs()) == []  # each series' work was let go with its last slab
+
+
 intervals = st.lists(st.tuples(times, st.integers(1, 3 * DAY_MS)).map(lambda t: (t[0], t[0] + t[1])), max_size=12)
 
 
