@@ -13,12 +13,14 @@ import logging
 from array import array
 from dataclasses import dataclass
 
+import numpy as np
+
 from etl.client import MonitoringClient
 from etl.client.models import Parameter
 from etl.config import SelectConfig
 from etl.dimensions import Rows
 from etl.errors import ConfigError
-from etl.model import Param, ParamKind
+from etl.model import PARAM_KINDS, ParamKind, Params
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +37,7 @@ class Discovery:
     object_ids: list[int]
     objects: Rows
     parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
-    params: list[Param]
+    params: Params
 
 
 def _kind_of(record: dict) -> str | None:
@@ -44,27 +46,59 @@ def _kind_of(record: dict) -> str | None:
 
 
 class _Selection:
-    """The parameters the config selects, taken a page at a time: compact ids for the plan, Arrow rows
-    for the dimension table, nothing per record kept as a Python object."""
+    """The parameters the config selects, taken a page at a time: compact columns for the plan, Arrow
+    rows for the dimension table, nothing per record kept as a Python object."""
 
     def __init__(self, wanted) -> None:
         self.kinds = {ParamKind(k).value for k in wanted.kinds}
         self.ids = None if wanted.ids is None else set(wanted.ids)
         self.exclude = set(wanted.exclude_ids)
         self.tags = None if wanted.tags is None else set(wanted.tags)
-        self.params: dict[int, Param] = {}
+        self.columns = (array("q"), array("q"), array("b"))  # id, object_id, kind (position in PARAM_KINDS)
+        self.seen = _Seen()
         self.rows = Rows("parameters")
 
     def take(self, page: list[Parameter]) -> None:
-        kept = []
-        for p in page:
-            if p.kind not in self.kinds or p.id in self.exclude or p.id in self.params \
-                    or (self.ids is not None and p.id not in self.ids) \
-                    or (self.tags is not None and not self.tags & set(p.meta.get("tags") or [])):
-                continue
-            self.params[p.id] = Param(p.id, int(p.object_id), ParamKind(p.kind))
-            kept.append(p.raw())
-        self.rows.add(kept)
+        page = [p for p in page if p.kind in self.kinds and p.id not in self.exclude
+                and (self.ids is None or p.id in self.ids)
+                and (self.tags is None or self.tags & set(p.meta.get("tags") or []))]
+        fresh = self.seen.new(np.fromiter((p.id for p in page), np.int64, len(page)))
+        page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
+        ids, objects, kinds = self.columns
+        ids.extend(p.id for p in page)
+        objects.extend(int(p.object_id) for p in page)
+        kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
+        self.rows.add([p.raw() for p in page])
+
+    def params(self) -> Params:
+        ids, objects, kinds = (np.frombuffer(c, np.int64 if c.typecode == "q" else np.int8).copy()
+                               for c in self.columns)
+        order = np.argsort(ids, kind="stable")
+        return Params(ids[order], objects[order], kinds[order])
+
+
+class _Seen:
+    """Parameter ids taken so far, as a sorted array and a short array of the latest: a membership test
+    per page without a Python int kept per parameter."""
+
+    LATEST = 4096
+
+    def __init__(self) -> None:
+        self.sorted = np.empty(0, np.int64)
+        self.latest = np.empty(0, np.int64)
+
+    def new(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` were not seen before (nor earlier in `ids`); they are seen now."""
+        fresh = np.zeros(len(ids), bool)
+        fresh[np.unique(ids, return_index=True)[1]] = True
+        for known in (self.sorted, self.latest):
+            if len(known) and len(ids):
+                at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+                fresh &= known[at] != ids
+        self.latest = np.union1d(self.latest, ids[fresh])
+        if len(self.latest) > self.LATEST:
+            self.sorted, self.latest = np.union1d(self.sorted, self.latest), np.empty(0, np.int64)
+        return fresh
 
 
 async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
@@ -125,8 +159,7 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
         records.close()  # their spooled pages
         selection.rows.close()
         raise
-    params = sorted(selection.params.values(), key=lambda p: p.id)
-    return Discovery(object_ids, records, selection.rows, params)
+    return Discovery(object_ids, records, selection.rows, selection.params())
 
 
 async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:

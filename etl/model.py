@@ -51,6 +51,35 @@ class Param:
     kind: ParamKind
 
 
+@dataclass(frozen=True)
+class Params:
+    """Parameters column-wise, sorted by id, each once: a fleet is tens of thousands of them, and one
+    Python object each would scatter over the allocator's arenas for the whole run."""
+
+    id: np.ndarray  # int64
+    object_id: np.ndarray  # int64
+    kind: np.ndarray  # int8, positions in PARAM_KINDS
+
+    @classmethod
+    def of(cls, params: Iterable[Param]) -> Params:
+        rows = sorted({p.id: p for p in reversed(list(params))}.values(), key=lambda p: p.id)  # the first of an id
+        return cls(np.array([p.id for p in rows], np.int64), np.array([p.object_id for p in rows], np.int64),
+                   np.array([PARAM_KINDS.index(p.kind) for p in rows], np.int8))
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def __iter__(self) -> Iterator[Param]:
+        for i, o, k in zip(self.id.tolist(), self.object_id.tolist(), self.kind.tolist(), strict=True):
+            yield Param(i, o, PARAM_KINDS[k])
+
+    def of_shard(self, shard: Shard | None) -> Params:
+        if shard is None:
+            return self
+        mine = np.fromiter((shard.contains(i) for i in self.id.tolist()), bool, len(self.id))
+        return Params(self.id[mine], self.object_id[mine], self.kind[mine])
+
+
 class Window(NamedTuple):
     """One parameter's series over [start, end) (epoch ms, UTC). A named tuple: a plan makes one per
     request, hundreds of thousands for a wide fleet, and a tuple is made several times faster than a

@@ -208,7 +208,7 @@ class Runner:
             allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
-            mine = [p for p in found.params if shard is None or shard.contains(p.id)]
+            mine = found.params.of_shard(shard)
             summary.objects, summary.parameters = len(found.object_ids), len(mine)
             extract = self.config.extract
             plan = Plan(Fleet(mine, self.config.sink.buckets), coverage,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etl.model import PARAM_KINDS, SERIES, Param, Series, Windows, bucket_of, cut_columns
+from etl.model import SERIES, Params, Series, Windows, bucket_of, cut_columns
 from etl.state import Coverage, union
 from etl.timeutil import DAY_MS
 
@@ -50,15 +50,11 @@ class Spans:
 
 
 class Fleet:
-    """The parameters of a run, column-wise and sorted by id."""
+    """The parameters of a run, column-wise and sorted by id, with each one's file bucket."""
 
-    def __init__(self, params: list[Param], buckets: int) -> None:
-        params = sorted(set(params), key=lambda p: p.id)
-        self.ids = np.array([p.id for p in params], np.int64)
-        self.objects = np.array([p.object_id for p in params], np.int64)
-        code = {kind: i for i, kind in enumerate(PARAM_KINDS)}
-        self.kinds = np.array([code[p.kind] for p in params], np.int8)
-        self.buckets = np.array([bucket_of(p.id, buckets) for p in params], np.int64)
+    def __init__(self, params: Params, buckets: int) -> None:
+        self.ids, self.objects, self.kinds = params.id, params.object_id, params.kind
+        self.buckets = np.fromiter((bucket_of(i, buckets) for i in self.ids.tolist()), np.int64, len(self.ids))
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -17,6 +17,7 @@ from etl.model import (
     SERIES,
     Param,
     ParamKind,
+    Params,
     Series,
     Window,
     Windows,
@@ -54,7 +55,7 @@ def covered(items, param_id: int = 1, series: Series = Series.RAW) -> Coverage:
 def plan(cfg, params, coverage: Coverage, options: PlanOptions) -> list:
     options = PlanOptions(options.start, options.end, options.full_refresh, cfg.window.overlap)
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
-    return list(Plan(Fleet(params, cfg.sink.buckets), coverage, options, cfg.series, spans).slabs())
+    return list(Plan(Fleet(Params.of(params), cfg.sink.buckets), coverage, options, cfg.series, spans).slabs())
 
 
 def config(raw_window="24h", aggregate_window="7d", overlap="0s"):
@@ -91,7 +92,7 @@ def test_plan_covers_the_window_exactly_once(a, b, raw_window, aggregate_window)
 def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
     cfg = config("6h")
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
-    made = Plan(Fleet(PARAMS, cfg.sink.buckets), Coverage(), PlanOptions(T0, T0 + 10 * DAY_MS), cfg.series, spans)
+    made = Plan(Fleet(Params.of(PARAMS), cfg.sink.buckets), Coverage(), PlanOptions(T0, T0 + 10 * DAY_MS), cfg.series, spans)
     before, windows = made.summary(), made.windows
     slabs = list(made.slabs())
     assert windows == sum(len(s.windows) for s in slabs) == 2 * (40 + 2 + 2)  # 10 days of 6 h; 2 weeks each
@@ -202,3 +203,30 @@ def test_column_wise_windows_are_the_windows_they_were_made_of(rows, size):
     assert segment(windows) == segment(made)
     assert Counter(windows_of(segment(windows))) == Counter(w._replace(object_id=0, kind=ParamKind.PHYSICAL)
                                                            for w in made)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 300), max_size=40), max_size=30), st.integers(1, 16))
+def test_seen_ids_are_told_apart_as_a_set_would(pages, latest):
+    from etl.discover import _Seen
+
+    seen, reference = _Seen(), set()
+    seen.LATEST = latest  # merged into the sorted array often
+    for page in pages:
+        fresh = seen.new(np.array(page, np.int64)).tolist()
+        want = []
+        for p in page:
+            want.append(p not in reference)
+            reference.add(p)
+        assert fresh == want
+
+
+def test_params_keep_the_first_of_an_id_sorted_and_pick_a_shard():
+    from etl.model import Shard
+
+    params = Params.of([Param(9, 1, ParamKind.SIGNAL), Param(3, 2, ParamKind.PHYSICAL), Param(9, 5, ParamKind.CALCULATED)])
+    assert list(params) == [Param(3, 2, ParamKind.PHYSICAL), Param(9, 1, ParamKind.SIGNAL)]
+    shards = [Shard(i, 3) for i in range(3)]
+    assert sorted(p.id for s in shards for p in Params.of(Param(i, 0, ParamKind.PHYSICAL) for i in range(50)).of_shard(s)) \
+        == list(range(50))
+    assert all(s.contains(p.id) for s in shards for p in Params.of(PARAMS).of_shard(s))

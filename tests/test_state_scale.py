@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from etl.model import Param, ParamKind, Series, Window
+from etl.model import Param, ParamKind, Params, Series, Window
 from etl.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.state import Coverage, StateStore
 from etl.storage import Storage
@@ -45,7 +45,7 @@ def test_a_year_of_checkpoints_for_100000_parameters_loads_and_plans_in_under_2s
         started, cpu = time.perf_counter(), time.process_time()
         loaded = StateStore(Storage(str(tmp_path))).load()
         loading = time.perf_counter() - started
-        plan = Plan(Fleet(fleet_params, 4), loaded, PlanOptions(T0, T0 + (DAYS + 1) * DAY_MS, overlap=HOUR_MS),
+        plan = Plan(Fleet(Params.of(fleet_params), 4), loaded, PlanOptions(T0, T0 + (DAYS + 1) * DAY_MS, overlap=HOUR_MS),
                     list(Series), spans_for(DAY_MS, 7 * DAY_MS))
         summary = plan.summary()
         windows = sum(len(s.windows) for s in plan.slabs())
