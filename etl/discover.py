@@ -54,7 +54,7 @@ class _Selection:
         self.ids = None if wanted.ids is None else set(wanted.ids)
         self.exclude = set(wanted.exclude_ids)
         self.tags = None if wanted.tags is None else set(wanted.tags)
-        self.columns = (array("q"), array("q"), array("b"))  # id, object_id, kind (position in PARAM_KINDS)
+        self.found = (array("q"), array("q"), array("b"))  # id, object_id, kind (position in PARAM_KINDS)
         self.seen = _Seen()
         self.rows = Rows("parameters")
 
@@ -64,15 +64,14 @@ class _Selection:
                 and (self.tags is None or self.tags & set(p.meta.get("tags") or []))]
         fresh = self.seen.new(np.fromiter((p.id for p in page), np.int64, len(page)))
         page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
-        ids, objects, kinds = self.columns
+        ids, objects, kinds = self.found
         ids.extend(p.id for p in page)
         objects.extend(int(p.object_id) for p in page)
         kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
         self.rows.add([p.raw() for p in page])
 
     def params(self) -> Params:
-        ids, objects, kinds = (np.frombuffer(c, np.int64 if c.typecode == "q" else np.int8).copy()
-                               for c in self.columns)
+        ids, objects, kinds = (np.array(column) for column in self.found)  # int64, int64, int8
         order = np.argsort(ids, kind="stable")
         return Params(ids[order], objects[order], kinds[order])
 

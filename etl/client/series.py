@@ -2,7 +2,8 @@
 
 Point answers go through Arrow's JSON reader first (`read_points`: no Python object per point, and
 no GIL); what it declines goes through a JSON parser (`decode_json`, then `parse_points` /
-`parse_candles`). Both give the same columns for the same answer.
+`parse_candles`). Both give the same columns for the same answer. A long listing (the objects) is
+decoded one record at a time (`JsonArray`).
 """
 
 from __future__ import annotations
