@@ -21,7 +21,7 @@ import time
 
 import httpx
 
-from etl.emulator.server import EmulatorControl
+from etl_emulator.server import EmulatorControl
 
 NOW = "2026-11-20T00:00:00Z"
 T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pyarrow.parquet as pq
 
-from etl.emulator.server import EmulatorControl
+from etl_emulator.server import EmulatorControl
 
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
@@ -106,7 +106,7 @@ def lake_rows(root: Path, fmt: str) -> int:
     """Rows of the series tables' current snapshots (sink.format delta / iceberg)."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage import Storage
+    from etl.storage.files import Storage
 
     lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
     return sum(t.dataset().count_rows() for t in (lake.series(s) for s in SERIES) if t.exists())

@@ -31,8 +31,8 @@ from pathlib import Path
 import yaml
 
 from etl.config import load_config
-from etl.plan import Fleet, Plan, PlanOptions, spans_for
-from etl.state import Coverage
+from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.state.store import Coverage
 from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_run, peer_run, run_child
 
@@ -117,8 +117,8 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
 
 
 async def _discover(config):
-    from etl.build import Build
-    from etl.discover import discover
+    from etl.pipeline.build import Build
+    from etl.pipeline.discover import discover
 
     async with Build(config).client() as client:
         await client.sign_in()

@@ -21,9 +21,9 @@ from pydantic import (
     model_validator,
 )
 
-from etl import redact
 from etl.errors import ConfigError
 from etl.model import ParamKind, Series, slug
+from etl.support import redact
 from etl.timeutil import DAY_MS, parse_duration_ms, to_ms
 
 log = logging.getLogger(__name__)

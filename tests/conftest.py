@@ -16,7 +16,7 @@ import yaml
 from hypothesis import settings
 
 from etl.config import Config, parse_config
-from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
+from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 
 # Property tests assert properties, not timings: a loaded 2-core CI machine must not fail them.
 settings.register_profile("etl", deadline=None)

@@ -6,11 +6,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from etl.emulator.dataset import as_dataset
-from etl.emulator.series import average_series, candles_series, raw_series
 from etl.model import SCHEMAS, Series
-from etl.storage import Storage
+from etl.storage.files import Storage
 from etl.timeutil import to_ms
+from etl_emulator.dataset import as_dataset
+from etl_emulator.series import average_series, candles_series, raw_series
 
 KINDS = {"analog": "physical", "signal": "signal", "calculated": "calculated"}
 
@@ -53,7 +53,7 @@ SERIES = ["raw", "average", "candles"]
 
 def checkpoints(out, shard=None, source: str = SOURCE):
     """The coverage a run left (a local folder or any fsspec URL), read as the tool reads it."""
-    from etl.state import StateStore
+    from etl.state.store import StateStore
 
     folder = f"{out}/_state/{source}" + (f"/{shard.folder}" if shard else "")
     return StateStore(Storage(folder)).load()
@@ -142,8 +142,8 @@ def day_facts(emulator_config, param_id: int, day_start: int) -> dict:
     """What a quality row must say of a parameter's UTC day, computed from the generator alone: its points,
     first and last stamps, longest time without a point (the day's edges included), longest run of one
     value, its true period and its gap of the day."""
-    from etl.emulator.series import gaps
     from etl.timeutil import DAY_MS
+    from etl_emulator.series import gaps
 
     ds_ = as_dataset(emulator_config)
     param = ds_.param(param_id)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from etl.cli import cli
 from etl.errors import DataError
-from etl.pipeline import Runner, RunOptions
+from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import DAY_MS, to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
 from tests.expected import SERIES, expected_table
@@ -154,10 +154,10 @@ def test_plot_titles_with_object_parameter_and_unit_and_breaks_lines_at_gaps(lak
 def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
     import pandas as pd
 
-    from etl.emulator.dataset import as_dataset
-    from etl.emulator.series import gaps as generator_gaps
-    from etl.emulator.series import raw_series
-    from etl.gaps import with_breaks
+    from etl.dataset.gaps import with_breaks
+    from etl_emulator.dataset import as_dataset
+    from etl_emulator.series import gaps as generator_gaps
+    from etl_emulator.series import raw_series
 
     ds = as_dataset(emulator_config())
     for param_id in (1001, 1002, 2001, 2501):

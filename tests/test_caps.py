@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from etl.client import MonitoringClient
-from etl.emulator.server import RunningEmulator, run_emulator
-from etl.extract import fetch_window
 from etl.model import ParamKind, Series, Window
+from etl.pipeline.fetch import fetch_window
 from etl.timeutil import DAY_MS, HOUR_MS, to_ms
+from etl_emulator.server import RunningEmulator, run_emulator
 from tests.conftest import END, START, emulator_config, make_config
 from tests.expected import SERIES, expected_table, read
 from tests.test_client import FAST, T0

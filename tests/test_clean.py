@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from etl.client.models import Points
 from etl.model import ParamKind, Series, Window
-from etl.transform import _clean_any, clean
+from etl.pipeline.clean import _clean_any, clean
 
 UNIT = Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, 100, 200)
 stamps = st.lists(st.integers(80, 220), max_size=40)

@@ -10,9 +10,9 @@ import pytest
 
 from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.client.models import Candles, Points
-from etl.emulator.server import run_emulator
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
 from etl.timeutil import DAY_MS, to_ms
+from etl_emulator.server import run_emulator
 from tests.conftest import START, emulator_config
 
 FAST = RetryPolicy(attempts=10, backoff_initial=0.01, backoff_max=0.05, deadline=30)
@@ -191,7 +191,7 @@ def test_server_down_exhausts_retries_with_a_clear_message():
 
 
 def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
-    from etl.redact import install_log_redaction
+    from etl.support.redact import install_log_redaction
 
     install_log_redaction()
     caplog.set_level(logging.DEBUG)

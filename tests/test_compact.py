@@ -8,7 +8,7 @@ import pytest
 
 from etl.cli import main
 from etl.model import Shard
-from etl.pipeline import RunOptions, run
+from etl.pipeline.runner import RunOptions, run
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
 from tests.expected import SOURCE, expected_table, read_quality

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from etl.config import parse_config
-from etl.emulator.server import RunningEmulator, run_emulator
-from etl.pipeline import Runner, RunOptions
-from etl.storage import TMP_SUFFIX
+from etl.pipeline.runner import Runner, RunOptions
+from etl.storage.files import TMP_SUFFIX
+from etl_emulator.server import RunningEmulator, run_emulator
 from tests.conftest import config_dict, emulator_config, write_config
 from tests.expected import SOURCE, checkpoints, read_quality
 from tests.test_pipeline import assert_exact
@@ -98,7 +98,7 @@ class Reader(threading.Thread):
     def _run_lake(self) -> None:
         from etl.config import SinkConfig
         from etl.sinks.lake import Lake
-        from etl.storage import Storage
+        from etl.storage.files import Storage
 
         while not self.stop.is_set():
             if not self.out.exists():

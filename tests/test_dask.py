@@ -13,12 +13,12 @@ from collections import Counter
 
 import pytest
 
-from etl.build import Build
 from etl.errors import ConfigError
 from etl.model import Series
-from etl.pipeline import Runner, RunOptions
-from etl.plan import Slab
-from etl.slab import SlabJob
+from etl.pipeline.build import Build
+from etl.pipeline.plan import Slab
+from etl.pipeline.runner import Runner, RunOptions
+from etl.pipeline.slab import SlabJob
 from etl.timeutil import DAY_MS
 from tests.conftest import END, START, config_dict, make_config, write_config
 from tests.expected import SERIES, assert_exact, checkpoints, read
@@ -89,7 +89,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
         name = "kill-mid-write"
 
         def setup(self, worker):
-            from etl.storage import Storage
+            from etl.storage.files import Storage
 
             self.original = original = Storage.commit
 
@@ -106,7 +106,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
             Storage.commit = commit
 
         def teardown(self, worker):
-            from etl.storage import Storage
+            from etl.storage.files import Storage
 
             Storage.commit = self.original
 

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl.client.series import JsonArray, decode_json, decode_points, parse_points, read_points
-from etl.emulator.encode import encode_points, iso_strings
 from etl.errors import InvalidResponse
 from etl.timeutil import parse_iso_ms
+from etl_emulator.encode import encode_points, iso_strings
 
 # 2017..2030: the emulator's encoder tabulates every day between the first and the last stamp
 stamps = st.lists(st.integers(1_500_000_000_000, 1_900_000_000_000), max_size=40).map(

@@ -14,11 +14,11 @@ import numpy as np
 import orjson
 import pytest
 
-from etl.emulator import series
-from etl.emulator.dataset import as_dataset
-from etl.emulator.faults import HOSTILE_KINDS
-from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 from etl.timeutil import to_ms
+from etl_emulator import series
+from etl_emulator.dataset import as_dataset
+from etl_emulator.faults import HOSTILE_KINDS
+from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -556,10 +556,10 @@ def test_serve_refuses_bad_settings_before_listening(tmp_path, args):
 
 
 def test_the_session_table_is_bounded_and_an_evicted_session_is_still_trusted(monkeypatch):
-    from etl.emulator import sessions
-    from etl.emulator.accounts import accounts
-    from etl.emulator.faults import FaultPlan, Faults
-    from etl.emulator.routing import Call
+    from etl_emulator import sessions
+    from etl_emulator.accounts import accounts
+    from etl_emulator.faults import FaultPlan, Faults
+    from etl_emulator.routing import Call
 
     monkeypatch.setattr(sessions, "LIVE_MAX", 3)
     store = sessions.Sessions(accounts(None, range(1, 3)), "/x", FaultPlan(Faults()))

@@ -14,8 +14,8 @@ import httpx
 import orjson
 import pytest
 
-from etl.emulator.faults import ERROR_BODIES, SESSION_ENDS
-from etl.emulator.server import EmulatorConfig, RunningEmulator, run_emulator
+from etl_emulator.faults import ERROR_BODIES, SESSION_ENDS
+from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
 
 DAY = 86_400_000
 HOUR = 3_600_000

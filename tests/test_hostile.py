@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pytest
 
-from etl.emulator.faults import HOSTILE_KINDS
-from etl.emulator.server import RunningEmulator, run_emulator
 from etl.errors import DataError
 from etl.timeutil import to_ms
+from etl_emulator.faults import HOSTILE_KINDS
+from etl_emulator.server import RunningEmulator, run_emulator
 from tests.conftest import END, START, emulator_config, make_config
 from tests.expected import checkpoints, expected_table
 from tests.test_pipeline import SERIES, assert_exact, read, run

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from etl.model import SCHEMAS, ParamKind, Series, Window, bucket_of
-from etl.plan import PlanOptions
+from etl.pipeline.plan import PlanOptions
 from etl.sinks import Layout, ParquetFormat, SlabWriter
-from etl.state import Coverage, StateStore
-from etl.storage import Storage
+from etl.state.store import Coverage, StateStore
+from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 from tests.test_properties import PARAMS, T0, config, intervals, merge, plan, times
 

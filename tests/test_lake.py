@@ -14,10 +14,10 @@ import time
 import pytest
 
 from etl.config import SinkConfig
-from etl.pipeline import Runner, RunOptions
+from etl.pipeline.runner import Runner, RunOptions
 from etl.sinks.lake import Lake
 from etl.sinks.lake.common import Checkpoint
-from etl.storage import Storage
+from etl.storage.files import Storage
 from tests.conftest import S3_ENV, config_dict, make_config, write_config
 from tests.expected import SOURCE, checkpoints
 from tests.test_pipeline import assert_exact, series_requests

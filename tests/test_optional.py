@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from etl.optional import REQUIREMENTS
+from etl.support.optional import REQUIREMENTS
 from tests.conftest import END, START, config_dict, write_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def test_the_dask_executor(emulator, tmp_path, version, line):
 
 
 def test_the_lake_requirements_are_the_lake_extra():
-    from etl.optional import LAKE_REQUIREMENTS
+    from etl.support.optional import LAKE_REQUIREMENTS
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]

@@ -12,8 +12,8 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 
-from etl import pipeline
-from etl.pipeline import Runner, RunOptions
+from etl.pipeline import runner as pipeline
+from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
 from tests import expected
 from tests.conftest import END, START, config_dict, make_config, write_config

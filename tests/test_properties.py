@@ -25,11 +25,11 @@ from etl.model import (
     cut,
     cut_columns,
 )
-from etl.plan import Fleet, Plan, PlanOptions, needed, spans_for
+from etl.pipeline.clean import clean, to_table
+from etl.pipeline.plan import Fleet, Plan, PlanOptions, needed, spans_for
 from etl.sinks.rewrite import Ranges
-from etl.state import Coverage, segment, windows_of
+from etl.state.store import Coverage, segment, windows_of
 from etl.timeutil import DAY_MS, HOUR_MS
-from etl.transform import clean, to_table
 
 T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z
 PARAMS = [Param(1001, 1, ParamKind.PHYSICAL), Param(1502, 1, ParamKind.CALCULATED)]
@@ -208,7 +208,7 @@ def test_column_wise_windows_are_the_windows_they_were_made_of(rows, size):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(st.integers(1, 300), max_size=40), max_size=30), st.integers(1, 16))
 def test_seen_ids_are_told_apart_as_a_set_would(pages, latest):
-    from etl.discover import _Seen
+    from etl.pipeline.discover import _Seen
 
     seen, reference = _Seen(), set()
     seen.LATEST = latest  # merged into the sorted array often

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from etl.emulator.server import run_emulator
+from etl.dataset.query import connect
 from etl.model import QUALITY_SCHEMA, ParamKind, Series, Window
-from etl.pipeline import Runner, RunOptions
-from etl.quality import day_rows, infer_period
-from etl.query import connect
+from etl.pipeline.runner import Runner, RunOptions
+from etl.quality.rows import day_rows, infer_period
 from etl.sinks.rewrite import Ranges
 from etl.timeutil import DAY_MS, HOUR_MS, to_ms
+from etl_emulator.server import run_emulator
 from tests.conftest import END, START, emulator_config, make_config
 from tests.expected import SOURCE, day_facts, read_quality
 
@@ -162,7 +162,7 @@ def test_the_period_ignores_gaps_and_jitter():
 def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
     """Hundreds of one-parameter feeds (a long slab): compacted as they come, the same rows at the end."""
     from etl.model import Windows
-    from etl.quality import COMPACT_PARTS, QualityTracker
+    from etl.quality.rows import COMPACT_PARTS, QualityTracker
 
     day = DAYS[0]
     ids = list(range(100, 100 + 3 * COMPACT_PARTS + 5))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from etl.emulator.server import run_emulator
-from etl.state import Coverage
+from etl.state.store import Coverage
 from etl.timeutil import to_ms
+from etl_emulator.server import run_emulator
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
 from tests.expected import SOURCE, checkpoints, expected_table
 from tests.test_pipeline import SERIES, assert_exact, read, run

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from etl.emulator.server import run_emulator
+from etl_emulator.server import run_emulator
 from tests.conftest import END, config_dict, emulator_config, write_config
 
 ENV = {**os.environ, "ETL_PASSWORD": "demo"}

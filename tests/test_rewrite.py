@@ -16,7 +16,7 @@ from etl.sinks import formats
 from etl.sinks.formats import CsvFormat, ParquetFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import FileRewrite, Ranges
-from etl.storage import Storage
+from etl.storage.files import Storage
 
 T0 = 1_793_491_200_000
 SCHEMA = SCHEMAS[Series.RAW]
@@ -148,7 +148,7 @@ def test_a_dimension_table_is_converted_in_small_pages_and_written_in_row_groups
     record): pages of 250 records, row groups of 1,000, every record once, one type per column."""
     import pyarrow.parquet as pq
 
-    from etl import dimensions
+    from etl.pipeline import dimensions
 
     rows = dimensions.Rows("parameters")
     records = [{"id": i, "tagName": None if i < 600 else f"t{i}", "extra": i if i < 2000 else {"a": i}}

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from etl.build import Build
 from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import LockedError, StorageError
-from etl.pipeline import Runner, RunOptions
-from etl.storage import Storage
+from etl.pipeline.build import Build
+from etl.pipeline.runner import Runner, RunOptions
+from etl.storage.files import Storage
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
 from tests.expected import SOURCE, assert_exact, checkpoints, expected_table

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from etl.emulator.server import RunningEmulator, run_emulator
+from etl_emulator.server import RunningEmulator, run_emulator
 from tests.conftest import config_dict, emulator_config, write_config
 from tests.test_pipeline import assert_exact
 

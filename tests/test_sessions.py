@@ -11,9 +11,9 @@ import sys
 import pytest
 
 from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
-from etl.emulator.faults import SESSION_ENDS
 from etl.errors import AuthError, ConfigError, RetriesExhausted
 from etl.timeutil import DAY_MS
+from etl_emulator.faults import SESSION_ENDS
 from tests.conftest import make_config
 from tests.test_client import FAST, T0, client_for
 from tests.test_pipeline import assert_exact, run
@@ -126,7 +126,7 @@ def test_form_sign_in_leaks_no_secret(tmp_path):
     """--debug run signing in with a form body, sessions expiring: neither the password nor a cookie shows."""
     from urllib.parse import quote, quote_plus
 
-    from etl.emulator.server import run_emulator
+    from etl_emulator.server import run_emulator
     from tests.conftest import emulator_config
     from tests.test_secrets import USERS
 

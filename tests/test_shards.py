@@ -11,7 +11,7 @@ import threading
 import pyarrow.parquet as pq
 
 from etl.model import Shard
-from etl.pipeline import Runner, RunOptions
+from etl.pipeline.runner import Runner, RunOptions
 from tests.conftest import END, START, config_dict, make_config, write_config
 from tests.expected import SOURCE, assert_exact, checkpoints, data_files
 

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from etl.emulator.server import run_emulator
-from etl.pipeline import Runner, RunOptions
-from etl.query import connect
+from etl.dataset.query import connect
+from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import to_ms
+from etl_emulator.server import run_emulator
 from tests.conftest import END, START, emulator_config, make_config
 from tests.expected import SERIES, checkpoints, expected_table, read
 

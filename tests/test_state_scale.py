@@ -8,9 +8,9 @@ import time
 import numpy as np
 
 from etl.model import Param, ParamKind, Params, Series, Window
-from etl.plan import Fleet, Plan, PlanOptions, spans_for
-from etl.state import Coverage, StateStore
-from etl.storage import Storage
+from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.state.store import Coverage, StateStore
+from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 1_762_000_000_000 - 1_762_000_000_000 % DAY_MS

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from etl.storage import KEEP, TMP_SUFFIX, Storage, storage_options
+from etl.storage.files import KEEP, TMP_SUFFIX, Storage, storage_options
 
 
 def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
@@ -63,10 +63,10 @@ def test_a_lease_lost_to_a_simultaneous_taker_is_refused_where_writes_are_not_co
     """memory:// has no compare-and-swap: after taking the lease, a run reads it back and steps aside
     when a rival's write landed last."""
     from etl.errors import LockedError
-    from etl.lock import LOCK_FILE
-    from etl.state import StateStore
+    from etl.state.lock import LOCK_FILE
+    from etl.state.store import StateStore
 
-    monkeypatch.setattr("etl.lock.LEASE_SETTLE", 0.01)
+    monkeypatch.setattr("etl.state.lock.LEASE_SETTLE", 0.01)
     store = StateStore(Storage("memory://lease-race/state"), lease_seconds=60)
     assert not store.storage.compare_and_swap
     real_update = Storage.update

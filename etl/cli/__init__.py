@@ -13,10 +13,10 @@ import traceback
 
 import click
 
-from etl import redact
 from etl.cli import analysts, explorer, runs
-from etl.emulator.cli import emulator
 from etl.errors import EtlError, ExitCode, Interrupted
+from etl.support import redact
+from etl_emulator.cli import emulator
 
 __all__ = ["cli", "main"]
 

@@ -31,7 +31,7 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     object and parameter names, and the dimension tables. Without SQL, list the views."""
     import duckdb
 
-    from etl.query import connect, views
+    from etl.dataset.query import connect, views
 
     con = connect(load_config(config_path, offline=True))
     if not sql:
@@ -63,9 +63,9 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
     """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
     the run's retries; no checkpoints."""
-    from etl.lookup import find_param
-    from etl.pull import pull as pull_series
-    from etl.pull import save
+    from etl.client.lookup import find_param
+    from etl.pipeline.pull import pull as pull_series
+    from etl.pipeline.pull import save
 
     if not output.endswith((".csv", ".parquet")):
         raise ConfigError(f"output {output}: name it .csv or .parquet")
@@ -90,7 +90,7 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png")
 def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
-    from etl.plot import plot as draw
+    from etl.dataset.plot import plot as draw
 
     points = draw(load_config(config_path, offline=True), param_id, kind, start, end, Path(output))
     click.echo(f"plotted {points:,} points to {output}")
@@ -114,8 +114,8 @@ def report(config_path: str, start: int | None, end: int | None, stale_after: in
            fail_under: float | None, top: int, output: str | None, as_json: bool) -> None:
     """Data quality of the raw series from the output's quality dataset: the least complete parameters
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
-    from etl.report import ReportOptions, build, label, percent, text
-    from etl.report_html import render
+    from etl.dataset.report import ReportOptions, build, label, percent, text
+    from etl.dataset.report_html import render
 
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
     result = build(load_config(config_path, offline=True), options)

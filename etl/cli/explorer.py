@@ -49,7 +49,7 @@ async def _params(c: MonitoringClient, object_id: int) -> list:
 
 
 async def _series(c: MonitoringClient, param_id: int, start: int, end: int, kind: str) -> list[dict]:
-    from etl.lookup import find_param
+    from etl.client.lookup import find_param
     from etl.model import Series
 
     param = await find_param(c, param_id)

@@ -81,9 +81,9 @@ def window_options(required: bool, what: str, end_note: str = "exclusive"):
 
 def open_client(config_path: str | None) -> MonitoringClient:
     """The client of a config's source, or of ETL_BASE_URL, ETL_USERNAME and ETL_PASSWORD."""
-    from etl.build import Build
     from etl.client import MonitoringClient
     from etl.config import load_config
+    from etl.pipeline.build import Build
 
     if config_path:
         return Build(load_config(config_path)).client()

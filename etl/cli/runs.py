@@ -8,12 +8,12 @@ from contextlib import suppress
 
 import click
 
-from etl import metrics
 from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
 from etl.errors import EtlError, ExitCode
 from etl.model import Shard
+from etl.pipeline import metrics
 
 
 def _event_loop():
@@ -44,8 +44,8 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
     """Fetch new data, write it, checkpoint it."""
     import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
 
-    from etl.allocator import release_freed_memory
-    from etl.pipeline import Runner, RunOptions
+    from etl.pipeline.runner import Runner, RunOptions
+    from etl.support.allocator import release_freed_memory
 
     release_freed_memory()
 
@@ -84,7 +84,7 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
 def plan_cmd(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
-    from etl.pipeline import Runner, RunOptions
+    from etl.pipeline.runner import Runner, RunOptions
 
     options = RunOptions(start, end, full_refresh, shard, dry_run=True)
     summary = asyncio.run(Runner(load_config(config_path), options).run())
@@ -96,7 +96,7 @@ def plan_cmd(config_path: str, start: int | None, end: int | None, full_refresh:
 def compact_cmd(config_path: str) -> None:
     """Merge the files of each partition into one (after sharded runs; lake tables: bin-pack small
     files in a new version); holds the state lock."""
-    from etl.compact import compact
+    from etl.pipeline.compact import compact
 
     config = load_config(config_path, offline=True)
     if config.sink.lake:
@@ -138,7 +138,7 @@ def state() -> None:
 
 
 def _store(config_path: str, shard: Shard | None):
-    from etl.build import Build
+    from etl.pipeline.build import Build
 
     return Build(load_config(config_path, offline=True), shard).state_store()
 

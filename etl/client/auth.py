@@ -17,12 +17,12 @@ from typing import Any, Literal
 
 import httpx
 
-from etl import redact
 from etl.client.classify import is_html, raise_for_status
 from etl.client.models import User
 from etl.client.retry import ClientStats
 from etl.client.series import decode_json
 from etl.errors import AuthError, ConfigError, SessionRejected
+from etl.support import redact
 
 SignIn = Literal["query", "form"]
 SESSION_COOKIES = ("SEMSESSIONID", "issToken")

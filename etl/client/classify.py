@@ -8,8 +8,8 @@ import time
 
 import httpx
 
-from etl import redact
 from etl.errors import InvalidResponse, NotFound, RequestRejected, ServerError
+from etl.support import redact
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 _HTML = re.compile(rb"\s*<")

@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from etl import redact
 from etl.errors import EtlError, RetriesExhausted
+from etl.support import redact
 
 T = TypeVar("T")
 

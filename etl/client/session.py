@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 
-from etl import redact
 from etl.client import classify
 from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
 from etl.client.models import User
@@ -26,6 +25,7 @@ from etl.client.pool import LeanTransport
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
 from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
+from etl.support import redact
 
 
 def _tls_failure(exc: BaseException) -> str | None:

@@ -1,6 +1,6 @@
 """Partitioned, atomic Parquet/CSV datasets."""
 
-from etl.sinks.dataset import SlabWriter
+from etl.sinks.files import SlabWriter
 from etl.sinks.formats import CsvFormat, FileFormat, ParquetFormat, file_format
 from etl.sinks.layout import FileKey, Layout
 

@@ -25,7 +25,7 @@ from etl.errors import DataError, StorageError
 from etl.model import Window
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
-from etl.storage import Storage
+from etl.storage.files import Storage
 
 log = logging.getLogger(__name__)
 

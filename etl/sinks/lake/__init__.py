@@ -8,7 +8,7 @@ from functools import cached_property
 from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable
-from etl.storage import Storage
+from etl.storage.files import Storage
 
 DIMENSIONS_FOLDER = "dimensions"
 

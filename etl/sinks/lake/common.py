@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from etl.model import Window
-from etl.state import segment, windows_of
+from etl.state.store import segment, windows_of
 
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
 TS_US = pa.timestamp("us", tz="UTC")

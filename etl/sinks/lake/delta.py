@@ -18,9 +18,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.errors import StorageError
-from etl.optional import require
 from etl.sinks.lake.common import Checkpoint, LakeTable, Replace
-from etl.storage import Storage
+from etl.storage.files import Storage
+from etl.support.optional import require
 
 
 def delta_options(storage: Storage) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Apache Iceberg tables through pyiceberg: `etl.raw`, `etl.average`, `etl.candles`, `etl.quality` and
+"""Apache Iceberg tables through pyiceberg: `etl.raw`, `etl.average`, `etl.candles`, `etl.quality.rows` and
 `etl.dimensions_{name}` in a catalog (by default SQLite at `{sink.path}/catalog.db`, warehouse
 `{sink.path}`), partitioned by day of the time key (plus identity `object_id` when asked).
 
@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.errors import StorageError
-from etl.optional import require
 from etl.sinks.lake.common import Checkpoint, LakeTable, Replace
-from etl.storage import Storage
+from etl.storage.files import Storage
+from etl.support.optional import require
 from etl.timeutil import DAY_MS
 
 NAMESPACE = "etl"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from etl.build import Build
 from etl.config import Config
 from etl.model import Series
+from etl.pipeline.build import Build
 from etl.sinks.lake.common import LakeTable
 
 

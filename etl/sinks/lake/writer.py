@@ -23,11 +23,11 @@ from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Window
 from etl.sinks.lake.common import LakeTable, Replace, with_date
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
-from etl.state import Coverage, StateStore
+from etl.state.store import Coverage, StateStore
 from etl.timeutil import DAY_MS
 
 if TYPE_CHECKING:
-    from etl.quality import QualityTracker
+    from etl.quality.rows import QualityTracker
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,74 @@
+"""A quick look at one parameter's series, read from a config's output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from etl.config import Config
+from etl.errors import DataError
+from etl.model import TS, Series
+from etl.pipeline.build import Build
+from etl.support.optional import require
+
+
+def load(config: Config, param_id: int, series: Series, start: int, end: int):
+    build = Build(config)
+    storage, layout = build.data, build.layout(series)
+    fmt = "parquet" if config.sink.format != "csv" else "csv"
+    if build.lake is not None:  # the table's current snapshot
+        table = build.lake.series(series)
+        if not table.exists():
+            raise DataError(f"no {series} table in the output")
+        dataset = table.dataset()
+    else:
+        dataset = ds.dataset(storage.full(series.value), schema=layout.schema if fmt == "parquet" else None,
+                             filesystem=None if storage.local else storage.fs, format=fmt, partitioning="hive",
+                             exclude_invalid_files=True)
+    ts = pc.field("ts").cast(TS) if fmt == "csv" else pc.field("ts")
+    mine = (pc.field("source") == config.source.name) | pc.field("source").is_null()
+    table = dataset.to_table(
+        filter=(pc.field("param_id") == param_id) & mine
+        & (ts >= pc.scalar(start).cast(TS)) & (ts < pc.scalar(end).cast(TS))
+    )
+    if table.num_rows == 0:
+        raise DataError(f"no {series} points of parameter {param_id} in the output for that window")
+    return table.sort_by("ts").to_pandas()
+
+
+def plot(config: Config, param_id: int, series: Series, start: int, end: int, out: Path) -> int:
+    matplotlib = require("matplotlib", "'etl plot'")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from etl.dataset.gaps import with_breaks
+    from etl.dataset.names import lookup
+
+    series = Series(series)
+    frame = load(config, param_id, series, start, end)
+    points = len(frame)
+    frame, gaps = with_breaks(frame)  # a spacing well above the period is a gap: the line breaks there
+    names = lookup(config, param_id)
+    fig, ax = plt.subplots(figsize=(11, 4))
+    for gap_start, gap_end in gaps[:500]:
+        ax.axvspan(gap_start, gap_end, color="0.85", alpha=0.5, linewidth=0)
+    if series is Series.CANDLES:
+        ax.fill_between(frame["ts"], frame["low"], frame["high"], alpha=0.3, label="low..high")
+        ax.plot(frame["ts"], frame["close"], linewidth=1, label="close")
+        ax.legend()
+    else:
+        ax.plot(frame["ts"], frame["value"], linewidth=0.8,
+                drawstyle="steps-post" if series is Series.RAW else "default")
+    title = f"{names.title()}: {series}"
+    ax.set_title(f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded", fontsize=10)
+    if names.unit:
+        ax.set_ylabel(names.unit)
+    ax.set_xlabel("UTC")
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110, metadata={"Title": title, "Description": f"{len(gaps)} gaps"})
+    plt.close(fig)
+    return points

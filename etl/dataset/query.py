@@ -1,0 +1,93 @@
+"""DuckDB over a config's output: series views, the quality view, dimension views, and views with names
+(and units) joined to ids."""
+
+from __future__ import annotations
+
+import duckdb
+
+from etl.config import Config
+from etl.model import QUALITY, Series
+from etl.pipeline.build import Build
+from etl.pipeline.dimensions import FOLDER
+from etl.quality.rows import create_quality_view
+
+_LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
+DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
+
+
+def connect(config: Config) -> duckdb.DuckDBPyConnection:
+    build = Build(config)
+    storage = build.data
+    con = duckdb.connect()
+    if build.lake is not None:
+        _lake_views(con, build.lake)
+        _named_views(con)
+        return con
+    prefix = storage.full("")
+    if not storage.local:
+        # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
+        con.register_filesystem(storage.fs)
+        prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
+    ext = build.fmt.extension
+    reader = "read_parquet" if ext == ".parquet" else "read_csv"
+    for series in Series:
+        layout = build.layout(series)
+        if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
+            # union_by_name: files of older versions have no source column
+            con.sql(f"create view {series} as select * from "
+                    f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)")
+    present = set(storage.listdir(FOLDER))
+    for name in DIMENSIONS:
+        if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
+            # one file per source (instance of the platform)
+            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)")
+    quality = build.quality_layout()
+    if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
+        create_quality_view(con, f"{reader}('{prefix}/{quality.glob}', hive_partitioning=1, union_by_name=1)")
+    _named_views(con)
+    return con
+
+
+def _lake_views(con: duckdb.DuckDBPyConnection, lake) -> None:
+    """Each table's current snapshot as an Arrow dataset DuckDB scans lazily (filters pushed down): a view
+    reads one committed version, never a partial commit."""
+    tables = {str(s): lake.series(s) for s in Series}
+    tables.update({QUALITY: lake.quality()})
+    tables.update({name: lake.dimension(name) for name in lake.dimension_names() if name in DIMENSIONS})
+    for name, table in tables.items():
+        if not table.exists():
+            continue
+        relation = f"{_LAKE}{name}"
+        con.register(relation, table.dataset())
+        if name == QUALITY:
+            create_quality_view(con, relation)
+        else:
+            con.sql(f"create view {name} as select * from {relation}")
+
+
+def _named_views(con: duckdb.DuckDBPyConnection) -> None:
+    if _has_view(con, "parameters") and _has_view(con, "objects"):
+        unit = "p.unit" if "unit" in _columns(con, "parameters") else "null::varchar"
+        for name in [*Series, QUALITY]:
+            if _has_view(con, name):
+                # files of older versions have no source: they belong to the only one there was
+                con.sql(
+                    f"create view {name}_named as select o.shortname as object_name, p.name as param_name, "
+                    f"{unit} as unit, s.* "
+                    f"from {name} s left join parameters p on p.id = s.param_id "
+                    f"and p.source = coalesce(s.source, p.source) "
+                    f"left join objects o on o.id = s.object_id and o.source = coalesce(s.source, o.source)"
+                )
+
+
+def _columns(con: duckdb.DuckDBPyConnection, view: str) -> list[str]:
+    return con.sql(f"select * from {view} limit 0").columns
+
+
+def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.sql(f"select 1 from duckdb_views() where view_name = '{name}'").fetchall())
+
+
+def views(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()
+            if not r[0].startswith(_LAKE)]

@@ -1,0 +1,1 @@
+"""A run's stages: build, discover, plan, fetch, clean, slab, execute, checkpoint, summarize."""

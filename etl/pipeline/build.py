@@ -1,0 +1,195 @@
+"""Everything a run needs, built from a validated config in one place: the client, the storages, the
+file layouts and slab writers, the checkpoint stores. The rest of the pipeline receives them.
+
+This is where the config meets the machine: the password file is read once, the TLS context is made,
+and the warnings about weak settings are given.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from functools import cached_property
+from urllib.parse import urlsplit
+
+import httpx
+from pydantic import SecretStr
+
+from etl.client import ClientStats, MonitoringClient, RetryPolicy
+from etl.config import Config
+from etl.errors import ConfigError
+from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
+from etl.pipeline.plan import Slab
+from etl.sinks.files import SlabWriter
+from etl.sinks.formats import FileFormat, file_format
+from etl.sinks.layout import Layout
+from etl.sinks.rewrite import Observer
+from etl.state.store import StateStore
+from etl.storage.files import Storage
+from etl.support import redact
+from etl.timeutil import now_ms
+
+log = logging.getLogger(__name__)
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+class Build:
+    """The objects of one (config, shard)."""
+
+    def __init__(self, config: Config, shard: Shard | None = None) -> None:
+        self.config = config
+        self.shard = shard
+        self.run_id = ""  # the run's id, set by its Runner: lake commits name the run that made them
+
+    # -- the platform ------------------------------------------------------------------------------
+
+    @cached_property
+    def password(self) -> str:
+        source = self.config.source
+        if source.password_file is None:
+            return source.password.get_secret_value() if source.password else ""
+        try:
+            secret = source.password_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"config error: source.password_file: cannot read {source.password_file}: "
+                              f"{exc.strerror}") from None
+        redact.register(secret)
+        return secret
+
+    @cached_property
+    def tls(self) -> bool | ssl.SSLContext:
+        """What httpx verifies the server against: the system CAs, the ca_bundle, or (warned) nothing."""
+        source = self.config.source
+        if source.base_url.startswith("http://") and (urlsplit(source.base_url).hostname or "") not in LOCAL_HOSTS:
+            log.warning("source.base_url is plain http: the password and session cookies cross the network "
+                        "unencrypted; use https")
+        if not source.verify_tls:
+            log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
+            return False
+        if source.ca_bundle is None:
+            return True
+        try:
+            return ssl.create_default_context(cafile=str(source.ca_bundle))
+        except FileNotFoundError:
+            raise ConfigError(f"config error: source.ca_bundle: {source.ca_bundle}: no such file") from None
+        except (OSError, ssl.SSLError) as exc:
+            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"config error: source.ca_bundle: cannot load CA certificates from "
+                              f"{source.ca_bundle}: {reason}") from None
+
+    def client(self, stats: ClientStats | None = None) -> MonitoringClient:
+        source = self.config.source
+        return MonitoringClient(
+            source.base_url, source.username, self.password,
+            sign_in=source.sign_in,
+            timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
+            retry=RetryPolicy(**self.config.retry.model_dump()),
+            max_in_flight=self.config.extract.concurrency,
+            verify=self.tls,
+            stats=stats,
+        )
+
+    # -- the output ----------------------------------------------------------------------------------
+
+    @cached_property
+    def data(self) -> Storage:
+        return Storage(self.config.sink.path, self.config.sink.storage_options)
+
+    @cached_property
+    def fmt(self) -> FileFormat:
+        """The file format; lake tables hold Parquet files (their layouts name nothing else)."""
+        sink = self.config.sink
+        return file_format("parquet" if sink.lake else sink.format, sink.compression)
+
+    @cached_property
+    def lake(self):
+        """The lake tables (sink.format delta / iceberg), or None for Parquet/CSV datasets."""
+        if not self.config.sink.lake:
+            return None
+        from etl.sinks.lake import Lake
+
+        return Lake(self.config.sink, self.data)
+
+    @property
+    def app(self) -> str:
+        from etl.sinks.lake import app_id
+
+        return app_id(self.config.source.name, self.shard)
+
+    def layout(self, series: Series) -> Layout:
+        sink = self.config.sink
+        return Layout(series, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets)
+
+    def quality_layout(self) -> Layout:
+        """The quality dataset (etl/quality.py): laid out like the raw series, a row per parameter and day."""
+        sink = self.config.sink
+        return Layout(Series.RAW, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard,
+                      sink.buckets, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY)
+
+    def slab_writer(self, slab: Slab, observer: Observer | None = None) -> SlabWriter:
+        if self.lake is not None:
+            return self._lake_writer(slab)
+        if slab.series is Series.RAW and observer is None:
+            # The raw files' observer computes each parameter-day's quality row from the rows it writes;
+            # the writer writes those rows once its own files are in, before the slab is checkpointed.
+            from etl.quality.rows import QualitySlabWriter
+
+            return QualitySlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket,
+                                     self.quality_layout(), self._tracker(slab))
+        return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket, observer)
+
+    def _tracker(self, slab: Slab):
+        from etl.quality.rows import QualityTracker
+
+        window = self.config.window
+        return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms())))
+
+    def _lake_writer(self, slab: Slab):
+        from etl.sinks.lake.writer import LakeSlabWriter
+
+        quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
+        return LakeSlabWriter(self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality)
+
+    def write_dimensions(self, tables: dict) -> list[str]:
+        """The reference tables' snapshots: files, or lake tables."""
+        from etl.pipeline import dimensions
+
+        if self.lake is not None:
+            from etl.sinks.lake.writer import write_dimensions
+
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+        return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    def _state_storage(self, shard: Shard | None) -> Storage:
+        path = self.config.state_path
+        return Storage(f"{path}/{shard.folder}" if shard else path, self.config.sink.storage_options)
+
+    def state_store(self) -> StateStore:
+        return StateStore(self._state_storage(self.shard), self.config.state.lease / 1000)
+
+    def state_stores(self) -> list[StateStore]:
+        """This source's unsharded store and every shard's that exists."""
+        names = self._state_storage(None).listdir("")
+        shards = [shard for name in names if (shard := Shard.from_folder(name))]
+        return [StateStore(self._state_storage(s), self.config.state.lease / 1000) for s in [None, *shards]]
+
+    # -- other processes ------------------------------------------------------------------------------
+
+    def remote_config(self) -> Config:
+        """The config a slab runs with on another machine: nothing of this one needed. An absolute local
+        output path, the password itself rather than its file, the resolved storage options (endpoint
+        included), the CA bundle by absolute path (workers need it at that path); credentials of the
+        store stay theirs (environment, profile, role)."""
+        config = self.config
+        sink = config.sink.model_copy(update={
+            "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
+            "storage_options": self.data.options,
+        })
+        source = config.source.model_copy(update={
+            "password": SecretStr(self.password), "password_file": None,
+            "ca_bundle": config.source.ca_bundle.resolve() if config.source.ca_bundle else None,
+        })
+        return config.model_copy(update={"sink": sink, "source": source})

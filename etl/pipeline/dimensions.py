@@ -1,0 +1,158 @@
+"""Snapshots of the reference data analysts join to series: objects, devices, parameters, lookups.
+
+Each table is a folder with one file per source (instance of the platform), a `source` column in it:
+`dimensions/{table}/{source}.{ext}`, replaced whole by each run. Records become Arrow pages spooled to
+local files (`Rows`), so a wide fleet's records never pile up in memory; each file is then written page
+by page. Columns are snake_case and typed (lists of strings, nested records as structs; etl/records.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from etl.client import MonitoringClient
+from etl.errors import StorageError
+from etl.pipeline import records
+from etl.sinks import FileFormat
+from etl.storage.files import Storage
+
+FOLDER = "dimensions"
+PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
+ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
+AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
+
+
+class Rows:
+    """Records collected as Arrow pages spooled to local files, a page at a time, so a wide fleet's
+    records are never all held; `write` streams them into one file with one schema."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._folder: str | None = None
+        self._pages: list[tuple[str, pa.Schema]] = []
+        self._pending: list[dict[str, Any]] = []
+        self.count = 0
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        taken = 0
+        while taken < len(records):  # pages of exactly PAGE records, however the lists come
+            room = PAGE - len(self._pending)
+            self._pending.extend(records[taken:taken + room])
+            taken += room
+            if len(self._pending) >= PAGE:
+                self._flush()
+        self.count += len(records)
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        table = records.records_table(self._pending)
+        self._pending = []
+        try:
+            self._folder = self._folder or tempfile.mkdtemp(prefix="etl-rows-")
+            path = os.path.join(self._folder, f"{len(self._pages)}.arrow")
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise StorageError(f"cannot write {FOLDER}/{self.name} (its local spool): {reason}") from None
+        self._pages.append((path, table.schema))
+
+    def schema(self) -> pa.Schema:
+        """Every column of every page; where pages disagree on a type, one that holds both (etl/records.py:
+        records take every field of each), else JSON text."""
+        types: dict[str, set[pa.DataType]] = {}
+        for _, schema in self._pages:
+            for field in schema:
+                types.setdefault(field.name, set()).add(field.type)
+        return pa.schema([pa.field(name, records.unify(name, found)) for name, found in types.items()])
+
+    def pages(self, schema: pa.Schema, source: str) -> Iterator[pa.Table]:
+        for path, _ in self._pages:
+            with pa.memory_map(path) as mapped:
+                table = pa.ipc.open_file(mapped).read_all()
+            columns = [records.conform(table.column(field.name), field.type) if field.name in table.column_names
+                       else pa.nulls(table.num_rows, field.type) for field in schema]
+            page = pa.Table.from_arrays(columns, schema=schema)
+            yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
+
+    def reader(self, source: str) -> pa.RecordBatchReader:
+        """Every page as one stream of batches, `source` first (a lake table's snapshot); close() after."""
+        self._flush()
+        schema = self.schema()
+        full = pa.schema([pa.field("source", pa.string()), *schema])
+        return pa.RecordBatchReader.from_batches(
+            full, (batch for page in self.pages(schema, source) for batch in page.to_batches()))
+
+    def write(self, storage: Storage, fmt: FileFormat, rel: str, source: str) -> None:
+        """One file of every page, swapped in whole."""
+        self._flush()
+        output = storage.new_output(rel)
+        try:
+            schema = self.schema()
+            flat = fmt.extension == ".csv"  # CSV holds no lists or records: JSON text there
+            if flat:
+                schema = pa.schema([pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema])
+            with storage.errors("write", rel):
+                # Row groups of about ROW_GROUP records: a wide fleet's table is not gathered into 8 MB
+                # ones while slabs run beside it.
+                writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]), group_bytes=1)
+                group: list[pa.Table] = []
+                for page in self.pages(schema, source):
+                    group.append(page)
+                    if sum(p.num_rows for p in group) >= ROW_GROUP:
+                        writer.write(pa.concat_tables(group))
+                        group.clear()
+                if group:
+                    writer.write(pa.concat_tables(group))
+                writer.close()
+            storage.publish(rel, output)
+        except BaseException:
+            storage.discard(output)
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._folder:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder, self._pages = None, []
+
+
+async def collect(client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> dict[str, Rows]:
+    """Every dimension table: objects and parameters as discovery listed them, the rest fetched here."""
+    units, commands, devices = Rows("units"), Rows("commands"), set()
+    for start in range(0, len(object_ids), AT_ONCE):
+        chunk = object_ids[start:start + AT_ONCE]
+        for object_id, found in zip(chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True):
+            units.add([{"object_id": object_id, **u} for u in found])
+            devices.update(int(u["deviceconnect"]["device"]["id"]) for u in found
+                           if isinstance(u.get("deviceconnect"), dict) and isinstance(u["deviceconnect"].get("device"), dict))
+    device_ids = sorted(devices)
+    for start in range(0, len(device_ids), AT_ONCE):
+        chunk = device_ids[start:start + AT_ONCE]
+        for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
+            commands.add([c.raw() for c in batch])
+    lookups = dict(zip(("zones", "classifiers", "room_types", "rooms"), await asyncio.gather(
+        client.zones(), client.classifiers(), client.room_types(), client.rooms()), strict=True))
+    tables = {"objects": objects, "units": units, "parameters": parameters, "commands": commands}
+    for name, found in lookups.items():
+        tables[name] = Rows(name)
+        tables[name].add(found)
+    return tables
+
+
+def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows], source: str) -> list[str]:
+    written = []
+    for name, rows in tables.items():
+        rel = f"{FOLDER}/{name}/{source}{fmt.extension}"
+        rows.write(storage, fmt, rel, source)
+        written.append(rel)
+    return written

@@ -1,0 +1,180 @@
+"""Discover what to export: the objects visible to the login, then their selected parameters.
+
+Parameters are listed with the document's paged search (`/search/params`, many `oid`s a request, about
+`2 + objects / OIDS_PER_SEARCH` requests for a fleet) when it can be trusted: its records must name
+their object and kind, and for a sample object it must list exactly what the per-object physical and
+calculated lists do. Otherwise, two lists per object (what the document guarantees).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from array import array
+from dataclasses import dataclass
+
+import numpy as np
+
+from etl.client import MonitoringClient
+from etl.client.models import Parameter
+from etl.config import SelectConfig
+from etl.errors import ConfigError
+from etl.model import PARAM_KINDS, ParamKind, Params
+from etl.pipeline.dimensions import Rows
+
+log = logging.getLogger(__name__)
+
+OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
+SEARCH_PAGE = 1000
+SEARCHES_AT_ONCE = 4
+
+
+@dataclass
+class Discovery:
+    """What a run exports, compactly: the metadata of objects and parameters is kept as Arrow rows (for
+    the dimension tables), not as one Python object per record."""
+
+    object_ids: list[int]
+    objects: Rows
+    parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
+    params: Params
+
+
+def _kind_of(record: dict) -> str | None:
+    kind = str(record.get("type", "")).lower()
+    return None if not kind else "calculated" if kind == "calculated" else "physical"
+
+
+class _Selection:
+    """The parameters the config selects, taken a page at a time: compact columns for the plan, Arrow
+    rows for the dimension table, nothing per record kept as a Python object."""
+
+    def __init__(self, wanted) -> None:
+        self.kinds = {ParamKind(k).value for k in wanted.kinds}
+        self.ids = None if wanted.ids is None else set(wanted.ids)
+        self.exclude = set(wanted.exclude_ids)
+        self.tags = None if wanted.tags is None else set(wanted.tags)
+        self.found = (array("q"), array("q"), array("b"))  # id, object_id, kind (position in PARAM_KINDS)
+        self.seen = _Seen()
+        self.rows = Rows("parameters")
+
+    def take(self, page: list[Parameter]) -> None:
+        page = [p for p in page if p.kind in self.kinds and p.id not in self.exclude
+                and (self.ids is None or p.id in self.ids)
+                and (self.tags is None or self.tags & set(p.meta.get("tags") or []))]
+        fresh = self.seen.new(np.fromiter((p.id for p in page), np.int64, len(page)))
+        page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
+        ids, objects, kinds = self.found
+        ids.extend(p.id for p in page)
+        objects.extend(int(p.object_id) for p in page)
+        kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
+        self.rows.add([p.raw() for p in page])
+
+    def params(self) -> Params:
+        ids, objects, kinds = (np.array(column) for column in self.found)  # int64, int64, int8
+        order = np.argsort(ids, kind="stable")
+        return Params(ids[order], objects[order], kinds[order])
+
+
+class _Seen:
+    """Parameter ids taken so far, as a sorted array and a short array of the latest: a membership test
+    per page without a Python int kept per parameter."""
+
+    LATEST = 4096
+
+    def __init__(self) -> None:
+        self.sorted = np.empty(0, np.int64)
+        self.latest = np.empty(0, np.int64)
+
+    def new(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` were not seen before (nor earlier in `ids`); they are seen now."""
+        fresh = np.zeros(len(ids), bool)
+        fresh[np.unique(ids, return_index=True)[1]] = True
+        for known in (self.sorted, self.latest):
+            if len(known) and len(ids):
+                at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+                fresh &= known[at] != ids
+        self.latest = np.union1d(self.latest, ids[fresh])
+        if len(self.latest) > self.LATEST:
+            self.sorted, self.latest = np.union1d(self.sorted, self.latest), np.empty(0, np.int64)
+        return fresh
+
+
+async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
+    """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
+    `limit` silently): the listing ends at an empty page."""
+    async def chunk(ids: list[int]) -> None:
+        offset = 0
+        while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
+            offset += len(page)
+            selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
+
+    chunks = [object_ids[i:i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
+    for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
+        await asyncio.gather(*(chunk(c) for c in chunks[first:first + SEARCHES_AT_ONCE]))
+
+
+async def _per_object(client: MonitoringClient, object_ids: list[int], kinds: set[str],
+                      selection: _Selection | None = None) -> list[Parameter]:
+    lists = []
+    if {"physical", "signal"} & kinds:
+        lists.append(client.physical_params)
+    if "calculated" in kinds:
+        lists.append(client.calculated_params)
+    listed: list[Parameter] = []
+
+    async def one(object_id: int, fetch) -> None:
+        page = await fetch(object_id)
+        selection.take(page) if selection is not None else listed.extend(page)
+
+    await asyncio.gather(*(one(o, fetch) for o in object_ids for fetch in lists))
+    return listed
+
+
+async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
+    """Does the search list a sample object's parameters exactly as its lists do, naming object and kind?"""
+    try:
+        searched = await client.search_params([sample], limit=SEARCH_PAGE, offset=0)
+    except Exception as exc:  # noqa: BLE001 - any refusal means: use the lists
+        log.info("parameter search unavailable (%s): listing parameters object by object", exc)
+        return False
+    listed = await _per_object(client, [sample], {"physical", "calculated"})
+    usable = all(isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) for r in searched)
+    same = usable and {(int(r["id"]), _kind_of(r)) for r in searched} == {(p.id, p.source) for p in listed}
+    if not same:
+        log.info("parameter search answers differ from the parameter lists: listing object by object")
+    return same
+
+
+async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
+    records, selection = Rows("objects"), _Selection(select.parameters)
+    try:
+        object_ids = await _objects(client, select, records)
+        if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
+            await _search(client, object_ids, selection)
+        else:
+            await _per_object(client, object_ids, selection.kinds, selection)
+    except BaseException:
+        records.close()  # their spooled pages
+        selection.rows.close()
+        raise
+    return Discovery(object_ids, records, selection.rows, selection.params())
+
+
+async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:
+    """The selected objects' ids, sorted; their records go to `records` a page at a time."""
+    wanted = None if select.objects == "all" else set(select.objects)
+    # An array, not a list: an int kept from each page would pin the allocator's arenas that held the
+    # page's records, and the listing's whole peak would stay for the run.
+    object_ids = array("q")
+    async for page in client.object_pages(states=select.object_states):
+        page = [o for o in page if wanted is None or o.id in wanted]
+        object_ids.extend(o.id for o in page)
+        records.add([o.raw() for o in page])
+    missing = sorted((wanted or set()) - set(object_ids))
+    if missing:
+        raise ConfigError(
+            f"config error: select.objects: object(s) {', '.join(map(str, missing))} not visible to "
+            f"login {client.session.username!r}" + (" in the selected states" if select.object_states else "")
+        )
+    return sorted(object_ids)

@@ -1,0 +1,42 @@
+"""A one-off export of one parameter, without a config or checkpoints; chunked and retried like a run."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from etl.client import MonitoringClient
+from etl.errors import ConfigError
+from etl.model import Param, Series, Window, cut
+from etl.pipeline.clean import clean, to_table
+from etl.pipeline.fetch import fetch_window
+from etl.sinks import CsvFormat
+from etl.timeutil import DAY_MS
+
+
+async def pull(
+    client: MonitoringClient, param: Param, series: Series, start: int, end: int, max_points: int = 10_000
+) -> tuple[pa.Table, Counter]:
+    counters: Counter = Counter()
+    step = DAY_MS if series is Series.RAW else 30 * DAY_MS
+    windows = [Window(param.id, param.object_id, param.kind, series, s, e) for s, e in cut(start, end, step)]
+
+    async def one(window: Window):
+        return clean(window, await fetch_window(client, window, max_points, counters), counters)
+
+    pieces = await asyncio.gather(*(one(w) for w in windows))
+    # The series endpoints do not say which object or instance a parameter belongs to: no such columns.
+    return to_table(series, list(pieces), "").drop_columns(["source", "object_id"]), counters
+
+
+def save(table: pa.Table, path: Path) -> None:
+    if path.suffix == ".parquet":
+        pq.write_table(table, path, compression="zstd")
+    elif path.suffix == ".csv":
+        path.write_bytes(CsvFormat().encode(table))
+    else:
+        raise ConfigError(f"output {path}: name it .csv or .parquet")

@@ -1,0 +1,333 @@
+"""A run: discover, plan, run slabs on an executor, checkpoint each slab once its files are durable.
+
+The coordinator (this module) signs in, lists parameters, plans slabs against the checkpoints and writes
+the dimension tables; an executor (etl/executors.py) runs the slabs, here or on a Dask cluster, each
+through etl/slab.py's process_slab; the coordinator commits a slab's windows to the checkpoints only
+after its result says the files are swapped in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import orjson
+
+from etl.client import ClientStats, MonitoringClient
+from etl.config import Config
+from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
+from etl.model import Shard
+from etl.pipeline import dimensions
+from etl.pipeline.build import Build
+from etl.pipeline.dimensions import Rows
+from etl.pipeline.discover import discover
+from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
+from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.pipeline.progress import Progress
+from etl.pipeline.slab import SlabJob, SlabResult
+from etl.state.store import Coverage, intervals_of
+from etl.support import allocator, redact
+from etl.timeutil import iso, now_ms
+
+__all__ = ["RunOptions", "RunSummary", "Runner", "run"]
+
+MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
+
+log = logging.getLogger("etl")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    start: int | None = None  # backfill bounds; default: the config's window
+    end: int | None = None
+    full_refresh: bool = False
+    shard: Shard | None = None
+    progress: bool | None = None  # None: a bar when stderr is a terminal
+    dry_run: bool = False  # plan only
+    executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
+    scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
+
+
+@dataclass
+class SeriesTotals:
+    slabs: int = 0
+    windows: int = 0
+    points: int = 0
+    files: set[str] = field(default_factory=set)
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    output: str
+    started: float = field(default_factory=time.time)
+    seconds: float = 0.0
+    status: str = "ok"
+    error: str | None = None
+    objects: int = 0
+    parameters: int = 0
+    window: tuple[int, int] | None = None
+    planned: dict = field(default_factory=dict)
+    series: dict[str, SeriesTotals] = field(default_factory=lambda: defaultdict(SeriesTotals))
+    warnings: Counter = field(default_factory=Counter)
+    failed_windows: list[str] = field(default_factory=list)
+    client: ClientStats = field(default_factory=ClientStats)
+    temp_files_removed: int = 0
+    executor: str = "local"
+    shard: Shard | None = None
+    quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lowest_completeness: float | None = None  # among them
+
+    def add_quality(self, rows: int, lowest: float | None) -> None:
+        self.quality_rows += rows
+        if lowest is not None:
+            self.lowest_completeness = lowest if self.lowest_completeness is None \
+                else min(self.lowest_completeness, lowest)
+
+    def as_dict(self) -> dict:
+        counters = dict(self.warnings)
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "error": self.error,
+            "started": datetime.fromtimestamp(self.started, tz=UTC).isoformat(timespec="seconds"),
+            "seconds": round(self.seconds, 3),
+            "window": {"start": iso(self.window[0]), "end": iso(self.window[1])} if self.window else None,
+            "output": self.output,
+            "objects": self.objects,
+            "parameters": self.parameters,
+            "planned": self.planned,
+            "series": {
+                str(name): {"slabs": t.slabs, "windows": t.windows, "points": t.points, "files": len(t.files)}
+                for name, t in sorted(self.series.items())
+            },
+            "points": sum(t.points for t in self.series.values()),
+            **self.client.as_dict(),
+            "splits": counters.pop("splits", 0),
+            "continuations": counters.pop("continuations", 0),
+            "warnings": {k: v for k, v in sorted(counters.items()) if k != "requests"},
+            "failed_windows": self.failed_windows[:50],
+            "failed_window_count": len(self.failed_windows),
+            "temp_files_removed": self.temp_files_removed,
+            "executor": self.executor,
+            "shard": str(self.shard) if self.shard else None,
+            "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+        }
+
+
+class Runner:
+    def __init__(self, config: Config, options: RunOptions) -> None:
+        self.config = config
+        self.options = options
+        self.build = Build(config, options.shard)
+        self.data = self.build.data
+        self.store = self.build.state_store()
+        run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.build.run_id = run_id
+        self.stop = asyncio.Event()
+        self.fatal: BaseException | None = None
+        self.interrupted = False
+        self.committed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # coverage rows of committed slabs
+        self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
+
+    def _window(self) -> tuple[int, int]:
+        window = self.config.window
+        start = self.options.start if self.options.start is not None else window.start_ms
+        end = self.options.end if self.options.end is not None else window.end_ms(now_ms())
+        if start >= end:
+            raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
+        return start, end
+
+    def _scheduler(self) -> str | None:
+        """The Dask scheduler to use, or None to run here."""
+        kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
+        if kind == "local":
+            return None
+        if self.config.sink.lake:
+            raise ConfigError(f"sink.format {self.config.sink.format} runs slabs with the local executor only "
+                              "(each table commit carries a version counted in this process)")
+        address = self.options.scheduler or self.config.executor.address
+        if not address:
+            raise ConfigError("the dask executor needs --scheduler ADDRESS (or executor.address in the config)")
+        return address
+
+    async def run(self) -> RunSummary:
+        started = time.monotonic()
+        try:
+            self.scheduler = self._scheduler()
+            if not self.options.dry_run:
+                self.data.check_writable()
+                with self.store.lock():
+                    await self._run_locked()
+            else:
+                await self._run_locked()
+        except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
+            stopped = isinstance(exc, Interrupted | KeyboardInterrupt | asyncio.CancelledError)
+            self.summary.status = "interrupted" if stopped else "failed"
+            self.summary.error = redact.redact(str(exc) if isinstance(exc, EtlError) else
+                                               f"{type(exc).__name__}: {exc}".removesuffix(": "))
+            raise
+        finally:
+            self.summary.seconds = time.monotonic() - started
+            if not self.options.dry_run and self.summary.window is not None:
+                self._save_summary()
+        return self.summary
+
+    def _save_summary(self) -> None:
+        try:
+            body = orjson.dumps(self.summary.as_dict(), option=orjson.OPT_INDENT_2)
+            self.data.write_atomic(f"_runs/{self.summary.run_id}.json", body)
+        except EtlError as exc:
+            log.warning("could not write the run summary: %s", exc)
+
+    async def _run_locked(self) -> None:
+        summary = self.summary
+        start, end = self._window()  # a window with nothing in it is refused before any I/O
+        if not self.options.dry_run:
+            summary.temp_files_removed = self.data.remove_temp_files()
+        coverage = self.store.load()
+        if self.build.lake is not None and not self.options.dry_run:
+            from etl.sinks.lake.writer import recover
+
+            tables = [self.build.lake.series(s) for s in self.config.series]
+            await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
+        summary.window = (start, end)
+        async with self.build.client(summary.client) as client:
+            await client.sign_in()
+            found = await discover(client, self.config.select)
+            allocator.trim()
+            # A shard fetches its own parameters; its dimension tables still name every parameter.
+            shard = self.options.shard
+            mine = found.params.of_shard(shard)
+            summary.objects, summary.parameters = len(found.object_ids), len(mine)
+            extract = self.config.extract
+            plan = Plan(Fleet(mine, self.config.sink.buckets), coverage,
+                        PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
+                        self.config.series, spans_for(extract.raw_window, extract.aggregate_window),
+                        by_object="object_id" in self.config.sink.partition_by)
+            summary.planned = plan.summary()
+            if self.options.dry_run:
+                return
+            # Reference tables are fetched and written beside the series: the first windows need not wait.
+            snapshot = asyncio.ensure_future(
+                self._dimensions(client, found.object_ids, found.objects, found.parameters)) \
+                if self.config.dimensions else None
+            del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
+            try:
+                async with self._executor(client, self.scheduler) as executor:
+                    summary.executor = executor.name
+                    await self._execute(executor, plan, coverage)
+            except BaseException:
+                if snapshot is not None:
+                    snapshot.cancel()
+                raise
+            if snapshot is not None:
+                await snapshot
+        if summary.series:
+            await asyncio.to_thread(self._compact, coverage)
+        if self.fatal is not None:
+            raise self.fatal
+        if self.interrupted:
+            raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
+        if summary.failed_windows:
+            raise DataError(
+                f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
+                "the rest is written and checkpointed; the next run retries them"
+            )
+
+    @asynccontextmanager
+    async def _executor(self, client: MonitoringClient, scheduler: str | None):
+        if scheduler is None:
+            yield local_executor(client, self.build, self.stop)
+        else:
+            async with dask_executor(scheduler) as executor:
+                yield executor
+
+    async def _dimensions(self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> None:
+        tables = await dimensions.collect(client, object_ids, objects, parameters)
+        await asyncio.to_thread(self.build.write_dimensions, tables)
+
+    def _merge_committed(self, coverage: Coverage) -> None:
+        if self.committed:
+            coverage.add_arrays(*(np.concatenate(column) for column in zip(*self.committed, strict=True)))
+            self.committed = []
+
+    def _compact(self, coverage: Coverage) -> None:
+        """The run's last windows merged into the coverage, then folded into a new base."""
+        self._merge_committed(coverage)
+        self.store.compact(coverage)
+
+    def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
+        config = self.build.remote_config() if executor.remote else self.config
+        for slab in plan.slabs():
+            yield SlabJob(config, slab, self.options.shard)
+
+    async def _execute(self, executor: Executor, plan: Plan, coverage: Coverage) -> None:
+        progress = Progress(plan.windows, self.options.progress)
+        commit_lock = asyncio.Lock()
+        loop = asyncio.get_running_loop()
+        # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
+        signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+
+        def on_signal(signum: int) -> None:
+            if not self.interrupted:
+                log.warning("%s received: stopping after the windows in flight", signal.Signals(signum).name)
+            self.interrupted = True
+            self.stop.set()
+
+        def fail(_job: SlabJob, exc: BaseException) -> None:
+            self.fatal = self.fatal or exc
+            self.stop.set()
+
+        async def commit(job: SlabJob, result: SlabResult) -> None:
+            for failure in result.failures:
+                self.summary.failed_windows.append(failure.describe())
+                if failure.fatal and self.fatal is None:
+                    self.fatal = failure.error or error_from(failure.message, failure.exit_code)
+                    self.stop.set()
+            # Checkpoint what was written even if some windows failed: failed ones stay open.
+            if result.done:
+                async with commit_lock:
+                    await asyncio.to_thread(self.store.commit, result.done, result.lake)
+                    # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
+                    # copies the whole coverage while other slabs hold their data.
+                    self.committed.append(intervals_of(result.done))
+                    if sum(len(rows[0]) for rows in self.committed) >= MERGE_AFTER:
+                        await asyncio.to_thread(self._merge_committed, coverage)
+                allocator.trim()  # a slab's freed buffers go back to the OS, not to the next one's peak
+                totals = self.summary.series[result.series]
+                totals.slabs += 1
+                totals.windows += len(result.done)
+                totals.points += result.points
+                totals.files.update(result.files)
+                self.summary.add_quality(result.quality_rows, result.lowest_completeness)
+            self.summary.warnings.update(result.counters)
+            if result.client is not None:
+                self.summary.client.add(result.client)
+            progress.advance(result.windows, result.points)
+
+        previous = {signum: signal.getsignal(signum) for signum in signals}
+        for signum in previous:
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            await execute(executor, self._jobs(executor, plan), commit, fail, self.stop)
+        finally:
+            progress.close()
+            for signum, handler in previous.items():
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
+
+
+def run(config: Config, options: RunOptions | None = None) -> RunSummary:
+    return asyncio.run(Runner(config, options or RunOptions()).run())

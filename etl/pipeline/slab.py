@@ -1,0 +1,219 @@
+"""One slab, from requests to durable files: the unit every executor runs.
+
+A slab's windows are fetched in write order with at most `2 x extract.batch_windows` windows fetched
+ahead of the writer, and handed to it a batch (whole parameters, about `batch_windows` windows) at a
+time, so a slab holds a bounded amount of data however wide the fleet. Requests keep flowing across
+batch boundaries; writing runs in a thread beside the fetching.
+
+A window that fails stays out of the files and the checkpoints; a fatal failure (or a stop) ends the
+slab early, writing what was fetched before it. No checkpoint is committed here: the coordinator does,
+once the result says the files are swapped in. Besides the client, a job and its result are plain
+picklable data, so `run_slab` can run it on a Dask worker with a client of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from etl.client import ClientStats, MonitoringClient
+from etl.config import Config
+from etl.errors import ExitCode
+from etl.model import Series, Shard, Window, Windows, batches
+from etl.pipeline.clean import WindowData, clean, to_table
+from etl.pipeline.fetch import fetch_window
+from etl.pipeline.plan import Slab
+from etl.sinks.files import SlabWriter
+from etl.support import allocator
+from etl.timeutil import iso
+
+
+@dataclass(frozen=True)
+class SlabJob:
+    config: Config
+    slab: Slab
+    shard: Shard | None = None
+
+    def __repr__(self) -> str:  # Dask prints task arguments when a task fails: no config in there
+        slab = self.slab
+        return f"SlabJob({slab.series} from {iso(slab.start)}, bucket {slab.bucket}, {len(slab.windows)} windows)"
+
+
+@dataclass(frozen=True)
+class WindowFailure:
+    window: Window
+    message: str
+    exit_code: int
+    fatal: bool
+    error: BaseException | None = field(default=None, compare=False)  # the original, in-process only
+
+    def describe(self) -> str:
+        return f"{self.window.describe()}: {self.message}"
+
+
+@dataclass
+class SlabResult:
+    series: Series
+    done: Windows | None = None  # fetched and in the files now
+    failures: list[WindowFailure] = field(default_factory=list)
+    windows: int = 0  # planned
+    points: int = 0
+    files: list[str] = field(default_factory=list)
+    counters: Counter = field(default_factory=Counter)
+    client: ClientStats | None = None  # the counts of a task's own client (run_slab)
+    quality_rows: int = 0  # rows written to the quality dataset (raw slabs: etl/quality.py)
+    lowest_completeness: float | None = None
+    lake: tuple[str, int] | None = None  # lake formats: (table, version) of the commit holding the slab
+
+    def detached(self) -> SlabResult:
+        """Without exception objects: many cannot be unpickled in another process."""
+        return dataclasses.replace(self, failures=[dataclasses.replace(f, error=None) for f in self.failures])
+
+
+class _Fetcher:
+    """Fetches a slab's windows in order, at most `ahead` of them before the writer takes them."""
+
+    def __init__(self, client: MonitoringClient, windows: Windows, max_points: int, ahead: int,
+                 counters: Counter) -> None:
+        self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
+        self.room = asyncio.Semaphore(ahead)
+        self.stopped = False
+        self.tasks: list[asyncio.Task | None] = []
+        self.launched = asyncio.Event()  # set whenever a task is added, and at the end
+        self.done_launching = False
+
+    def halt(self) -> None:
+        """Launch nothing more (what is in flight finishes)."""
+        self.stopped = True
+        self.launched.set()
+
+    async def _one(self, window: Window) -> WindowData:
+        return clean(window, await fetch_window(self.client, window, self.max_points, self.counters), self.counters)
+
+    async def launch(self) -> None:
+        try:
+            for window in self.windows:
+                await self.room.acquire()
+                if self.stopped:
+                    break
+                self.tasks.append(asyncio.ensure_future(self._one(window)))
+                self.launched.set()
+        finally:
+            self.done_launching = True
+            self.launched.set()
+
+    async def task(self, index: int) -> asyncio.Task | None:
+        """The index-th window's task, once launched; None if it never will be."""
+        while index >= len(self.tasks):
+            if self.done_launching or self.stopped:
+                return None
+            self.launched.clear()
+            await self.launched.wait()
+        return self.tasks[index]
+
+    def release(self, count: int) -> None:
+        for _ in range(count):
+            self.room.release()
+
+
+async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWriter,
+                       stop: asyncio.Event | None = None) -> SlabResult:
+    """Fetch the slab's windows and write those that succeed; failed ones stay open."""
+    slab, extract = job.slab, job.config.extract
+    result = SlabResult(slab.series, windows=len(slab.windows))
+    groups = batches(slab.windows.param_id, extract.batch_windows)
+    # Room for the batch being written and the next: never less than two of the longest batch.
+    ahead = 2 * max([extract.batch_windows, *(hi - lo for lo, hi in groups)])
+    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counters)
+    watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
+    launcher = asyncio.ensure_future(fetcher.launch())
+    source, by_object = job.config.source.name, writer.layout.by_object
+    done = np.zeros(len(slab.windows), bool)  # by position in slab.windows (not a list of ints, which
+    # would leave a slab's worth of small objects across the allocator's arenas)
+    try:
+        for lo, hi in groups:
+            good: list[WindowData] = []
+            written: list[int] = []
+            complete = True
+            for index in range(lo, hi):
+                task = await fetcher.task(index)
+                if task is None:
+                    complete = False
+                    break
+                outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+                fetcher.tasks[index] = None  # a finished task holds its window's data: let it go
+                if isinstance(outcome, WindowData):
+                    good.append(outcome)
+                    written.append(index)
+                elif isinstance(outcome, Exception):
+                    # Each error class says whether fetching more is pointless; anything else is a bug.
+                    failure = WindowFailure(slab.windows[index], str(outcome),
+                                            getattr(outcome, "exit_code", ExitCode.INTERNAL),
+                                            getattr(outcome, "fatal", True), outcome)
+                    result.failures.append(failure)
+                    if failure.fatal:
+                        fetcher.halt()  # fetch no more; what is fetched is still written
+                else:
+                    raise outcome  # CancelledError and friends
+            if good:
+                table = await asyncio.to_thread(to_table, slab.series, good, source, by_object)
+                await asyncio.to_thread(_write, writer, table, [g.window for g in good])
+                done[written] = True
+            fetcher.release(hi - lo)
+            if not complete:
+                break
+        result.files = await asyncio.to_thread(writer.finish)
+        result.done = slab.windows[done]
+        result.points = writer.points
+        result.quality_rows = getattr(writer, "quality_rows", 0)
+        result.lowest_completeness = getattr(writer, "lowest_completeness", None)
+        result.lake = getattr(writer, "committed", None)
+    except BaseException:
+        fetcher.halt()
+        await asyncio.to_thread(writer.abort)
+        result.done = None
+        raise
+    finally:
+        launcher.cancel()
+        for task in fetcher.tasks:
+            if task is not None:
+                task.cancel()
+        if watch is not None:
+            watch.cancel()
+    return result
+
+
+TRIM_EVERY = 0.5  # seconds
+
+
+def _write(writer: SlabWriter, table: pa.Table, windows: list[Window]) -> None:
+    writer.write(table, windows)
+    # A slab of a wide fleet runs for minutes: its freed buffers go back to the OS as it goes, not only
+    # when it ends (the heap's free pages would otherwise add up to a fleet-proportional share of RSS).
+    allocator.trim(every=TRIM_EVERY)
+
+
+async def _relay(stop: asyncio.Event, fetcher: _Fetcher) -> None:
+    await stop.wait()
+    fetcher.halt()
+
+
+def run_slab(job: SlabJob) -> SlabResult:
+    """The Dask task: process_slab with a client and writer of its own (one sign-in per slab)."""
+    from etl.pipeline.build import Build
+
+    built = Build(job.config, job.shard)
+
+    async def go() -> SlabResult:
+        stats = ClientStats()
+        async with built.client(stats) as client:
+            result = await process_slab(job, client, built.slab_writer(job.slab))
+        result.client = stats
+        return result.detached()
+
+    return asyncio.run(go())

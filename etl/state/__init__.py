@@ -1,0 +1,1 @@
+"""Checkpoints (covered intervals per parameter and series) and the run lock."""

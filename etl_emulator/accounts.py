@@ -1,0 +1,48 @@
+"""Accounts: the logins the emulator accepts, the objects each sees and whether it may act."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from etl_emulator.answers import Refusal
+
+
+@dataclass
+class Account:
+    """A login the emulator accepts, and what it may see and do."""
+
+    index: int
+    login: str
+    password: str
+    objects: frozenset[int] | None  # None: every object
+    control: bool = True  # may set values and run commands
+
+    def sees(self, object_id: int) -> bool:
+        return self.objects is None or object_id in self.objects
+
+    def visible(self, object_count: int) -> Sequence[int]:
+        """The ids of the objects 1..object_count this account sees, ascending."""
+        if self.objects is None:
+            return range(1, object_count + 1)
+        return [o for o in sorted(self.objects) if 1 <= o <= object_count]
+
+    def require_control(self) -> None:
+        if not self.control:
+            raise Refusal(403, "forbidden", f"login {self.login!r} may read but not act on equipment")
+
+
+def accounts(users: list[dict] | None, object_ids: range) -> dict[str, Account]:
+    """Accounts by login from {login, password, objects: "all" | [ids], control} entries (None: the
+    default demo and restricted logins)."""
+    if users is None:
+        users = [{"login": "demo", "password": "demo", "objects": "all"},
+                 {"login": "restricted", "password": "restricted", "objects": [i for i in object_ids if i % 2],
+                  "control": False}]
+    out: dict[str, Account] = {}
+    for i, u in enumerate(users):
+        objects = u.get("objects", "all")
+        out[str(u["login"])] = Account(i, str(u["login"]), str(u["password"]),
+                                       None if objects == "all" else frozenset(int(o) for o in objects),
+                                       bool(u.get("control", True)))
+    return out
