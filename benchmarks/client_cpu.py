@@ -69,7 +69,9 @@ async def etl_client(base: str, n: int, series: bool, transport: httpx.AsyncBase
 
 async def bare_httpx(base: str, n: int, series: bool, transport: httpx.AsyncBaseTransport | None) -> float:
     limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
-    async with httpx.AsyncClient(limits=limits, headers={"Accept": "application/json"}, transport=transport) as c:
+    async with httpx.AsyncClient(
+        limits=limits, headers={"Accept": "application/json"}, transport=transport
+    ) as c:
         login = await c.post(base + "/auth/login", params={"username": "demo", "password": "demo"})
         cookie = "; ".join(f"{k}={login.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))
         c.cookies.clear()
@@ -87,7 +89,9 @@ def replaying(base: str) -> httpx.MockTransport:
     with httpx.Client(base_url=base) as c:
         login = c.post("/auth/login", params={"username": "demo", "password": "demo"})
         cookies = {"Cookie": "; ".join(f"{k}={login.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))}
-        answers = {path: c.get(path, headers=cookies).content for path in [SMALL, *map(series_path, range(7))]}
+        answers = {
+            path: c.get(path, headers=cookies).content for path in [SMALL, *map(series_path, range(7))]
+        }
     sign_in = [(k, v) for k, v in login.headers.multi_items() if k.lower() in ("set-cookie", "content-type")]
     prefix = httpx.URL(base).path
 
@@ -113,8 +117,24 @@ def main() -> None:
         run = uvloop.run
     port = free_port()
     emulator = subprocess.Popen(
-        [sys.executable, "-m", "etl", "emulator", "serve", "--port", str(port), "--now", NOW, "--objects", "2",
-         "--period-range", "60:60", "--log-level", "warning"])
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "emulator",
+            "serve",
+            "--port",
+            str(port),
+            "--now",
+            NOW,
+            "--objects",
+            "2",
+            "--period-range",
+            "60:60",
+            "--log-level",
+            "warning",
+        ]
+    )
     try:
         control = EmulatorControl(f"http://127.0.0.1:{port}")
         deadline = time.monotonic() + 30
@@ -137,8 +157,10 @@ def main() -> None:
                         best[name] = min(best[name], run(contender(base, n, series, transport)))
                 label = f"{setting}, {'raw 24 h series' if series else 'small JSON'}"
                 extra = best["etl client"] - best["bare httpx"]
-                print(f"{label:30} bare httpx {best['bare httpx'] * 1e6:6.0f} us   etl client "
-                      f"{best['etl client'] * 1e6:6.0f} us   (+{extra * 1e6:.0f} us per request, {n} requests)")
+                print(
+                    f"{label:30} bare httpx {best['bare httpx'] * 1e6:6.0f} us   etl client "
+                    f"{best['etl client'] * 1e6:6.0f} us   (+{extra * 1e6:.0f} us per request, {n} requests)"
+                )
     finally:
         emulator.terminate()
         emulator.wait()

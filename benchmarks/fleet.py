@@ -60,26 +60,56 @@ class Fleet:
         self.log = self.workdir / "requests.jsonl"
         self.parameters = objects_for(parameters) * sum(PER_OBJECT)
         now = iso(to_ms(START) + (days + 1) * DAY_MS)
-        self.emulator = Emulator(self.workdir, "emulator", [
-            "--objects", str(objects_for(parameters)), "--params-per-object", str(PER_OBJECT[0]),
-            "--calc-per-object", str(PER_OBJECT[1]), "--now", now, "--request-log", str(self.log)])
+        self.emulator = Emulator(
+            self.workdir,
+            "emulator",
+            [
+                "--objects",
+                str(objects_for(parameters)),
+                "--params-per-object",
+                str(PER_OBJECT[0]),
+                "--calc-per-object",
+                str(PER_OBJECT[1]),
+                "--now",
+                now,
+                "--request-log",
+                str(self.log),
+            ],
+        )
 
     def config(self, days: int) -> Path:
         path = self.workdir / f"etl-{days}.yaml"
-        path.write_text(yaml.safe_dump({
-            "source": {"base_url": self.emulator.base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
-            "window": {"start": START, "end": iso(to_ms(START) + days * DAY_MS)},
-            "sink": {"path": str(self.workdir / "out")},
-        }))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "source": {
+                        "base_url": self.emulator.base_url,
+                        "username": "demo",
+                        "password": "${ETL_PASSWORD}",
+                    },
+                    "window": {"start": START, "end": iso(to_ms(START) + days * DAY_MS)},
+                    "sink": {"path": str(self.workdir / "out")},
+                }
+            )
+        )
         return path
 
     def etl(self, days: int = 1) -> Run:
         out = self.workdir / "out"
         shutil.rmtree(out, ignore_errors=True)
-        summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(self.config(days)), "--json", "--no-progress"])
+        summary, usage = run_child(
+            [PY, "-m", "etl", "run", "-c", str(self.config(days)), "--json", "--no-progress"]
+        )
         partitions = [p for p in (out / "raw").iterdir() if p.is_dir()]
-        return Run(summary["seconds"], usage["wall"], usage["cpu_seconds"], usage["peak_rss_mb"], summary["requests"],
-                   summary["points"], max(len(list(p.glob("*.parquet"))) for p in partitions))
+        return Run(
+            summary["seconds"],
+            usage["wall"],
+            usage["cpu_seconds"],
+            usage["peak_rss_mb"],
+            summary["requests"],
+            summary["points"],
+            max(len(list(p.glob("*.parquet"))) for p in partitions),
+        )
 
     def requests_of_last_run(self) -> Path:
         """The spec peers.py's ceiling replays: every request of the log but the sign-in."""
@@ -89,18 +119,46 @@ class Fleet:
             entry = orjson.loads(line)
             if entry["path"].endswith("/auth/login") or entry.get("status") != 200:
                 continue
-            requests.append({"method": entry["method"], "path": entry["path"].removeprefix(base),
-                             "query": entry.get("query") or {}})
+            requests.append(
+                {
+                    "method": entry["method"],
+                    "path": entry["path"].removeprefix(base),
+                    "query": entry.get("query") or {},
+                }
+            )
         spec = self.workdir / "requests.json"
-        spec.write_text(json.dumps({"base_url": self.emulator.base_url, "username": "demo", "password": "demo",
-                                    "concurrency": 16, "requests": requests}))
+        spec.write_text(
+            json.dumps(
+                {
+                    "base_url": self.emulator.base_url,
+                    "username": "demo",
+                    "password": "demo",
+                    "concurrency": 16,
+                    "requests": requests,
+                }
+            )
+        )
         return spec
 
     def ceiling(self, spec: Path) -> Run:
-        line, usage = run_child([PY, str(HERE / "peers.py"), "ceiling-uvloop", "--requests", str(spec),
-                                 "--out", str(self.workdir / "ceiling")])
-        return Run(line["seconds"], usage["wall"], usage["cpu_seconds"], usage["peak_rss_mb"],
-                   len(json.loads(spec.read_text())["requests"]))
+        line, usage = run_child(
+            [
+                PY,
+                str(HERE / "peers.py"),
+                "ceiling-uvloop",
+                "--requests",
+                str(spec),
+                "--out",
+                str(self.workdir / "ceiling"),
+            ]
+        )
+        return Run(
+            line["seconds"],
+            usage["wall"],
+            usage["cpu_seconds"],
+            usage["peak_rss_mb"],
+            len(json.loads(spec.read_text())["requests"]),
+        )
 
     def warm(self, days: int = 1) -> Path:
         self.log.write_bytes(b"")
@@ -116,25 +174,35 @@ class Fleet:
 
 def compare(fleet: Fleet, spec: Path) -> dict:
     ceiling, etl = fleet.ceiling(spec), fleet.etl()
-    return {"parameters": fleet.parameters, "ceiling": asdict(ceiling), "etl": asdict(etl),
-            "share_of_ceiling": ceiling.seconds / etl.seconds,
-            "cpu_ms_per_request": {"ceiling": 1000 * ceiling.cpu_seconds / ceiling.requests,
-                                   "etl": 1000 * etl.cpu_seconds / etl.requests},
-            "cpu_ratio": (etl.cpu_seconds / etl.requests) / (ceiling.cpu_seconds / ceiling.requests)}
+    return {
+        "parameters": fleet.parameters,
+        "ceiling": asdict(ceiling),
+        "etl": asdict(etl),
+        "share_of_ceiling": ceiling.seconds / etl.seconds,
+        "cpu_ms_per_request": {
+            "ceiling": 1000 * ceiling.cpu_seconds / ceiling.requests,
+            "etl": 1000 * etl.cpu_seconds / etl.requests,
+        },
+        "cpu_ratio": (etl.cpu_seconds / etl.requests) / (ceiling.cpu_seconds / ceiling.requests),
+    }
 
 
 def row(label: str, r: dict) -> str:
     e, c = r["etl"], r["ceiling"]
-    return (f"{label:>12} {e['points']:>12,} {e['requests']:>9,} {e['seconds']:>8.1f} {c['seconds']:>8.1f} "
-            f"{r['share_of_ceiling']:>8.0%} {1000 * e['cpu_seconds'] / e['requests']:>9.2f} "
-            f"{1000 * c['cpu_seconds'] / c['requests']:>9.2f} {r['cpu_ratio']:>6.2f}x {e['peak_rss_mb']:>8.0f} "
-            f"{e['files_per_partition']:>6}")
+    return (
+        f"{label:>12} {e['points']:>12,} {e['requests']:>9,} {e['seconds']:>8.1f} {c['seconds']:>8.1f} "
+        f"{r['share_of_ceiling']:>8.0%} {1000 * e['cpu_seconds'] / e['requests']:>9.2f} "
+        f"{1000 * c['cpu_seconds'] / c['requests']:>9.2f} {r['cpu_ratio']:>6.2f}x {e['peak_rss_mb']:>8.0f} "
+        f"{e['files_per_partition']:>6}"
+    )
 
 
-HEADER = (f"{'':>12} {'points':>12} {'requests':>9} {'etl s':>8} {'httpx s':>8} {'vs ceil':>8} "
-          f"{'etl CPU':>9} {'httpx CPU':>9} {'ratio':>7} {'RSS MB':>8} {'files':>6}\n"
-          f"{'':>12} {'':>12} {'':>9} {'':>8} {'':>8} {'':>8} {'ms/req':>9} {'ms/req':>9} {'':>7} {'peak':>8} "
-          f"{'/part.':>6}")
+HEADER = (
+    f"{'':>12} {'points':>12} {'requests':>9} {'etl s':>8} {'httpx s':>8} {'vs ceil':>8} "
+    f"{'etl CPU':>9} {'httpx CPU':>9} {'ratio':>7} {'RSS MB':>8} {'files':>6}\n"
+    f"{'':>12} {'':>12} {'':>9} {'':>8} {'':>8} {'':>8} {'ms/req':>9} {'ms/req':>9} {'':>7} {'peak':>8} "
+    f"{'/part.':>6}"
+)
 
 
 def main() -> int:
@@ -148,20 +216,32 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=HERE / "results" / "fleet.json")
     args = parser.parse_args()
     if args.quick:
-        args.sizes, args.latencies, args.latency_size, args.history, args.history_size = [16, 48], [0.0, 0.01], 16, [1, 2], 16
+        args.sizes, args.latencies, args.latency_size, args.history, args.history_size = (
+            [16, 48],
+            [0.0, 0.01],
+            16,
+            [1, 2],
+            16,
+        )
     os.environ["ETL_PASSWORD"] = "demo"
     doc: dict = {"environment": environment(), "sizes": {}, "latencies": {}, "history": {}}
     env = doc["environment"]
-    print(f"environment: Python {env['python']}, {env['cores']} cores, load average {env['load_average_start']}")
+    print(
+        f"environment: Python {env['python']}, {env['cores']} cores, load average {env['load_average_start']}"
+    )
     workdir = Path(tempfile.mkdtemp(prefix="etl-fleet-"))
     try:
-        print("\none-day runs, every series, answers in 0 ms (CPU-bound: client and emulator share the cores)")
+        print(
+            "\none-day runs, every series, answers in 0 ms (CPU-bound: client and emulator share the cores)"
+        )
         print(HEADER)
         for size in dict.fromkeys([*args.sizes, args.latency_size, args.history_size]):
             fleet = Fleet(workdir, size, max(args.history))
             try:
                 if size in args.sizes:
-                    r = doc["sizes"][str(fleet.parameters)] = compare(fleet, fleet.warm())  # writes requests.json
+                    r = doc["sizes"][str(fleet.parameters)] = compare(
+                        fleet, fleet.warm()
+                    )  # writes requests.json
                     print(row(f"{fleet.parameters:,} par.", r), flush=True)
                 elif size == args.latency_size:
                     fleet.warm()
@@ -182,13 +262,17 @@ def main() -> int:
             print(row(key, r))
         short, long = (doc["history"][str(d)] for d in args.history)
         doc["history"]["growth"] = long["peak_rss_mb"] / short["peak_rss_mb"] - 1
-        print(f"\nhistory at {args.history_size:,} parameters: {args.history[0]} days {short['points']:,} points, "
-              f"peak RSS {short['peak_rss_mb']:.0f} MB; {args.history[1]} days {long['points']:,} points, peak RSS "
-              f"{long['peak_rss_mb']:.0f} MB ({doc['history']['growth']:+.1%})")
+        print(
+            f"\nhistory at {args.history_size:,} parameters: {args.history[0]} days {short['points']:,} points, "
+            f"peak RSS {short['peak_rss_mb']:.0f} MB; {args.history[1]} days {long['points']:,} points, peak RSS "
+            f"{long['peak_rss_mb']:.0f} MB ({doc['history']['growth']:+.1%})"
+        )
         rss = [r["etl"]["peak_rss_mb"] for r in doc["sizes"].values()]
         doc["rss_growth"] = rss[-1] / rss[0] - 1
-        print(f"peak RSS from the smallest to the widest fleet: {rss[0]:.0f} -> {rss[-1]:.0f} MB "
-              f"({doc['rss_growth']:+.1%})")
+        print(
+            f"peak RSS from the smallest to the widest fleet: {rss[0]:.0f} -> {rss[-1]:.0f} MB "
+            f"({doc['rss_growth']:+.1%})"
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

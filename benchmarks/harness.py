@@ -50,12 +50,15 @@ class Emulator:
         self.log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [PY, "-m", "etl", "emulator", "serve", "--port", str(self.port), "--log-level", "warning", *args],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         self.url = f"http://127.0.0.1:{self.port}"
         self.base_url = self.url + "/sem-restservices"
         try:
-            subprocess.run([PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True)
+            subprocess.run(
+                [PY, "-m", "etl", "emulator", "wait", "--url", self.url, "--timeout", "30"], check=True
+            )
         except BaseException:
             self.proc.kill()
             self.log.close()
@@ -117,17 +120,31 @@ def etl_run(config: Path, out: Path, emulator: Emulator, fmt: str = "parquet") -
     cpu = emulator.cpu_seconds()
     summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"])
     rows = parquet_rows(out) if fmt == "parquet" else lake_rows(out, fmt)
-    return Measurement(summary["seconds"], usage["wall"], usage["peak_rss_mb"], usage["cpu_seconds"],
-                       emulator.cpu_seconds() - cpu, rows)
+    return Measurement(
+        summary["seconds"],
+        usage["wall"],
+        usage["peak_rss_mb"],
+        usage["cpu_seconds"],
+        emulator.cpu_seconds() - cpu,
+        rows,
+    )
 
 
 def peer_run(name: str, requests: Path, out: Path, emulator: Emulator) -> Measurement:
     shutil.rmtree(out, ignore_errors=True)
     cpu = emulator.cpu_seconds()
-    line, usage = run_child([PY, str(HERE / "peers.py"), name, "--requests", str(requests), "--out", str(out)])
+    line, usage = run_child(
+        [PY, str(HERE / "peers.py"), name, "--requests", str(requests), "--out", str(out)]
+    )
     rows = parquet_rows(out / "data" / "series" if name == "dlt" else out)  # the ceilings write nothing
-    return Measurement(line["seconds"], usage["wall"], usage["peak_rss_mb"], usage["cpu_seconds"],
-                       emulator.cpu_seconds() - cpu, rows)
+    return Measurement(
+        line["seconds"],
+        usage["wall"],
+        usage["peak_rss_mb"],
+        usage["cpu_seconds"],
+        emulator.cpu_seconds() - cpu,
+        rows,
+    )
 
 
 def environment() -> dict:
@@ -147,5 +164,3 @@ def environment() -> dict:
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "versions": versions,
     }
-
-

@@ -41,15 +41,25 @@ async def _connection(host: str, port: int, request: bytes, deadline: float, tot
 async def load(base_url: str, path: str, seconds: float, connections: int, cookie: str) -> dict:
     parts = urlsplit(base_url)
     target = parts.path.rstrip("/") + path
-    request = (f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
-               f"Cookie: {cookie}\r\n\r\n").encode()
+    request = (
+        f"GET {target} HTTP/1.1\r\nHost: {parts.netloc}\r\nAccept: application/json\r\n"
+        f"Cookie: {cookie}\r\n\r\n"
+    ).encode()
     totals = {"requests": 0, "bytes": 0, "errors": 0}
     started = time.perf_counter()
-    await asyncio.gather(*(_connection(parts.hostname, parts.port, request, started + seconds, totals)
-                           for _ in range(connections)))
+    await asyncio.gather(
+        *(
+            _connection(parts.hostname, parts.port, request, started + seconds, totals)
+            for _ in range(connections)
+        )
+    )
     elapsed = time.perf_counter() - started
-    return {**totals, "seconds": elapsed, "requests_per_second": totals["requests"] / elapsed,
-            "connections": connections}
+    return {
+        **totals,
+        "seconds": elapsed,
+        "requests_per_second": totals["requests"] / elapsed,
+        "connections": connections,
+    }
 
 
 def main() -> None:

@@ -21,8 +21,15 @@ def main() -> int:
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     with open(result_file, "w") as f:
-        json.dump({"returncode": proc.returncode, "wall": time.perf_counter() - started,
-                   "peak_rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}, f)
+        json.dump(
+            {
+                "returncode": proc.returncode,
+                "wall": time.perf_counter() - started,
+                "peak_rss_mb": usage.ru_maxrss / 1024,
+                "cpu_seconds": usage.ru_utime + usage.ru_stime,
+            },
+            f,
+        )
     return proc.returncode
 
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 def _sign_in(client, spec: dict) -> str:
     """The Cookie header of a fresh session (the two session cookies, as etl sends them)."""
-    response = client.post(spec["base_url"] + "/auth/login",
-                           params={"username": spec["username"], "password": spec["password"]})
+    response = client.post(
+        spec["base_url"] + "/auth/login", params={"username": spec["username"], "password": spec["password"]}
+    )
     response.raise_for_status()
     return "; ".join(f"{name}={response.cookies[name]}" for name in ("SEMSESSIONID", "issToken"))
 
@@ -39,16 +40,22 @@ async def ceiling(spec: dict, _out: Path, lean: bool = False) -> int:
         transport = LeanTransport(limits=limits)
     received = 0
     async with httpx.AsyncClient(limits=limits, timeout=60, transport=transport) as client:
-        response = await client.post(spec["base_url"] + "/auth/login",
-                                     params={"username": spec["username"], "password": spec["password"]})
+        response = await client.post(
+            spec["base_url"] + "/auth/login",
+            params={"username": spec["username"], "password": spec["password"]},
+        )
         headers = {"Cookie": "; ".join(f"{k}={response.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))}
         gate = asyncio.Semaphore(n)
 
         async def one(request: dict) -> None:
             nonlocal received
             async with gate:
-                answer = await client.request(request.get("method", "GET"), spec["base_url"] + request["path"],
-                                              params=request["query"], headers=headers)
+                answer = await client.request(
+                    request.get("method", "GET"),
+                    spec["base_url"] + request["path"],
+                    params=request["query"],
+                    headers=headers,
+                )
                 answer.raise_for_status()
                 received += len(answer.content)
 
@@ -74,10 +81,16 @@ def naive(spec: dict, out: Path) -> int:
             frame = pd.DataFrame(body["candles" if r["series"] == "candles" else "points"])
             if frame.empty:
                 continue
-            frame["ts"] = pd.to_datetime(frame["timestmp"], utc=True, format="ISO8601" if r["series"] != "candles" else None,
-                                         unit="ms" if r["series"] == "candles" else None)
+            frame["ts"] = pd.to_datetime(
+                frame["timestmp"],
+                utc=True,
+                format="ISO8601" if r["series"] != "candles" else None,
+                unit="ms" if r["series"] == "candles" else None,
+            )
             frame = frame.drop(columns="timestmp")
-            frame = frame[frame["ts"] < pd.Timestamp(r["end"], unit="ms", tz="UTC")]  # the end is sent inclusively
+            frame = frame[
+                frame["ts"] < pd.Timestamp(r["end"], unit="ms", tz="UTC")
+            ]  # the end is sent inclusively
             frame.insert(0, "kind", r["kind"])
             frame.insert(0, "param_id", r["param_id"])
             frame.insert(0, "object_id", r["object_id"])
@@ -100,8 +113,9 @@ def dlt_peer(spec: dict, out: Path) -> int:
 
     received = 0
     client = RESTClient(base_url=spec["base_url"])
-    login = client.session.post(spec["base_url"] + "/auth/login",
-                                params={"username": spec["username"], "password": spec["password"]})
+    login = client.session.post(
+        spec["base_url"] + "/auth/login", params={"username": spec["username"], "password": spec["password"]}
+    )
     login.raise_for_status()
     client.headers = {"Cookie": "; ".join(f"{k}={login.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))}
 
@@ -116,16 +130,24 @@ def dlt_peer(spec: dict, out: Path) -> int:
         received += len(answer.content)
         key = "candles" if request["series"] == "candles" else "points"
         rows = [
-            {"object_id": request["object_id"], "param_id": request["param_id"], "kind": request["kind"],
-             "series": request["series"], **p}
-            for p in answer.json()[key] if _before_end(p["timestmp"], request["end"])
+            {
+                "object_id": request["object_id"],
+                "param_id": request["param_id"],
+                "kind": request["kind"],
+                "series": request["series"],
+                **p,
+            }
+            for p in answer.json()[key]
+            if _before_end(p["timestmp"], request["end"])
         ]
         if rows:
             yield rows
 
     pipeline = dlt.pipeline(
-        pipeline_name="bench", pipelines_dir=str(out / "_dlt"),
-        destination=dlt.destinations.filesystem(bucket_url=(out / "data").resolve().as_uri()), dataset_name="series",
+        pipeline_name="bench",
+        pipelines_dir=str(out / "_dlt"),
+        destination=dlt.destinations.filesystem(bucket_url=(out / "data").resolve().as_uri()),
+        dataset_name="series",
     )
     pipeline.run(points, loader_file_format="parquet")
     return received
@@ -144,8 +166,13 @@ async def ceiling_lean(spec: dict, out: Path) -> int:
     return await ceiling(spec, out, lean=True)
 
 
-CONTENDERS = {"ceiling": ceiling, "ceiling-uvloop": ceiling, "ceiling-lean": ceiling_lean, "naive": naive,
-              "dlt": dlt_peer}
+CONTENDERS = {
+    "ceiling": ceiling,
+    "ceiling-uvloop": ceiling,
+    "ceiling-lean": ceiling_lean,
+    "naive": naive,
+    "dlt": dlt_peer,
+}
 
 
 def main() -> None:

@@ -37,8 +37,15 @@ from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_run, peer_run, run_child
 
 START = "2026-11-01T00:00:00Z"
-TARGETS = {"ceiling_share": 0.85, "vs_naive": 5.0, "vs_dlt": 3.0, "peak_rss_mb": 250.0,
-           "rss_growth": 0.20, "emulator_rps": 1000.0, "lake_vs_parquet": 1.3}
+TARGETS = {
+    "ceiling_share": 0.85,
+    "vs_naive": 5.0,
+    "vs_dlt": 3.0,
+    "peak_rss_mb": 250.0,
+    "rss_growth": 0.20,
+    "emulator_rps": 1000.0,
+    "lake_vs_parquet": 1.3,
+}
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,9 @@ class Result:
 QUICK = Shape(objects=1, params_per_object=3, calc_per_object=1, days=1, memory_days=(1, 2))
 
 
-def write_config(path: Path, emulator: Emulator, out: Path, start: int, days: int, concurrency: int,
-                 fmt: str = "parquet") -> Path:
+def write_config(
+    path: Path, emulator: Emulator, out: Path, start: int, days: int, concurrency: int, fmt: str = "parquet"
+) -> Path:
     config = {
         "source": {"base_url": emulator.base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
         "select": {"objects": "all"},
@@ -91,8 +99,9 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
     start, end = config.window.start_ms, config.window.end_ms(0)
     units = {}
     spans = spans_for(config.extract.raw_window, config.extract.aggregate_window)
-    for slab in Plan(Fleet(params, config.sink.buckets), Coverage(), PlanOptions(start, end), config.series,
-                     spans).slabs():
+    for slab in Plan(
+        Fleet(params, config.sink.buckets), Coverage(), PlanOptions(start, end), config.series, spans
+    ).slabs():
         for u in slab.windows:
             units.setdefault((u.param_id, u.series.value), []).append(u)
     requests, covered = [], set()
@@ -100,20 +109,36 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
     for entry in emulator.control.requests():
         if "interval_ms" not in entry or entry["status"] != 200:
             continue
-        path = entry["path"][len(base_path):]
+        path = entry["path"][len(base_path) :]
         s, e = (int(x) for x in path.rstrip("/").split("/")[-2:])
         series = "average" if "/average/" in path else "candles" if "/candles/" in path else "raw"
         unit = next((u for u in units[(entry["param_id"], series)] if (u.start, u.end) == (s, e)), None)
         if unit is None:
             continue  # etl checking an answer for a silent cap (a wider span, the rest from its last stamp)
         covered.add((unit.param_id, series, unit.start))
-        requests.append({"path": path, "query": entry["query"], "series": series, "param_id": unit.param_id,
-                         "object_id": unit.object_id, "kind": unit.kind.value, "start": s, "end": e})
+        requests.append(
+            {
+                "path": path,
+                "query": entry["query"],
+                "series": series,
+                "param_id": unit.param_id,
+                "object_id": unit.object_id,
+                "kind": unit.kind.value,
+                "start": s,
+                "end": e,
+            }
+        )
     planned = sum(len(v) for v in units.values())
     if len(covered) != planned:
         raise RuntimeError(f"the warm-up run fetched {len(covered)} of {planned} planned windows")
-    return {"base_url": emulator.base_url, "username": "demo", "password": "demo", "concurrency": concurrency,
-            "planned_windows": planned, "requests": requests}
+    return {
+        "base_url": emulator.base_url,
+        "username": "demo",
+        "password": "demo",
+        "concurrency": concurrency,
+        "planned_windows": planned,
+        "requests": requests,
+    }
 
 
 async def _discover(config):
@@ -127,15 +152,40 @@ async def _discover(config):
 
 def emulator_throughput(workdir: Path, now: str, seconds: float, workers: int) -> dict:
     """Requests per second of a raw 24 h window of a 60 s parameter, from a load generator process."""
-    emulator = Emulator(workdir, f"emulator-rps-{workers}", [
-        "--objects", "1", "--params-per-object", "2", "--calc-per-object", "0", "--period-range", "60:60",
-        "--now", now, "--workers", str(workers)])
+    emulator = Emulator(
+        workdir,
+        f"emulator-rps-{workers}",
+        [
+            "--objects",
+            "1",
+            "--params-per-object",
+            "2",
+            "--calc-per-object",
+            "0",
+            "--period-range",
+            "60:60",
+            "--now",
+            now,
+            "--workers",
+            str(workers),
+        ],
+    )
     try:
         start = to_ms(START)
         path = f"/db/measure/1001/{start}/{start + DAY_MS}"
         cpu = emulator.cpu_seconds()
-        line, _ = run_child([PY, str(HERE / "loadgen.py"), "--base-url", emulator.base_url, "--path", path,
-                             "--seconds", str(seconds)])
+        line, _ = run_child(
+            [
+                PY,
+                str(HERE / "loadgen.py"),
+                "--base-url",
+                emulator.base_url,
+                "--path",
+                path,
+                "--seconds",
+                str(seconds),
+            ]
+        )
         return {**line, "workers": workers, "emulator_cpu_seconds": emulator.cpu_seconds() - cpu}
     finally:
         emulator.stop()
@@ -155,8 +205,10 @@ def compare(names: list[str], repeat: int, skipped: dict[str, str], run_one) -> 
 def table(results: dict[str, Result], points: int) -> tuple[list[str], dict]:
     """The printed table and its JSON; ratios are between best times (sign-in to last write)."""
     ceiling = results["ceiling"].best()
-    lines = [f"{'contender':<14} {'best s':>7} {'median s':>8} {'process s':>9} {'points/s':>9} {'vs ceiling':>10} "
-             f"{'peak RSS MB':>11} {'CPU s':>6} {'server CPU s':>12} {'rows':>10}"]
+    lines = [
+        f"{'contender':<14} {'best s':>7} {'median s':>8} {'process s':>9} {'points/s':>9} {'vs ceiling':>10} "
+        f"{'peak RSS MB':>11} {'CPU s':>6} {'server CPU s':>12} {'rows':>10}"
+    ]
     doc = {}
     for name, r in results.items():
         if r.skipped:
@@ -164,11 +216,18 @@ def table(results: dict[str, Result], points: int) -> tuple[list[str], dict]:
             continue
         b = r.best()
         median = statistics.median(m.seconds for m in r.runs)
-        lines.append(f"{name:<14} {b.seconds:>7.2f} {median:>8.2f} {b.wall:>9.2f} {points / b.seconds / 1e3:>8,.0f}k "
-                     f"{ceiling.seconds / b.seconds:>10.0%} {b.peak_rss_mb:>11.0f} {b.cpu_seconds:>6.2f} "
-                     f"{b.emulator_cpu_seconds:>12.2f} {b.rows if not name.startswith('ceiling') else '-':>10}")
-        doc[name] = {"best": asdict(b), "median_seconds": median, "points_per_second": points / b.seconds,
-                     "share_of_ceiling": ceiling.seconds / b.seconds, "runs": [asdict(m) for m in r.runs]}
+        lines.append(
+            f"{name:<14} {b.seconds:>7.2f} {median:>8.2f} {b.wall:>9.2f} {points / b.seconds / 1e3:>8,.0f}k "
+            f"{ceiling.seconds / b.seconds:>10.0%} {b.peak_rss_mb:>11.0f} {b.cpu_seconds:>6.2f} "
+            f"{b.emulator_cpu_seconds:>12.2f} {b.rows if not name.startswith('ceiling') else '-':>10}"
+        )
+        doc[name] = {
+            "best": asdict(b),
+            "median_seconds": median,
+            "points_per_second": points / b.seconds,
+            "share_of_ceiling": ceiling.seconds / b.seconds,
+            "runs": [asdict(m) for m in r.runs],
+        }
         if not name.startswith("ceiling") and b.rows != points:
             lines.append(f"  WARNING: {name} wrote {b.rows:,} rows, the source has {points:,}")
     return lines, doc
@@ -177,12 +236,25 @@ def table(results: dict[str, Result], points: int) -> tuple[list[str], dict]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3, help="runs of each contender (the best is kept)")
-    parser.add_argument("--latency", type=float, default=0.05,
-                        help="seconds the emulator takes to answer in the main comparison (default 0.05)")
-    parser.add_argument("--also-latency", type=float, nargs="*", default=[0.0, 0.02],
-                        help="further latencies for the ceilings and etl only (default 0 0.02)")
-    parser.add_argument("--quick", action="store_true", help="a tiny dataset, one run: checks the script works")
-    parser.add_argument("--json", type=Path, default=HERE / "results" / "latest.json", help="where to write results")
+    parser.add_argument(
+        "--latency",
+        type=float,
+        default=0.05,
+        help="seconds the emulator takes to answer in the main comparison (default 0.05)",
+    )
+    parser.add_argument(
+        "--also-latency",
+        type=float,
+        nargs="*",
+        default=[0.0, 0.02],
+        help="further latencies for the ceilings and etl only (default 0 0.02)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a tiny dataset, one run: checks the script works"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=HERE / "results" / "latest.json", help="where to write results"
+    )
     parser.add_argument("--rps-seconds", type=float, default=5.0, help="length of the emulator load test")
     parser.add_argument("--skip", action="append", default=[], choices=["naive", "dlt", "memory", "emulator"])
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
@@ -195,8 +267,10 @@ def main() -> int:
     now = iso(start + (max(shape.memory_days) + 1) * DAY_MS)
     doc: dict = {"environment": environment(), "shape": asdict(shape), "latency_s": args.latency}
     env = doc["environment"]
-    print(f"environment: Python {env['python']} on {env['machine']}, {env['cores']} cores "
-          f"({env['cores_usable']} usable), {env['memory_gb']} GB, load average {env['load_average_start']}")
+    print(
+        f"environment: Python {env['python']} on {env['machine']}, {env['cores']} cores "
+        f"({env['cores_usable']} usable), {env['memory_gb']} GB, load average {env['load_average_start']}"
+    )
     skipped = {name: "--skip" for name in args.skip}
     try:
         import dlt  # noqa: F401
@@ -204,35 +278,77 @@ def main() -> int:
         skipped.setdefault("dlt", "dlt not installed (pip install -e '.[bench]')")
     workdir = Path(tempfile.mkdtemp(prefix="etl-bench-"))
     atexit.register(shutil.rmtree, workdir, ignore_errors=True)  # also when a contender fails
-    emulator = Emulator(workdir, "emulator", [
-        "--objects", str(shape.objects), "--params-per-object", str(shape.params_per_object),
-        "--calc-per-object", str(shape.calc_per_object), "--period-range", shape.period_range, "--now", now])
+    emulator = Emulator(
+        workdir,
+        "emulator",
+        [
+            "--objects",
+            str(shape.objects),
+            "--params-per-object",
+            str(shape.params_per_object),
+            "--calc-per-object",
+            str(shape.calc_per_object),
+            "--period-range",
+            shape.period_range,
+            "--now",
+            now,
+        ],
+    )
     try:
-        config = write_config(workdir / "bench.yaml", emulator, workdir / "etl-out", start, shape.days, shape.concurrency)
-        warm = etl_run(config, workdir / "etl-out", emulator)  # also the first ask: the emulator caches the second
+        config = write_config(
+            workdir / "bench.yaml", emulator, workdir / "etl-out", start, shape.days, shape.concurrency
+        )
+        warm = etl_run(
+            config, workdir / "etl-out", emulator
+        )  # also the first ask: the emulator caches the second
         spec = request_list(config, emulator, shape.concurrency)
         requests = workdir / "requests.json"
         requests.write_text(json.dumps(spec))
         points = warm.rows
-        peer_run("ceiling", requests, workdir / "ceiling-out", emulator)  # second ask: now every answer is cached
-        doc["dataset"] = {"parameters": shape.parameters, "days": shape.days, "period_range_s": shape.period_range,
-                          "series": list(SERIES), "points": points, "requests": len(spec["requests"]),
-                          "planned_windows": spec["planned_windows"], "concurrency": shape.concurrency,
-                          "window": [iso(start), iso(start + shape.days * DAY_MS)]}
-        print(f"dataset: {shape.parameters} parameters x {shape.days} days, sampling {shape.period_range} s, "
-              f"raw + 30-min average + candles: {points:,} points in {len(spec['requests'])} requests "
-              f"(concurrency {shape.concurrency}); best of {repeat}")
+        peer_run(
+            "ceiling", requests, workdir / "ceiling-out", emulator
+        )  # second ask: now every answer is cached
+        doc["dataset"] = {
+            "parameters": shape.parameters,
+            "days": shape.days,
+            "period_range_s": shape.period_range,
+            "series": list(SERIES),
+            "points": points,
+            "requests": len(spec["requests"]),
+            "planned_windows": spec["planned_windows"],
+            "concurrency": shape.concurrency,
+            "window": [iso(start), iso(start + shape.days * DAY_MS)],
+        }
+        print(
+            f"dataset: {shape.parameters} parameters x {shape.days} days, sampling {shape.period_range} s, "
+            f"raw + 30-min average + candles: {points:,} points in {len(spec['requests'])} requests "
+            f"(concurrency {shape.concurrency}); best of {repeat}"
+        )
 
         # The same run into lake tables (sink.format delta / iceberg), next to plain Parquet.
-        lakes = {f"etl-{fmt}": (fmt, write_config(workdir / f"bench-{fmt}.yaml", emulator, workdir / f"etl-{fmt}-out",
-                                                  start, shape.days, shape.concurrency, fmt))
-                 for fmt in ("delta", "iceberg")}
+        lakes = {
+            f"etl-{fmt}": (
+                fmt,
+                write_config(
+                    workdir / f"bench-{fmt}.yaml",
+                    emulator,
+                    workdir / f"etl-{fmt}-out",
+                    start,
+                    shape.days,
+                    shape.concurrency,
+                    fmt,
+                ),
+            )
+            for fmt in ("delta", "iceberg")
+        }
 
         def run_one(name: str) -> Measurement:
             out = workdir / f"{name}-out"
             if name in lakes:
                 return etl_run(lakes[name][1], out, emulator, lakes[name][0])
-            return etl_run(config, out, emulator) if name == "etl" else peer_run(name, requests, out, emulator)
+            return (
+                etl_run(config, out, emulator) if name == "etl" else peer_run(name, requests, out, emulator)
+            )
 
         doc["tables"] = {}
         contenders = ["ceiling", "ceiling-uvloop", "etl"]
@@ -240,41 +356,59 @@ def main() -> int:
         runs = [(args.latency, [*contenders, *lakes, "naive", "dlt"])] + [(x, contenders) for x in also]
         for latency, names in runs:
             emulator.control.set_faults(latency=latency)
-            print(f"\nthe emulator answers in {latency * 1000:g} ms" + (" (all work is CPU: the ceiling is what "
-                  "httpx alone can do)" if not latency else ""))
-            lines, doc["tables"][f"{latency * 1000:g}ms"] = table(compare(names, repeat, skipped, run_one), points)
+            print(
+                f"\nthe emulator answers in {latency * 1000:g} ms"
+                + (" (all work is CPU: the ceiling is what httpx alone can do)" if not latency else "")
+            )
+            lines, doc["tables"][f"{latency * 1000:g}ms"] = table(
+                compare(names, repeat, skipped, run_one), points
+            )
             print("\n".join(lines))
         emulator.control.set_faults(latency=0.0)
 
         if "memory" not in args.skip:
             runs = {}
             for days in shape.memory_days:
-                cfg = write_config(workdir / f"memory-{days}.yaml", emulator, workdir / "memory-out", start, days,
-                                   shape.concurrency)
+                cfg = write_config(
+                    workdir / f"memory-{days}.yaml",
+                    emulator,
+                    workdir / "memory-out",
+                    start,
+                    days,
+                    shape.concurrency,
+                )
                 runs[days] = m = etl_run(cfg, workdir / "memory-out", emulator)
-                print(f"memory: etl run over {days} days: {m.rows:,} points, peak RSS {m.peak_rss_mb:.0f} MB, "
-                      f"{m.seconds:.1f} s")
+                print(
+                    f"memory: etl run over {days} days: {m.rows:,} points, peak RSS {m.peak_rss_mb:.0f} MB, "
+                    f"{m.seconds:.1f} s"
+                )
             small, large = (runs[d] for d in shape.memory_days)
             doc["memory"] = {str(d): asdict(m) for d, m in runs.items()}
             doc["memory"]["growth"] = large.peak_rss_mb / small.peak_rss_mb - 1
-            print(f"memory: {shape.memory_days[1] // shape.memory_days[0]}x the history, peak RSS "
-                  f"{doc['memory']['growth']:+.1%}")
+            print(
+                f"memory: {shape.memory_days[1] // shape.memory_days[0]}x the history, peak RSS "
+                f"{doc['memory']['growth']:+.1%}"
+            )
     finally:
         emulator.stop()
 
     if "emulator" not in args.skip:
         doc["emulator"] = e = emulator_throughput(workdir, now, rps_seconds, workers=1)
-        print(f"emulator: raw 24 h window of a 60 s parameter ({e['points_per_answer']} points, "
-              f"{e['bytes_per_answer'] / 1e3:.0f} kB): {e['requests_per_second']:,.0f} requests/s with 1 worker, "
-              f"{e['connections']} connections, {e['errors']} errors")
+        print(
+            f"emulator: raw 24 h window of a 60 s parameter ({e['points_per_answer']} points, "
+            f"{e['bytes_per_answer'] / 1e3:.0f} kB): {e['requests_per_second']:,.0f} requests/s with 1 worker, "
+            f"{e['connections']} connections, {e['errors']} errors"
+        )
     doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     doc["targets"] = checks = _targets(doc, f"{args.latency * 1000:g}ms")
     for name, (ok, text) in checks.items():
         print(f"target {name:<20} {'PASS' if ok else 'MISS'}  {text}")
     for key, t in doc["tables"].items():
         if key != f"{args.latency * 1000:g}ms":
-            print(f"info   answers in {key:<9}   etl at {t['etl']['share_of_ceiling']:.0%} of the ceiling "
-                  f"({t['ceiling-uvloop']['best']['seconds'] / t['etl']['best']['seconds']:.0%} of bare httpx on uvloop)")
+            print(
+                f"info   answers in {key:<9}   etl at {t['etl']['share_of_ceiling']:.0%} of the ceiling "
+                f"({t['ceiling-uvloop']['best']['seconds'] / t['etl']['best']['seconds']:.0%} of bare httpx on uvloop)"
+            )
     print(f"load average at the end: {doc['environment']['load_average_end']}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1))
@@ -287,14 +421,19 @@ def _targets(doc: dict, main: str) -> dict[str, tuple[bool, str]]:
     t = doc["tables"][main]
     share = t["etl"]["share_of_ceiling"]
     same_loop = t["ceiling-uvloop"]["best"]["seconds"] / t["etl"]["best"]["seconds"]
-    out["ceiling_share"] = (share >= TARGETS["ceiling_share"], f"etl at {share:.0%} of the ceiling's points/s, "
-                            f"answers in {main} (>= 85%; {same_loop:.0%} of bare httpx on uvloop)")
+    out["ceiling_share"] = (
+        share >= TARGETS["ceiling_share"],
+        f"etl at {share:.0%} of the ceiling's points/s, "
+        f"answers in {main} (>= 85%; {same_loop:.0%} of bare httpx on uvloop)",
+    )
     etl = doc["tables"][main]["etl"]
     for lake in ("etl-delta", "etl-iceberg"):
         if lake in t:
             ratio = t[lake]["best"]["seconds"] / etl["best"]["seconds"]
-            out[f"{lake}_vs_parquet"] = (ratio <= TARGETS["lake_vs_parquet"],
-                                         f"{ratio:.2f}x plain Parquet's time, answers in {main} (<= 1.3x)")
+            out[f"{lake}_vs_parquet"] = (
+                ratio <= TARGETS["lake_vs_parquet"],
+                f"{ratio:.2f}x plain Parquet's time, answers in {main} (<= 1.3x)",
+            )
     for peer in ("naive", "dlt"):
         if peer in doc["tables"][main]:
             ratio = doc["tables"][main][peer]["best"]["seconds"] / etl["best"]["seconds"]

@@ -29,7 +29,6 @@ from etl.timeutil import DAY_MS, parse_duration_ms, to_ms
 log = logging.getLogger(__name__)
 
 
-
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -86,6 +85,7 @@ class SourceConfig(Strict):
         if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
         return value
+
 
 class ParameterSelect(Strict):
     kinds: list[ParamKind] = list(ParamKind)
@@ -161,8 +161,10 @@ LAKE_FORMATS = ("delta", "iceberg")
 class SinkConfig(Strict):
     format: Literal["parquet", "csv", "delta", "iceberg"] = "parquet"
     path: str
-    catalog: str | None = Field(None, description="iceberg: a REST catalog URI or a SQL database URL; "
-                                                  "default: SQLite at {path}/catalog.db")
+    catalog: str | None = Field(
+        None,
+        description="iceberg: a REST catalog URI or a SQL database URL; default: SQLite at {path}/catalog.db",
+    )
     partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
     buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
@@ -180,12 +182,20 @@ class SinkConfig(Strict):
         if self.catalog is not None and self.format != "iceberg":
             raise ValueError("catalog: only sink.format iceberg has a catalog")
         if self.catalog is not None and not re.match(r"^(https?|sqlite|postgresql|mysql)[+:]", self.catalog):
-            raise ValueError("catalog: give a REST catalog URI (http[s]://...) or a SQL database URL "
-                             "(sqlite:///..., postgresql://...)")
-        if self.format == "iceberg" and self.catalog is None and "://" in self.path \
-                and not self.path.startswith("file://"):
-            raise ValueError("catalog: iceberg on an object store needs sink.catalog (its default SQLite "
-                             "catalog is a local file)")
+            raise ValueError(
+                "catalog: give a REST catalog URI (http[s]://...) or a SQL database URL "
+                "(sqlite:///..., postgresql://...)"
+            )
+        if (
+            self.format == "iceberg"
+            and self.catalog is None
+            and "://" in self.path
+            and not self.path.startswith("file://")
+        ):
+            raise ValueError(
+                "catalog: iceberg on an object store needs sink.catalog (its default SQLite "
+                "catalog is a local file)"
+            )
         return self
 
     @property
@@ -267,7 +277,9 @@ def _substitute(node: Any, where: str, offline: bool) -> Any:
 
 
 def _location(error: dict) -> str:
-    parts = [str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p in {"function-after"}))]
+    parts = [
+        str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p in {"function-after"}))
+    ]
     return ".".join(parts) or "(top level)"
 
 
@@ -283,7 +295,9 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     """Validate a config mapping. `offline`: for commands that only read the output (no sign-in)."""
     if not isinstance(data, dict):
         raise ConfigError(f"config error: {origin}: the top level must be a mapping of keys")
-    raw_password = (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
+    raw_password = (
+        (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
+    )
     data = _substitute(data, "", offline)
     try:
         config = Config.model_validate(data)
@@ -294,7 +308,9 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     if config.source.password:
         redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):
-            log.warning("source.password is written in the config file; prefer ${ETL_PASSWORD} or password_file")
+            log.warning(
+                "source.password is written in the config file; prefer ${ETL_PASSWORD} or password_file"
+            )
     return config
 
 

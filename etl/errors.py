@@ -165,9 +165,15 @@ class Interrupted(EtlError):
 
 
 _BY_CODE: dict[int, type[EtlError]] = {
-    ExitCode.CONFIG: ConfigError, ExitCode.AUTH: AuthError, ExitCode.NETWORK: NetworkError,
-    ExitCode.SERVER: ApiError, ExitCode.DATA: DataError, ExitCode.OUTPUT: StorageError,
-    ExitCode.LOCKED: LockedError, ExitCode.QUALITY: QualityBelow, ExitCode.INTERRUPTED: Interrupted,
+    ExitCode.CONFIG: ConfigError,
+    ExitCode.AUTH: AuthError,
+    ExitCode.NETWORK: NetworkError,
+    ExitCode.SERVER: ApiError,
+    ExitCode.DATA: DataError,
+    ExitCode.OUTPUT: StorageError,
+    ExitCode.LOCKED: LockedError,
+    ExitCode.QUALITY: QualityBelow,
+    ExitCode.INTERRUPTED: Interrupted,
 }
 
 

@@ -62,9 +62,14 @@ class Params:
 
     @classmethod
     def of(cls, params: Iterable[Param]) -> Params:
-        rows = sorted({p.id: p for p in reversed(list(params))}.values(), key=lambda p: p.id)  # the first of an id
-        return cls(np.array([p.id for p in rows], np.int64), np.array([p.object_id for p in rows], np.int64),
-                   np.array([PARAM_KINDS.index(p.kind) for p in rows], np.int8))
+        rows = sorted(
+            {p.id: p for p in reversed(list(params))}.values(), key=lambda p: p.id
+        )  # the first of an id
+        return cls(
+            np.array([p.id for p in rows], np.int64),
+            np.array([p.object_id for p in rows], np.int64),
+            np.array([PARAM_KINDS.index(p.kind) for p in rows], np.int8),
+        )
 
     def __len__(self) -> int:
         return len(self.id)
@@ -114,8 +119,15 @@ class Windows(Sequence[Window]):
     __slots__ = ("series", "param_id", "object_id", "kind", "start", "end")
     _CHUNK = 1024  # windows made at a time when iterating
 
-    def __init__(self, series: Series, param_id: np.ndarray, object_id: np.ndarray, kind: np.ndarray,
-                 start: np.ndarray, end: np.ndarray) -> None:
+    def __init__(
+        self,
+        series: Series,
+        param_id: np.ndarray,
+        object_id: np.ndarray,
+        kind: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+    ) -> None:
         self.series = Series(series)
         self.param_id, self.object_id = np.asarray(param_id, np.int64), np.asarray(object_id, np.int64)
         self.kind = np.asarray(kind, np.int8)  # positions in PARAM_KINDS
@@ -138,17 +150,34 @@ class Windows(Sequence[Window]):
     def __getitem__(self, index):  # an int gives a Window, a slice or an index array gives Windows
         if isinstance(index, int | np.integer):
             kind = PARAM_KINDS[int(self.kind[index])]
-            return Window(int(self.param_id[index]), int(self.object_id[index]), kind, self.series,
-                          int(self.start[index]), int(self.end[index]))
-        return Windows(self.series, self.param_id[index], self.object_id[index], self.kind[index],
-                       self.start[index], self.end[index])
+            return Window(
+                int(self.param_id[index]),
+                int(self.object_id[index]),
+                kind,
+                self.series,
+                int(self.start[index]),
+                int(self.end[index]),
+            )
+        return Windows(
+            self.series,
+            self.param_id[index],
+            self.object_id[index],
+            self.kind[index],
+            self.start[index],
+            self.end[index],
+        )
 
     def __iter__(self) -> Iterator[Window]:
         for lo in range(0, len(self), self._CHUNK):
             part = slice(lo, lo + self._CHUNK)
-            for p, o, k, s, e in zip(self.param_id[part].tolist(), self.object_id[part].tolist(),
-                                     self.kind[part].tolist(), self.start[part].tolist(), self.end[part].tolist(),
-                                     strict=True):
+            for p, o, k, s, e in zip(
+                self.param_id[part].tolist(),
+                self.object_id[part].tolist(),
+                self.kind[part].tolist(),
+                self.start[part].tolist(),
+                self.end[part].tolist(),
+                strict=True,
+            ):
                 yield Window(p, o, PARAM_KINDS[k], self.series, s, e)
 
     def __repr__(self) -> str:
@@ -276,16 +305,18 @@ SCHEMAS: dict[Series, pa.Schema] = {
 # its rows are sorted and replaced by.
 QUALITY = "quality"
 QUALITY_TIME_KEY = "day"
-QUALITY_SCHEMA = pa.schema([
-    *KEY_COLUMNS[:4],
-    pa.field(QUALITY_TIME_KEY, TS),
-    pa.field("points", pa.int64()),
-    pa.field("expected_points", pa.int64()),  # null: no period could be inferred (fewer than 2 points)
-    pa.field("completeness", pa.float64()),  # 0..1; null where expected_points is
-    pa.field("longest_gap_seconds", pa.float64()),
-    pa.field("flatline_seconds", pa.float64()),
-    pa.field("first_ts", TS),
-    pa.field("last_ts", TS),
-    pa.field("period_seconds", pa.float64()),  # the inferred sampling period
-    pa.field("span_seconds", pa.float64()),  # the part of the day the row describes
-])
+QUALITY_SCHEMA = pa.schema(
+    [
+        *KEY_COLUMNS[:4],
+        pa.field(QUALITY_TIME_KEY, TS),
+        pa.field("points", pa.int64()),
+        pa.field("expected_points", pa.int64()),  # null: no period could be inferred (fewer than 2 points)
+        pa.field("completeness", pa.float64()),  # 0..1; null where expected_points is
+        pa.field("longest_gap_seconds", pa.float64()),
+        pa.field("flatline_seconds", pa.float64()),
+        pa.field("first_ts", TS),
+        pa.field("last_ts", TS),
+        pa.field("period_seconds", pa.float64()),  # the inferred sampling period
+        pa.field("span_seconds", pa.float64()),  # the part of the day the row describes
+    ]
+)

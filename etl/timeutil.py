@@ -82,8 +82,13 @@ def canonical_ms(a: np.ndarray) -> np.ndarray | None:
     milli = d[:, 20:23].astype(np.int64) @ np.array([100, 10, 1])
     month = np.minimum(month, 13)  # 13 is no month: its length is 0
     leap = _LEAP[year]
-    if not ((day >= 1) & (day <= _MONTH_DAYS[month] + (leap & (month == 2))) & (hour <= 23) & (minute <= 59)
-            & (second <= 59)).all():
+    if not (
+        (day >= 1)
+        & (day <= _MONTH_DAYS[month] + (leap & (month == 2)))
+        & (hour <= 23)
+        & (minute <= 59)
+        & (second <= 59)
+    ).all():
         return None  # impossible dates: the slow parser names them
     days = _YEAR_START[year] + _MONTH_START[month] + (leap & (month > 2)) + day - 1
     seconds = (hour.astype(np.int64) * 60 + minute) * 60 + second

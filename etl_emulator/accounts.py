@@ -36,13 +36,23 @@ def accounts(users: list[dict] | None, object_ids: range) -> dict[str, Account]:
     """Accounts by login from {login, password, objects: "all" | [ids], control} entries (None: the
     default demo and restricted logins)."""
     if users is None:
-        users = [{"login": "demo", "password": "demo", "objects": "all"},
-                 {"login": "restricted", "password": "restricted", "objects": [i for i in object_ids if i % 2],
-                  "control": False}]
+        users = [
+            {"login": "demo", "password": "demo", "objects": "all"},
+            {
+                "login": "restricted",
+                "password": "restricted",
+                "objects": [i for i in object_ids if i % 2],
+                "control": False,
+            },
+        ]
     out: dict[str, Account] = {}
     for i, u in enumerate(users):
         objects = u.get("objects", "all")
-        out[str(u["login"])] = Account(i, str(u["login"]), str(u["password"]),
-                                       None if objects == "all" else frozenset(int(o) for o in objects),
-                                       bool(u.get("control", True)))
+        out[str(u["login"])] = Account(
+            i,
+            str(u["login"]),
+            str(u["password"]),
+            None if objects == "all" else frozenset(int(o) for o in objects),
+            bool(u.get("control", True)),
+        )
     return out

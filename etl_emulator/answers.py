@@ -51,9 +51,11 @@ def _reason(status: int) -> str:
 
 def error_page(status: int) -> bytes:
     """The HTML page of a failing proxy or application server (no detail of the cause)."""
-    return (f"<!DOCTYPE html><html><head><title>{status} Error</title></head><body><h1>{status}</h1>"
-            "<p>The server encountered a temporary error and could not complete your request.</p>"
-            "</body></html>").encode()
+    return (
+        f"<!DOCTYPE html><html><head><title>{status} Error</title></head><body><h1>{status}</h1>"
+        "<p>The server encountered a temporary error and could not complete your request.</p>"
+        "</body></html>"
+    ).encode()
 
 
 def refused(refusal: Refusal, style: str, headers: list[tuple[bytes, bytes]] | None = None) -> Answer:
@@ -64,8 +66,10 @@ def refused(refusal: Refusal, style: str, headers: list[tuple[bytes, bytes]] | N
         body, content_type = refusal.body(), JSON
     elif style == "html":
         title = f"{status} {_reason(status)}"
-        body = (f"<!DOCTYPE html><html><head><title>{title}</title></head><body><h1>{title}</h1>"
-                f"<p>{html.escape(message)}</p></body></html>").encode()
+        body = (
+            f"<!DOCTYPE html><html><head><title>{title}</title></head><body><h1>{title}</h1>"
+            f"<p>{html.escape(message)}</p></body></html>"
+        ).encode()
         content_type = HTML
     elif style == "text":
         body, content_type = f"{status} {_reason(status)}: {message}\n".encode(), TEXT

@@ -61,10 +61,14 @@ class Emulator:
         self.clock = Clock(config.now_ms)
         self.plan = FaultPlan(config.faults)
         self.log = RequestLog(config.request_log)
-        self.session_store = Sessions(accounts(config.users, self.dataset.object_ids), self.base_path, self.plan)
+        self.session_store = Sessions(
+            accounts(config.users, self.dataset.object_ids), self.base_path, self.plan
+        )
         self.catalog = Catalog(self.dataset, self.clock)
         self.measurements = Measurements(self.dataset, self.clock, self.plan)
-        self.control = ControlApi(self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path)
+        self.control = ControlApi(
+            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path
+        )
         self.router = Router(self._routes())
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _DropFilter) for f in uvicorn_log.filters):
@@ -90,9 +94,17 @@ class Emulator:
             r("GET", "db/object/{object_id}/ccp", functools.partial(c.object_params, physical=False)),
             r("GET", "db/object/{object_id}/params", c.all_object_params),
             r("GET", "db/contrdeviceparam", functools.partial(c.param_list, physical=True, short=False)),
-            r("GET", "db/contrdeviceparam/shortest", functools.partial(c.param_list, physical=True, short=True)),
+            r(
+                "GET",
+                "db/contrdeviceparam/shortest",
+                functools.partial(c.param_list, physical=True, short=True),
+            ),
             r("GET", "db/contrcalcparam", functools.partial(c.param_list, physical=False, short=False)),
-            r("GET", "db/contrcalcparam/shortest", functools.partial(c.param_list, physical=False, short=True)),
+            r(
+                "GET",
+                "db/contrcalcparam/shortest",
+                functools.partial(c.param_list, physical=False, short=True),
+            ),
             r("GET", "search/params", c.search_params),
             r("GET", "db/contrdeviceparam/{param_id}/state", m.param_state),
             r("POST", "db/contrdeviceparam/{param_id}/setvalue", m.set_value),
@@ -103,15 +115,26 @@ class Emulator:
             r("POST", "sensor_location", lambda _: orjson.dumps(records.ROOM_TYPES)),
             r("POST", "room", c.rooms),
         ]
-        templates = [("db/measure/{id}/{s}/{e}", "physical", "raw"), ("db/calcvalue/{id}/{s}/{e}", "calculated", "raw"),
-                     ("db/signal/{id}/{s}/{e}", "signal", "raw")]
+        templates = [
+            ("db/measure/{id}/{s}/{e}", "physical", "raw"),
+            ("db/calcvalue/{id}/{s}/{e}", "calculated", "raw"),
+            ("db/signal/{id}/{s}/{e}", "signal", "raw"),
+        ]
         for kind in ("average", "candles"):
-            templates += [(f"db/measure/{kind}/{{id}}/{{s}}/{{e}}", "physical", kind),
-                          (f"db/measure/{{id}}/{kind}/{{s}}/{{e}}", "physical", kind),
-                          (f"db/calcvalue/{kind}/{{id}}/{{s}}/{{e}}", "calculated", kind)]
+            templates += [
+                (f"db/measure/{kind}/{{id}}/{{s}}/{{e}}", "physical", kind),
+                (f"db/measure/{{id}}/{kind}/{{s}}/{{e}}", "physical", kind),
+                (f"db/calcvalue/{kind}/{{id}}/{{s}}/{{e}}", "calculated", kind),
+            ]
         for template, source, kind in templates:
-            routes.append(r("GET", template, functools.partial(m.series, source=source, kind=kind),
-                            series=(source, kind)))
+            routes.append(
+                r(
+                    "GET",
+                    template,
+                    functools.partial(m.series, source=source, kind=kind),
+                    series=(source, kind),
+                )
+            )
         return routes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -124,17 +147,21 @@ class Emulator:
             return
         path = scope["path"]
         if path.startswith(self.base_path + "/"):
-            await self._api(scope, receive, send, path[len(self.base_path):])
+            await self._api(scope, receive, send, path[len(self.base_path) :])
         elif path.startswith(PREFIX):
-            await send_answer(send, await self.control.answer(scope, receive, path[len(PREFIX):]))
+            await send_answer(send, await self.control.answer(scope, receive, path[len(PREFIX) :]))
         else:
             await send_answer(send, refused(not_found(f"path {path}"), self.plan.faults.error_body))
 
     async def _api(self, scope: dict, receive: Callable, send: Callable, path: str) -> None:
         method = scope["method"]
         query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
-        entry: dict[str, Any] = {"ts": time.time_ns() // 1_000_000, "method": method, "path": scope["path"],
-                                 "query": _loggable(query)}
+        entry: dict[str, Any] = {
+            "ts": time.time_ns() // 1_000_000,
+            "method": method,
+            "path": scope["path"],
+            "query": _loggable(query),
+        }
         decision = None
         try:
             route, args = self.router.match(method, path)
@@ -164,8 +191,15 @@ class Emulator:
             answer = refused(exc, self.plan.faults.error_body)
         entry["status"] = answer.status
         if decision:
-            fault = ("drop" if decision.drop else f"error_{decision.error}" if decision.error
-                     else "rate_limit" if decision.rate_limited else None)
+            fault = (
+                "drop"
+                if decision.drop
+                else f"error_{decision.error}"
+                if decision.error
+                else "rate_limit"
+                if decision.rate_limited
+                else None
+            )
             if answer.status == 200 and not decision.drop:
                 if decision.truncate:
                     answer.body = answer.body[: len(answer.body) // 2]
@@ -187,8 +221,11 @@ class Emulator:
                 return Answer(error_page(d.error), d.error, HTML)
             return refused(Refusal(d.error, "server_error", "injected server error"), style)
         if d.rate_limited:
-            return refused(Refusal(429, "too_many_requests", "rate limit exceeded"), style,
-                           [(b"retry-after", retry_after_header(self.plan.faults.retry_after))])
+            return refused(
+                Refusal(429, "too_many_requests", "rate limit exceeded"),
+                style,
+                [(b"retry-after", retry_after_header(self.plan.faults.retry_after))],
+            )
         return None
 
 

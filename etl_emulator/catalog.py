@@ -44,8 +44,13 @@ class Catalog:
 
     def objects(self, call: Call) -> bytes:
         states = set(call.integers("state"))
-        return orjson.dumps([records.object_full(self.dataset, o) for o in self._objects(call)
-                             if not states or records.object_state(o) in states])
+        return orjson.dumps(
+            [
+                records.object_full(self.dataset, o)
+                for o in self._objects(call)
+                if not states or records.object_state(o) in states
+            ]
+        )
 
     def object(self, call: Call) -> bytes:
         return orjson.dumps(records.object_by_id(self.dataset, self._object(call)))
@@ -55,12 +60,17 @@ class Catalog:
 
     def _ids(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[int]:
         ds = self.dataset
-        return sorted(pid for o in object_ids for pid in (ds.physical_ids(o) if physical else [])
-                      + (ds.calc_ids(o) if calculated else []))
+        return sorted(
+            pid
+            for o in object_ids
+            for pid in (ds.physical_ids(o) if physical else []) + (ds.calc_ids(o) if calculated else [])
+        )
 
     def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
-        return [records.param_record(self.dataset, pid)
-                for pid in self._ids(object_ids, physical=physical, calculated=calculated)]
+        return [
+            records.param_record(self.dataset, pid)
+            for pid in self._ids(object_ids, physical=physical, calculated=calculated)
+        ]
 
     def object_params(self, call: Call, *, physical: bool) -> bytes:
         found = self._records([self._object(call)], physical=physical, calculated=not physical)
@@ -74,14 +84,19 @@ class Catalog:
         return orjson.dumps(found)
 
     def all_object_params(self, call: Call) -> bytes:
-        return orjson.dumps(self._records([self._object(call)], physical=True, calculated=bool(call.flag("calc"))))
+        return orjson.dumps(
+            self._records([self._object(call)], physical=True, calculated=bool(call.flag("calc")))
+        )
 
     def param_list(self, call: Call, *, physical: bool, short: bool) -> bytes:
         object_id = call.integer("objectId")
         objects = [o for o in self._objects(call) if object_id is None or o == object_id]
         found = self._records(objects, physical=physical, calculated=not physical)
-        filters = {"controllerId": call.integers("controllerId") + call.integers("droneID"),
-                   "deviceClassifierId": call.integers("deviceClassified"), "roomId": call.integers("roomID")}
+        filters = {
+            "controllerId": call.integers("controllerId") + call.integers("droneID"),
+            "deviceClassifierId": call.integers("deviceClassified"),
+            "roomId": call.integers("roomID"),
+        }
         for key, wanted in filters.items():
             if wanted:
                 found = [r for r in found if r.get(key) in wanted]
@@ -97,13 +112,16 @@ class Catalog:
         oids = set(call.integers("oid"))
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
-        page = self._ids(objects, physical=True, calculated=True)[offset:offset + limit]
+        page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
         return orjson.dumps([records.param_record(self.dataset, pid) for pid in page])
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)
-        if object_id not in self.dataset.object_ids or not 1 <= d <= DEVICES_PER_OBJECT \
-                or not call.account.sees(object_id):
+        if (
+            object_id not in self.dataset.object_ids
+            or not 1 <= d <= DEVICES_PER_OBJECT
+            or not call.account.sees(object_id)
+        ):
             raise not_found(f"device {device_id}")
         return device_id
 
@@ -121,12 +139,25 @@ class Catalog:
             raise bad("extCommandId and commandData are required")
         if command_id not in {c["id"] for c in records.ext_commands(device_id)}:
             raise not_found(f"command {command_id} of device {device_id}")
-        run = {"id": len(self.runs) + 1, "deviceId": device_id, "extCommandId": command_id,
-               "commandData": call.one("commandData"), "login": call.account.login, "ts": self.clock.now()}
+        run = {
+            "id": len(self.runs) + 1,
+            "deviceId": device_id,
+            "extCommandId": command_id,
+            "commandData": call.one("commandData"),
+            "login": call.account.login,
+            "ts": self.clock.now(),
+        }
         self.runs.append(run)
         return orjson.dumps({"id": run["id"], "status": "accepted"})
 
     def rooms(self, call: Call) -> bytes:
         object_id, location = call.integer("objectId"), call.integer("sensorLocationId")
-        return orjson.dumps([room for o in self._objects(call) if object_id is None or o == object_id
-                             for room in records.rooms(o) if location is None or room["sensorLocationId"] == location])
+        return orjson.dumps(
+            [
+                room
+                for o in self._objects(call)
+                if object_id is None or o == object_id
+                for room in records.rooms(o)
+                if location is None or room["sensorLocationId"] == location
+            ]
+        )

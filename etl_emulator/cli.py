@@ -55,7 +55,9 @@ def _users(path: str | None) -> list[dict] | None:
         return None
     with open(path, encoding="utf-8") as f:
         users = yaml.safe_load(f)
-    if not isinstance(users, list) or not all(isinstance(u, dict) and {"login", "password"} <= set(u) for u in users):
+    if not isinstance(users, list) or not all(
+        isinstance(u, dict) and {"login", "password"} <= set(u) for u in users
+    ):
         raise click.BadParameter(f"{path}: expected a YAML list of {{login, password, objects: all | [ids]}}")
     return users
 
@@ -70,52 +72,147 @@ _rate = click.FloatRange(0, 1)
 
 @emulator.command()
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8765, show_default=True, type=int, help="0 picks a free port (one worker only).")
-@click.option("--base-path", default="/sem-restservices", show_default=True, help="Every platform path lives under it.")
+@click.option(
+    "--port", default=8765, show_default=True, type=int, help="0 picks a free port (one worker only)."
+)
+@click.option(
+    "--base-path", default="/sem-restservices", show_default=True, help="Every platform path lives under it."
+)
 @click.option("--seed", default=42, show_default=True, type=int, help="Same seed, same data.")
 @click.option("--objects", default=3, show_default=True, type=click.IntRange(0), help="Objects 1..N.")
-@click.option("--params-per-object", default=4, show_default=True, type=click.IntRange(0, CALC_OFFSET - 1),
-              help="Physical parameters per object; the last one is a signal parameter.")
-@click.option("--calc-per-object", default=2, show_default=True, type=click.IntRange(0, 999 - CALC_OFFSET),
-              help="Calculated parameters per object.")
-@click.option("--period-range", default="10:900", show_default=True, callback=_period,
-              help="Sampling periods MIN:MAX in seconds (each parameter gets one).")
+@click.option(
+    "--params-per-object",
+    default=4,
+    show_default=True,
+    type=click.IntRange(0, CALC_OFFSET - 1),
+    help="Physical parameters per object; the last one is a signal parameter.",
+)
+@click.option(
+    "--calc-per-object",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0, 999 - CALC_OFFSET),
+    help="Calculated parameters per object.",
+)
+@click.option(
+    "--period-range",
+    default="10:900",
+    show_default=True,
+    callback=_period,
+    help="Sampling periods MIN:MAX in seconds (each parameter gets one).",
+)
 @click.option("--now", callback=_now, help="Fix the clock (epoch ms or ISO 8601); default the real time.")
-@click.option("--users", "users_file", type=click.Path(exists=True, dir_okay=False),
-              help="YAML list of {login, password, objects: all | [ids]}; replaces demo/restricted.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1),
-              help="Processes; each keeps its own faults, clock and request log (sessions work on all).")
-@click.option("--request-log", type=click.Path(dir_okay=False), help="Also append the request log here (JSON lines).")
-@click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+@click.option(
+    "--users",
+    "users_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML list of {login, password, objects: all | [ids]}; replaces demo/restricted.",
+)
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Processes; each keeps its own faults, clock and request log (sessions work on all).",
+)
+@click.option(
+    "--request-log", type=click.Path(dir_okay=False), help="Also append the request log here (JSON lines)."
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
 @click.option("--error-rate", default=0.0, type=_rate, help="Share of 500/502/503 answers (half HTML).")
 @click.option("--rate-limit-rate", default=0.0, type=_rate, help="Share of 429 answers.")
-@click.option("--retry-after", default=1.0, show_default=True, type=float, help="Retry-After of 429s, seconds.")
+@click.option(
+    "--retry-after", default=1.0, show_default=True, type=float, help="Retry-After of 429s, seconds."
+)
 @click.option("--latency", default=0.0, type=float, help="Seconds added to every answer.")
-@click.option("--latency-spike-rate", default=0.0, type=_rate, help="Share of answers delayed by --latency-spike.")
+@click.option(
+    "--latency-spike-rate", default=0.0, type=_rate, help="Share of answers delayed by --latency-spike."
+)
 @click.option("--latency-spike", default=2.0, show_default=True, type=float, help="Seconds of a spike.")
-@click.option("--session-max-requests", type=click.IntRange(1), help="A session is refused (401) after serving N requests.")
-@click.option("--session-max-age", type=float, help="A session is refused (401) this many seconds after sign-in.")
+@click.option(
+    "--session-max-requests",
+    type=click.IntRange(1),
+    help="A session is refused (401) after serving N requests.",
+)
+@click.option(
+    "--session-max-age", type=float, help="A session is refused (401) this many seconds after sign-in."
+)
 @click.option("--truncate-rate", default=0.0, type=_rate, help="Share of 200s with the body cut in half.")
 @click.option("--drop-rate", default=0.0, type=_rate, help="Share of connections closed mid-answer.")
-@click.option("--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}.")
-@click.option("--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd.")
-@click.option("--session-end", default="401", show_default=True, type=click.Choice(SESSION_ENDS),
-              help="How a call without a live session is answered.")
-@click.option("--error-body", default="json", show_default=True, type=click.Choice(ERROR_BODIES),
-              help="Body of every 4xx/5xx answer.")
-@click.option("--sign-in-via", default="both", show_default=True, type=click.Choice(SIGN_IN_FORMS),
-              help="Where sign-in reads the credentials: query string, form body, or both.")
-@click.option("--max-count", type=click.IntRange(1), help="At most N points or buckets per series answer, silently.")
-@click.option("--count-default", default=10_000, show_default=True, type=click.IntRange(1),
-              help="The count of a series request without one.")
-@click.option("--count-reject-over", type=click.IntRange(1),
-              help="A count above N answers 400 (default: counts above 100000 are served as 100000).")
+@click.option(
+    "--hostile", callback=_hostile, help=f"Odd series answers, comma-separated: {', '.join(HOSTILE_KINDS)}."
+)
+@click.option(
+    "--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd."
+)
+@click.option(
+    "--session-end",
+    default="401",
+    show_default=True,
+    type=click.Choice(SESSION_ENDS),
+    help="How a call without a live session is answered.",
+)
+@click.option(
+    "--error-body",
+    default="json",
+    show_default=True,
+    type=click.Choice(ERROR_BODIES),
+    help="Body of every 4xx/5xx answer.",
+)
+@click.option(
+    "--sign-in-via",
+    default="both",
+    show_default=True,
+    type=click.Choice(SIGN_IN_FORMS),
+    help="Where sign-in reads the credentials: query string, form body, or both.",
+)
+@click.option(
+    "--max-count", type=click.IntRange(1), help="At most N points or buckets per series answer, silently."
+)
+@click.option(
+    "--count-default",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(1),
+    help="The count of a series request without one.",
+)
+@click.option(
+    "--count-reject-over",
+    type=click.IntRange(1),
+    help="A count above N answers 400 (default: counts above 100000 are served as 100000).",
+)
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key.")
-def serve(host, port, base_path, seed, objects, params_per_object, calc_per_object, period_range, now, users_file,
-          workers, request_log, log_level, fault_seed, hostile, tls_cert, tls_key, **fault_settings) -> None:
+@click.option(
+    "--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate."
+)
+@click.option(
+    "--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key."
+)
+def serve(
+    host,
+    port,
+    base_path,
+    seed,
+    objects,
+    params_per_object,
+    calc_per_object,
+    period_range,
+    now,
+    users_file,
+    workers,
+    request_log,
+    log_level,
+    fault_seed,
+    hostile,
+    tls_cert,
+    tls_key,
+    **fault_settings,
+) -> None:
     """Serve the platform until interrupted.
 
     \b
@@ -135,22 +232,54 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
         try:  # now, not after "listening" is printed
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(tls_cert, tls_key)
         except (ssl.SSLError, OSError) as exc:
-            raise click.BadParameter(f"{tls_cert} / {tls_key}: {exc}", param_hint="--tls-cert/--tls-key") from None
+            raise click.BadParameter(
+                f"{tls_cert} / {tls_key}: {exc}", param_hint="--tls-cert/--tls-key"
+            ) from None
     faults = Faults(hostile=hostile, seed=fault_seed, **fault_settings)
     config = EmulatorConfig(
-        host=host, port=port, base_path=base_path, seed=seed, objects=objects, params_per_object=params_per_object,
-        calc_per_object=calc_per_object, period_range=period_range, users=_users(users_file), now_ms=now,
-        faults=faults, request_log=request_log, workers=workers, tls_cert=tls_cert, tls_key=tls_key,
+        host=host,
+        port=port,
+        base_path=base_path,
+        seed=seed,
+        objects=objects,
+        params_per_object=params_per_object,
+        calc_per_object=calc_per_object,
+        period_range=period_range,
+        users=_users(users_file),
+        now_ms=now,
+        faults=faults,
+        request_log=request_log,
+        workers=workers,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
     )
-    logins = [f"{u['login']} ({'all objects' if u.get('objects', 'all') == 'all' else 'objects ' + str(u['objects'])})"
-              for u in config.users] if config.users else ["demo (all objects)", "restricted (odd object ids)"]
+    logins = (
+        [
+            f"{u['login']} ({'all objects' if u.get('objects', 'all') == 'all' else 'objects ' + str(u['objects'])})"
+            for u in config.users
+        ]
+        if config.users
+        else ["demo (all objects)", "restricted (odd object ids)"]
+    )
     if workers > 1:
         os.environ[CONFIG_ENV] = config.to_json()
         os.environ[SECRET_ENV] = secrets.token_hex(32)  # so every worker accepts every session
         _announce(host, port, config, logins, workers)
-        uvicorn.run("etl_emulator.app:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level=log_level, access_log=False, lifespan="off", http="httptools", loop="uvloop",
-                    server_header=False, date_header=False, **config.ssl_options())
+        uvicorn.run(
+            "etl_emulator.app:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level=log_level,
+            access_log=False,
+            lifespan="off",
+            http="httptools",
+            loop="uvloop",
+            server_header=False,
+            date_header=False,
+            **config.ssl_options(),
+        )
         return
     sock = bind_socket(host, port)
     _announce(host, sock.getsockname()[1], config, logins, workers)
@@ -160,8 +289,11 @@ def serve(host, port, base_path, seed, objects, params_per_object, calc_per_obje
 
 def _announce(host: str, port: int, config, logins: list[str], workers: int) -> None:
     root = f"{config.scheme}://{host}:{port}"
-    click.echo(f"emulator listening on {root}{config.base_path} (control {root}/_emulator, {workers} worker(s));"
-               f" logins: {', '.join(logins)}", err=True)
+    click.echo(
+        f"emulator listening on {root}{config.base_path} (control {root}/_emulator, {workers} worker(s));"
+        f" logins: {', '.join(logins)}",
+        err=True,
+    )
 
 
 @emulator.command()

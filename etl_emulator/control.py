@@ -33,8 +33,15 @@ async def _json_body(receive: Callable) -> dict[str, Any]:
 class ControlApi:
     """Reads and changes the per-process state of one emulator."""
 
-    def __init__(self, dataset: Dataset, clock: Clock, plan: FaultPlan, log: RequestLog, runs: list[dict],
-                 base_path: str) -> None:
+    def __init__(
+        self,
+        dataset: Dataset,
+        clock: Clock,
+        plan: FaultPlan,
+        log: RequestLog,
+        runs: list[dict],
+        base_path: str,
+    ) -> None:
         self.dataset, self.clock, self.plan, self.log, self.runs = dataset, clock, plan, log, runs
         self.base_path = base_path
 
@@ -43,8 +50,12 @@ class ControlApi:
         try:
             doc = await _json_body(receive) if method == "PUT" else {}
             handler = {
-                ("GET", "health"): lambda: {"status": "ok", "pid": os.getpid(), "base_path": self.base_path,
-                                            "now": self.clock.now()},
+                ("GET", "health"): lambda: {
+                    "status": "ok",
+                    "pid": os.getpid(),
+                    "base_path": self.base_path,
+                    "now": self.clock.now(),
+                },
                 ("GET", "requests"): lambda: list(self.log.entries),
                 ("DELETE", "requests"): lambda: {"cleared": self.log.clear()},
                 ("GET", "faults"): lambda: self.plan.faults.as_dict(),

@@ -102,7 +102,9 @@ class Dataset:
         if not 1 <= lo <= hi:
             raise ValueError(f"period_range must be 1 <= MIN <= MAX seconds, got {lo}:{hi}")
         if not (0 <= self.params_per_object < CALC_OFFSET and 0 <= self.calc_per_object < 1000 - CALC_OFFSET):
-            raise ValueError(f"at most {CALC_OFFSET - 1} physical and {999 - CALC_OFFSET} calculated parameters per object")
+            raise ValueError(
+                f"at most {CALC_OFFSET - 1} physical and {999 - CALC_OFFSET} calculated parameters per object"
+            )
         object.__setattr__(self, "period_range", (int(lo), int(hi)))
 
     @property
@@ -121,7 +123,7 @@ class Dataset:
         return [object_id * 1000 + CALC_OFFSET + j for j in range(1, self.calc_per_object + 1)]
 
     def kind(self, param_id: int) -> str | None:
-        """"analog", "signal" or "calculated" by arithmetic alone; None when there is no such id."""
+        """ "analog", "signal" or "calculated" by arithmetic alone; None when there is no such id."""
         object_id, rest = divmod(int(param_id), 1000)
         if not 1 <= object_id <= self.objects:
             return None
@@ -144,8 +146,11 @@ def as_dataset(source: Any) -> Dataset:
     if isinstance(source, int):
         return Dataset(seed=source)
     return Dataset(
-        seed=source.seed, objects=source.objects, params_per_object=source.params_per_object,
-        calc_per_object=source.calc_per_object, period_range=tuple(source.period_range),
+        seed=source.seed,
+        objects=source.objects,
+        params_per_object=source.params_per_object,
+        calc_per_object=source.calc_per_object,
+        period_range=tuple(source.period_range),
     )
 
 
@@ -161,11 +166,17 @@ def _param(ds: Dataset, pid: int) -> Param | None:
     d = 1 + (j - 1) % DEVICES_PER_OBJECT
     r = [_unit_int(stream_key(key, salt)) for salt in (11, 12, 13, 14, 15)]
     return Param(
-        id=pid, kind=kind, object_id=object_id, j=j,
-        device_id=object_id * 100 + d, controller_id=object_id * 10 + d,
+        id=pid,
+        kind=kind,
+        object_id=object_id,
+        j=j,
+        device_id=object_id * 100 + d,
+        controller_id=object_id * 10 + d,
         tz=TIMEZONES[(object_id - 1) % len(TIMEZONES)],
         period_ms=(lo + stream_key(key, 10) % (hi - lo + 1)) * SECOND_MS,
-        key=key, sample_key=stream_key(key, SAMPLE_SALT), block_key=stream_key(key, BLOCK_SALT),
+        key=key,
+        sample_key=stream_key(key, SAMPLE_SALT),
+        block_key=stream_key(key, BLOCK_SALT),
         base=round(-20 + 120 * r[0], 1) if kind == "analog" else round(100 + 900 * r[0], 1),
         amp=1 + 19 * r[1] if kind == "analog" else 20 + 200 * r[1],
         noise=0.05 + 0.15 * r[2],

@@ -22,7 +22,7 @@ def _digits(width: int) -> np.ndarray:
 
 
 def _time_table() -> np.ndarray:
-    """"THH:MM:SS." for every second of a day."""
+    """ "THH:MM:SS." for every second of a day."""
     s = np.arange(86400)
     d2 = _digits(2)
     col = lambda c: np.full((86400, 1), ord(c), np.uint8)  # noqa: E731
@@ -33,21 +33,35 @@ def _time_table() -> np.ndarray:
 def _number_tables(width: int) -> np.ndarray:
     """S(width+2) "  -12." for the integer parts 0..10**width-1, then the same negated."""
     digits = _digits(width)
-    lead = (np.arange(10**width)[:, None] < 10 ** np.arange(width - 1, -1, -1)) & (np.arange(width) < width - 1)
+    lead = (np.arange(10**width)[:, None] < 10 ** np.arange(width - 1, -1, -1)) & (
+        np.arange(width) < width - 1
+    )
     digits[lead] = 32
     first = np.argmin(lead, axis=1)  # column of the first digit
-    pos = np.concatenate([np.full((10**width, 1), 32, np.uint8), digits, np.full((10**width, 1), 46, np.uint8)], 1)
+    pos = np.concatenate(
+        [np.full((10**width, 1), 32, np.uint8), digits, np.full((10**width, 1), 46, np.uint8)], 1
+    )
     neg = pos.copy()
     neg[np.arange(10**width), first] = 45  # '-' right before the first digit
     return np.ascontiguousarray(np.concatenate([pos, neg])).view(f"S{width + 2}").ravel()
 
 
 _TIME = _time_table()
-_MS = np.ascontiguousarray(np.concatenate(
-    [_digits(3), np.tile(np.frombuffer(b'Z","value":', np.uint8), (1000, 1))], axis=1)).view("S14").ravel()
+_MS = (
+    np.ascontiguousarray(
+        np.concatenate([_digits(3), np.tile(np.frombuffer(b'Z","value":', np.uint8), (1000, 1))], axis=1)
+    )
+    .view("S14")
+    .ravel()
+)
 _INT = {w: _number_tables(w) for w in (1, 2, 3, 4)}
-_FRAC = np.ascontiguousarray(np.concatenate(
-    [_digits(3), np.tile(np.frombuffer(b"},", np.uint8), (1000, 1))], axis=1)).view("S5").ravel()
+_FRAC = (
+    np.ascontiguousarray(
+        np.concatenate([_digits(3), np.tile(np.frombuffer(b"},", np.uint8), (1000, 1))], axis=1)
+    )
+    .view("S5")
+    .ravel()
+)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -90,8 +104,17 @@ def encode_points(param_id: int, ts: np.ndarray, values: np.ndarray) -> bytes:
     milli = milli.astype(np.int64)
     magnitude = np.abs(milli)
     whole = magnitude // 1000
-    rows = np.empty(len(ts), [("head", "S13"), ("date", "S10"), ("time", "S10"), ("ms", "S14"),
-                              ("int", f"S{width + 2}"), ("frac", "S5")])
+    rows = np.empty(
+        len(ts),
+        [
+            ("head", "S13"),
+            ("date", "S10"),
+            ("time", "S10"),
+            ("ms", "S14"),
+            ("int", f"S{width + 2}"),
+            ("frac", "S5"),
+        ],
+    )
     rows["head"] = b'{"timestmp":"'
     rows["date"], rows["time"], rows["ms"] = _stamp_parts(ts)
     rows["int"] = _INT[width].take(whole + (milli < 0) * 10**width)
@@ -99,10 +122,13 @@ def encode_points(param_id: int, ts: np.ndarray, values: np.ndarray) -> bytes:
     return b"".join((head, rows.view(np.uint8)[:-1], b"]}"))
 
 
-def encode_candles(param_id: int, b: np.ndarray, o: np.ndarray, h: np.ndarray, lo: np.ndarray,
-                   c: np.ndarray) -> bytes:
+def encode_candles(
+    param_id: int, b: np.ndarray, o: np.ndarray, h: np.ndarray, lo: np.ndarray, c: np.ndarray
+) -> bytes:
     """`{"id": .., "candles": [{"timestmp": epoch ms, "open", "close", "low", "high"}, ..]}`."""
     keys = ("timestmp", "open", "close", "low", "high")
-    rows = [dict(zip(keys, row, strict=True))
-            for row in zip(b.tolist(), o.tolist(), c.tolist(), lo.tolist(), h.tolist(), strict=True)]
+    rows = [
+        dict(zip(keys, row, strict=True))
+        for row in zip(b.tolist(), o.tolist(), c.tolist(), lo.tolist(), h.tolist(), strict=True)
+    ]
     return orjson.dumps({"id": param_id, "candles": rows})

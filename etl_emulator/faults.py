@@ -11,8 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 HOSTILE_KINDS = (
-    "nan", "null", "duplicates", "shuffle", "outside", "extra_fields", "missing_fields", "empty_body",
-    "html_200", "wrong_content_type", "offsets", "no_millis", "huge",
+    "nan",
+    "null",
+    "duplicates",
+    "shuffle",
+    "outside",
+    "extra_fields",
+    "missing_fields",
+    "empty_body",
+    "html_200",
+    "wrong_content_type",
+    "offsets",
+    "no_millis",
+    "huge",
 )
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
@@ -47,8 +58,11 @@ class Faults:
 
     def __post_init__(self) -> None:
         self.session_end = str(self.session_end)
-        for name, choices in (("session_end", SESSION_ENDS), ("error_body", ERROR_BODIES),
-                              ("sign_in_via", SIGN_IN_FORMS)):
+        for name, choices in (
+            ("session_end", SESSION_ENDS),
+            ("error_body", ERROR_BODIES),
+            ("sign_in_via", SIGN_IN_FORMS),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         for name, optional in (("max_count", True), ("count_default", False), ("count_reject_over", True)):
@@ -56,15 +70,23 @@ class Faults:
             if value is None and optional:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer of at least 1" + (" or null" if optional else ""))
+                raise ValueError(
+                    f"{name} must be an integer of at least 1" + (" or null" if optional else "")
+                )
         if isinstance(self.hostile, str):
             self.hostile = tuple(k for k in self.hostile.split(",") if k)
         self.hostile = tuple(self.hostile)
         unknown = set(self.hostile) - set(HOSTILE_KINDS)
         if unknown:
             raise ValueError(f"unknown hostile kind(s) {sorted(unknown)}; known: {', '.join(HOSTILE_KINDS)}")
-        for name in ("error_rate", "rate_limit_rate", "latency_spike_rate", "truncate_rate", "drop_rate",
-                     "hostile_rate"):
+        for name in (
+            "error_rate",
+            "rate_limit_rate",
+            "latency_spike_rate",
+            "truncate_rate",
+            "drop_rate",
+            "hostile_rate",
+        ):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1")
 
@@ -80,8 +102,15 @@ class Faults:
 
     @property
     def active(self) -> bool:
-        return bool(self.error_rate or self.rate_limit_rate or self.latency or self.latency_spike_rate
-                    or self.truncate_rate or self.drop_rate or (self.hostile and self.hostile_rate))
+        return bool(
+            self.error_rate
+            or self.rate_limit_rate
+            or self.latency
+            or self.latency_spike_rate
+            or self.truncate_rate
+            or self.drop_rate
+            or (self.hostile and self.hostile_rate)
+        )
 
 
 @dataclass

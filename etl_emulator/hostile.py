@@ -8,8 +8,10 @@ import numpy as np
 import orjson
 
 HUGE_BYTES = 4 * 1024 * 1024
-HTML_200 = (b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
-            b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>")
+HTML_200 = (
+    b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
+    b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>"
+)
 
 
 def _iso(ts: np.ndarray, *, offset_hours: int = 0, millis: bool = True) -> list[str]:
@@ -19,8 +21,15 @@ def _iso(ts: np.ndarray, *, offset_hours: int = 0, millis: bool = True) -> list[
     return [s + suffix for s in text.tolist()]
 
 
-def hostile_body(kind: str, salt: int, param_id: int, columns: dict[str, np.ndarray], candles: bool,
-                 start_ms: int, end_ms: int) -> tuple[bytes, bytes]:
+def hostile_body(
+    kind: str,
+    salt: int,
+    param_id: int,
+    columns: dict[str, np.ndarray],
+    candles: bool,
+    start_ms: int,
+    end_ms: int,
+) -> tuple[bytes, bytes]:
     """(body, content type) of a series answer edited the `kind` way.
 
     `columns` holds "ts" (epoch ms) and the value columns ("value", or "open", "high", "low",
@@ -61,9 +70,12 @@ def hostile_body(kind: str, salt: int, param_id: int, columns: dict[str, np.ndar
         stamps = ts.tolist()
     else:
         stamps = _iso(ts)
-    rows = [dict(zip(("timestmp", *fields), row, strict=True))
-            for row in zip(*(np.asarray(stamps, dtype=object)[order], *(values[k][order] for k in fields)),
-                           strict=True)]
+    rows = [
+        dict(zip(("timestmp", *fields), row, strict=True))
+        for row in zip(
+            *(np.asarray(stamps, dtype=object)[order], *(values[k][order] for k in fields)), strict=True
+        )
+    ]
     doc: dict[str, Any] = {"id": param_id, "candles" if candles else "points": rows}
     if kind == "extra_fields":
         for row in rows:

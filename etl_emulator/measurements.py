@@ -65,7 +65,9 @@ class Measurements:
         if start > end:
             raise bad(f"the interval start {start} is after its end {end}")
         if kind == "raw" and end - start > DAY_MS:
-            raise bad(f"raw intervals may span at most 24 hours, this one spans {(end - start) / 3.6e6:.2f} h")
+            raise bad(
+                f"raw intervals may span at most 24 hours, this one spans {(end - start) / 3.6e6:.2f} h"
+            )
         count = self._count(call, signal=source == "signal")
         now = self.clock.now()
         lo, hi = (start, end) if kind == "raw" else series.bucket_span(start, end)
@@ -85,12 +87,14 @@ class Measurements:
             b, o, h, low, c = self._buckets(p, series.candles_of, lo, hi, now, count)
             columns = {"ts": b, "open": o, "close": c, "low": low, "high": h}
         if hostile:
-            body, content_type = hostile_body(hostile, call.decision.salt, param_id, columns, kind == "candles",
-                                              start, end)
+            body, content_type = hostile_body(
+                hostile, call.decision.salt, param_id, columns, kind == "candles", start, end
+            )
             return Answer(body, content_type=content_type)
         if kind == "candles":
-            body = encode_candles(param_id, columns["ts"], columns["open"], columns["high"], columns["low"],
-                                  columns["close"])
+            body = encode_candles(
+                param_id, columns["ts"], columns["open"], columns["high"], columns["low"], columns["close"]
+            )
         else:
             body = encode_points(param_id, columns["ts"], columns["value"])
         if hi <= now and len(body) <= CACHE_MAX_ENTRY:
@@ -109,7 +113,9 @@ class Measurements:
             raise bad(f"count may be at most {f.count_reject_over}, got {count}")
         return min(count, COUNT_MAX, f.max_count or COUNT_MAX)
 
-    def _buckets(self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int) -> list[np.ndarray]:
+    def _buckets(
+        self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int
+    ) -> list[np.ndarray]:
         """The first `count` buckets of [lo, hi], computed a slab at a time: aggregate windows have no
         length limit, so memory stays bounded and the work stops once `count` buckets are found."""
         slab = max(1, p.period_ms * 200_000 // series.BUCKET_MS) * series.BUCKET_MS

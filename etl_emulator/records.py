@@ -31,9 +31,17 @@ def status_of(p: Param, value: float | None) -> dict:
     return STATUSES[name]
 
 
-ANALOG_KINDS = (("temperature", "°C"), ("pressure", "kPa"), ("humidity", "%"), ("power", "kW"), ("flow", "m3/h"))
-OBJECT_STATES = {1: {"id": 1, "objstatename": "new", "comment": "no controller installed or configured"},
-                 2: {"id": 2, "objstatename": "active", "comment": "controllers online"}}
+ANALOG_KINDS = (
+    ("temperature", "°C"),
+    ("pressure", "kPa"),
+    ("humidity", "%"),
+    ("power", "kW"),
+    ("flow", "m3/h"),
+)
+OBJECT_STATES = {
+    1: {"id": 1, "objstatename": "new", "comment": "no controller installed or configured"},
+    2: {"id": 2, "objstatename": "active", "comment": "controllers online"},
+}
 ZONES = [{"id": 1, "name": "North"}, {"id": 2, "name": "South"}, {"id": 3, "name": "East"}]
 CLASSIFIERS = [
     {"id": 1, "name": "sensor", "description": "measuring sensor", "sys": True},
@@ -110,21 +118,30 @@ def units(object_id: int) -> list[dict]:
     out = []
     for d in range(1, DEVICES_PER_OBJECT + 1):
         device_id, controller_id = object_id * 100 + d, object_id * 10 + d
-        out.append({
-            "id": device_id,
-            "name": f"unit-{device_id}",
-            "deviceconnect": {
-                "id": device_id * 10,
-                "controller": {"id": controller_id, "name": f"controller-{controller_id}"},
-                "device": {"id": device_id, "devicename": f"device-{device_id}"},
-            },
-        })
+        out.append(
+            {
+                "id": device_id,
+                "name": f"unit-{device_id}",
+                "deviceconnect": {
+                    "id": device_id * 10,
+                    "controller": {"id": controller_id, "name": f"controller-{controller_id}"},
+                    "device": {"id": device_id, "devicename": f"device-{device_id}"},
+                },
+            }
+        )
     return out
 
 
 def rooms(object_id: int) -> list[dict]:
-    return [{"id": object_id * 10 + t["id"], "name": f"{t['name']} {object_id}", "objectId": object_id,
-             "sensorLocationId": t["id"]} for t in ROOM_TYPES]
+    return [
+        {
+            "id": object_id * 10 + t["id"],
+            "name": f"{t['name']} {object_id}",
+            "objectId": object_id,
+            "sensorLocationId": t["id"],
+        }
+        for t in ROOM_TYPES
+    ]
 
 
 def param_record(ds: Dataset, pid: int) -> dict:
@@ -133,15 +150,31 @@ def param_record(ds: Dataset, pid: int) -> dict:
     d = 1 + (j - 1) % DEVICES_PER_OBJECT
     tags = _tags(kind, j)
     if kind == "calculated":
-        return {"id": pid, "name": f"calc-{pid}", "type": "calculated", "objectId": object_id,
-                "controllerId": object_id * 10 + d, "unit": "kWh", "tags": tags,
-                "formula": f"sum(p{object_id * 1000 + 1}) * 0.25"}
+        return {
+            "id": pid,
+            "name": f"calc-{pid}",
+            "type": "calculated",
+            "objectId": object_id,
+            "controllerId": object_id * 10 + d,
+            "unit": "kWh",
+            "tags": tags,
+            "formula": f"sum(p{object_id * 1000 + 1}) * 0.25",
+        }
     name, unit = ("alarm", "") if kind == "signal" else ANALOG_KINDS[(j - 1) % len(ANALOG_KINDS)]
-    return {"id": pid, "name": f"{name}-{pid}", "type": kind, "objectId": object_id,
-            "controllerId": object_id * 10 + d, "deviceId": object_id * 100 + d, "unit": unit, "tags": tags,
-            "ctrability": j % 2 == 1, "locked": j % 3 == 0,
-            "roomId": object_id * 10 + 1 + (j - 1) % len(ROOM_TYPES),
-            "deviceClassifierId": 1 + (j - 1) % len(CLASSIFIERS)}
+    return {
+        "id": pid,
+        "name": f"{name}-{pid}",
+        "type": kind,
+        "objectId": object_id,
+        "controllerId": object_id * 10 + d,
+        "deviceId": object_id * 100 + d,
+        "unit": unit,
+        "tags": tags,
+        "ctrability": j % 2 == 1,
+        "locked": j % 3 == 0,
+        "roomId": object_id * 10 + 1 + (j - 1) % len(ROOM_TYPES),
+        "deviceClassifierId": 1 + (j - 1) % len(CLASSIFIERS),
+    }
 
 
 def param_short(record: dict) -> dict:
@@ -151,26 +184,57 @@ def param_short(record: dict) -> dict:
 def ext_commands(device_id: int) -> list[dict]:
     object_id, d = divmod(device_id, 100)
     device = {
-        "id": device_id, "devicename": f"device-{device_id}", "devicetopic": f"site/{object_id}/dev/{device_id}",
-        "devicetype": "LORAWAN" if d == 1 else "MQTT", "comment": "", "driverConfig": "{}",
-        "productnumber": f"PN-{device_id:06d}", "vendorname": "Acme",
+        "id": device_id,
+        "devicename": f"device-{device_id}",
+        "devicetopic": f"site/{object_id}/dev/{device_id}",
+        "devicetype": "LORAWAN" if d == 1 else "MQTT",
+        "comment": "",
+        "driverConfig": "{}",
+        "productnumber": f"PN-{device_id:06d}",
+        "vendorname": "Acme",
         "classifier": CLASSIFIERS[(d - 1) % len(CLASSIFIERS)],
-        "hierarchyInstance": {"id": object_id, "hierarchyId": f"h-{object_id}", "name": f"Object {object_id}"},
+        "hierarchyInstance": {
+            "id": object_id,
+            "hierarchyId": f"h-{object_id}",
+            "name": f"Object {object_id}",
+        },
         "protocolType": {"id": "lora" if d == 1 else "mqtt", "name": "LoRaWAN" if d == 1 else "MQTT"},
     }
     return [
-        {"id": device_id * 10 + 1, "name": "reboot", "description": "restart the device", "cmd": "REBOOT",
-         "data": "", "fport": 2, "device": device},
-        {"id": device_id * 10 + 2, "name": "set-interval", "description": "set the reporting interval",
-         "cmd": "SETINT", "data": "interval=60", "fport": 3, "device": device},
+        {
+            "id": device_id * 10 + 1,
+            "name": "reboot",
+            "description": "restart the device",
+            "cmd": "REBOOT",
+            "data": "",
+            "fport": 2,
+            "device": device,
+        },
+        {
+            "id": device_id * 10 + 2,
+            "name": "set-interval",
+            "description": "set the reporting interval",
+            "cmd": "SETINT",
+            "data": "interval=60",
+            "fport": 3,
+            "device": device,
+        },
     ]
 
 
 def user_record(index: int, login: str, control: bool = True) -> dict:
     return {
-        "id": index + 1, "login": login, "firstname": login.title(), "lastname": "User", "middlename": "",
+        "id": index + 1,
+        "login": login,
+        "firstname": login.title(),
+        "lastname": "User",
+        "middlename": "",
         "state": {"id": 1, "name": "active", "comment": "the user is active and may sign in"},
-        "theme": 1, "ilocale": USER_LOCALE, "defaultScreen": 1, "soundOn": False, "comment": None,
+        "theme": 1,
+        "ilocale": USER_LOCALE,
+        "defaultScreen": 1,
+        "soundOn": False,
+        "comment": None,
         "authService": "LOCAL",
         "privileges": [{"id": 1, "name": "read"}, *([{"id": 2, "name": "control"}] if control else [])],
     }

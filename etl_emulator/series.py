@@ -133,8 +133,13 @@ def candles_of(ts: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
         empty = np.empty(0, np.float64)
         return b, empty, empty, empty, empty
     ends = np.r_[starts[1:], len(ts)] - 1
-    return (b, values[starts], np.maximum.reduceat(values, starts), np.minimum.reduceat(values, starts),
-            values[ends])
+    return (
+        b,
+        values[starts],
+        np.maximum.reduceat(values, starts),
+        np.minimum.reduceat(values, starts),
+        values[ends],
+    )
 
 
 def average_series(

@@ -76,14 +76,18 @@ class EmulatorControl:
 class RunningEmulator(EmulatorControl):
     """An emulator serving in a background thread: `.url` (root), `.base_url` (root + base path)."""
 
-    def __init__(self, config: EmulatorConfig, server: uvicorn.Server, thread: threading.Thread, port: int) -> None:
+    def __init__(
+        self, config: EmulatorConfig, server: uvicorn.Server, thread: threading.Thread, port: int
+    ) -> None:
         # A TLS emulator's certificate is its own CA: the control client trusts exactly that.
         verify = ssl.create_default_context(cafile=config.tls_cert) if config.tls_cert else True
         super().__init__(f"{config.scheme}://{config.host}:{port}", verify)
         self.config = config
         self.app = server.config.app  # the Emulator, for in-process inspection
         self.port = port
-        self.base_url = self.url + "/" + config.base_path.strip("/") if config.base_path.strip("/") else self.url
+        self.base_url = (
+            self.url + "/" + config.base_path.strip("/") if config.base_path.strip("/") else self.url
+        )
         self._server = server
         self._thread = thread
 
@@ -104,8 +108,17 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(app: Any, log_level: str = "warning", **kw: Any) -> uvicorn.Config:
-    return uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="off", http="httptools",
-                          loop="uvloop", server_header=False, date_header=False, **kw)
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        access_log=False,
+        lifespan="off",
+        http="httptools",
+        loop="uvloop",
+        server_header=False,
+        date_header=False,
+        **kw,
+    )
 
 
 @contextmanager
@@ -130,4 +143,11 @@ def run_emulator(config: EmulatorConfig | None = None, *, port: int = 0) -> Iter
         sock.close()
 
 
-__all__ = ["EmulatorConfig", "EmulatorControl", "RunningEmulator", "bind_socket", "run_emulator", "uvicorn_config"]
+__all__ = [
+    "EmulatorConfig",
+    "EmulatorControl",
+    "RunningEmulator",
+    "bind_socket",
+    "run_emulator",
+    "uvicorn_config",
+]

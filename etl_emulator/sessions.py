@@ -33,11 +33,13 @@ class SessionEnded(Refusal):
 
 
 def login_page(base_path: str) -> bytes:
-    return (f"<!DOCTYPE html><html><head><title>Sign in</title></head><body><h1>Sign in</h1>"
-            f'<form method="post" action="{base_path}/auth/login">'
-            '<label>Login <input type="text" name="username"></label>'
-            '<label>Password <input type="password" name="password"></label>'
-            '<button type="submit">Sign in</button></form></body></html>').encode()
+    return (
+        f"<!DOCTYPE html><html><head><title>Sign in</title></head><body><h1>Sign in</h1>"
+        f'<form method="post" action="{base_path}/auth/login">'
+        '<label>Login <input type="text" name="username"></label>'
+        '<label>Password <input type="password" name="password"></label>'
+        '<button type="submit">Sign in</button></form></body></html>'
+    ).encode()
 
 
 def session_end_answer(ended: SessionEnded, choice: str, base_path: str, error_body: str) -> Answer:
@@ -111,7 +113,10 @@ class Sessions:
     def _credential(self, call: Call, name: str) -> str:
         """From the form body or the query string, as `sign_in_via` allows (the body first)."""
         sources = {"both": (call.form, call.query), "form": (call.form,), "query": (call.query,)}
-        return next((values[-1] for source in sources[self.plan.faults.sign_in_via] if (values := source.get(name))), "")
+        return next(
+            (values[-1] for source in sources[self.plan.faults.sign_in_via] if (values := source.get(name))),
+            "",
+        )
 
     def sign_in(self, call: Call) -> Answer:
         account = self.accounts.get(self._credential(call, "username"))
@@ -141,7 +146,9 @@ class Sessions:
         sid = cookies.get("SEMSESSIONID", "")
         session = self.live.get(sid) or self._known(sid, cookies.get("issToken", ""))
         if session is None or session.spent:
-            raise SessionEnded("sign in first: the SEMSESSIONID and issToken cookies are missing, unknown or expired")
+            raise SessionEnded(
+                "sign in first: the SEMSESSIONID and issToken cookies are missing, unknown or expired"
+            )
         if not hmac.compare_digest(session.token.encode(), cookies.get("issToken", "").encode()):
             raise SessionEnded("the issToken cookie does not belong to this session")
         if faults.session_max_age is not None and time.time() - session.created > faults.session_max_age:

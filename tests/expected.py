@@ -18,7 +18,9 @@ KINDS = {"analog": "physical", "signal": "signal", "calculated": "calculated"}
 SOURCE = "127.0.0.1"  # the emulator's host: the default source name
 
 
-def expected_table(emulator_config, series: str, start: int, end: int, objects=None, source: str = SOURCE) -> pa.Table:
+def expected_table(
+    emulator_config, series: str, start: int, end: int, objects=None, source: str = SOURCE
+) -> pa.Table:
     """Every point in [start, end) of every parameter of the objects, in the output schema."""
     series = Series(series)
     ds = as_dataset(emulator_config)
@@ -42,8 +44,10 @@ def expected_table(emulator_config, series: str, start: int, end: int, objects=N
             for name, v in zip(series.value_columns, values, strict=True):
                 columns[name].append(v[keep])
     return pa.table(
-        {name: pa.array(np.concatenate(parts) if parts else [], type=SCHEMAS[series].field(name).type)
-         for name, parts in columns.items()},
+        {
+            name: pa.array(np.concatenate(parts) if parts else [], type=SCHEMAS[series].field(name).type)
+            for name, parts in columns.items()
+        },
         schema=SCHEMAS[series],
     )
 
@@ -86,9 +90,14 @@ def read_lake(root, name: str, fmt: str) -> pa.Table:
     if not table.exists():
         return pa.table({})
     rows = table.dataset().to_table()
-    columns = [rows.column(f.name).cast(pa.timestamp("ms", tz="UTC")) if pa.types.is_timestamp(f.type)
-               else rows.column(f.name).cast(pa.string()) if pa.types.is_large_string(f.type)
-               else rows.column(f.name) for f in rows.schema]
+    columns = [
+        rows.column(f.name).cast(pa.timestamp("ms", tz="UTC"))
+        if pa.types.is_timestamp(f.type)
+        else rows.column(f.name).cast(pa.string())
+        if pa.types.is_large_string(f.type)
+        else rows.column(f.name)
+        for f in rows.schema
+    ]
     return pa.Table.from_arrays(columns, names=rows.column_names)
 
 
@@ -100,10 +109,16 @@ def read(root, series: str, fmt: str = "parquet") -> pa.Table:
     if lake:
         table = read_lake(root, series, lake)
     else:
-        table = ds.dataset(storage.full(series), filesystem=None if storage.local else storage.fs, format=fmt,
-                           partitioning="hive").to_table()
+        table = ds.dataset(
+            storage.full(series),
+            filesystem=None if storage.local else storage.fs,
+            format=fmt,
+            partitioning="hive",
+        ).to_table()
     table = table.drop_columns([c for c in ("date",) if c in table.column_names])
-    return table.select(SCHEMAS[Series(series)].names).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+    return table.select(SCHEMAS[Series(series)].names).sort_by(
+        [("param_id", "ascending"), ("ts", "ascending")]
+    )
 
 
 def assert_exact(root, start: str, end: str, objects=(1, 2), series=SERIES) -> None:
@@ -127,9 +142,16 @@ def read_quality(root) -> pa.Table:
     storage = Storage(str(root))
     storage.fs.invalidate_cache()
     lake = lake_format(root)
-    table = read_lake(root, QUALITY, lake) if lake else ds.dataset(
-        storage.full(QUALITY), filesystem=None if storage.local else storage.fs, format="parquet",
-        partitioning="hive").to_table()
+    table = (
+        read_lake(root, QUALITY, lake)
+        if lake
+        else ds.dataset(
+            storage.full(QUALITY),
+            filesystem=None if storage.local else storage.fs,
+            format="parquet",
+            partitioning="hive",
+        ).to_table()
+    )
     for name in ("source", "object_id"):  # as a partition column, a dictionary or another integer type
         field = QUALITY_SCHEMA.field(name)
         if table.schema.field(name).type != field.type:
@@ -153,9 +175,12 @@ def day_facts(emulator_config, param_id: int, day_start: int) -> dict:
     ends = np.r_[runs[1:], len(values)] - 1
     [gap] = gaps(ds_, param_id, day_start, day_start + DAY_MS - 1)
     return {
-        "points": len(ts), "first_ts": int(ts[0]) if len(ts) else None, "last_ts": int(ts[-1]) if len(ts) else None,
+        "points": len(ts),
+        "first_ts": int(ts[0]) if len(ts) else None,
+        "last_ts": int(ts[-1]) if len(ts) else None,
         "longest_gap_seconds": float(spacings.max()) / 1000,
         "flatline_seconds": float((ts[ends] - ts[runs]).max()) / 1000 if len(ts) else 0.0,
-        "period_seconds": param.period_ms / 1000, "gap_seconds": (gap[1] - gap[0]) / 1000,
+        "period_seconds": param.period_ms / 1000,
+        "gap_seconds": (gap[1] - gap[0]) / 1000,
         "kind": KINDS[param.kind],
     }

@@ -38,8 +38,11 @@ def existing(golden, tmp_path) -> Path:
 
 def snapshot(out: Path) -> dict[str, bytes]:
     # The lock file records its last holder; it is not output and not a checkpoint.
-    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*"))
-            if p.is_file() and p.relative_to(out).as_posix() != "_state/127.0.0.1/lock"}
+    return {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.relative_to(out).as_posix() != "_state/127.0.0.1/lock"
+    }
 
 
 def assert_untouched(out: Path, before: dict[str, bytes]) -> None:
@@ -50,9 +53,17 @@ def assert_untouched(out: Path, before: dict[str, bytes]) -> None:
     assert {k: v for k, v in after.items() if k not in added} == before
 
 
-def etl(*args: str, preexec_fn: Callable | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, timeout=120,
-                          env=env or ENV, preexec_fn=preexec_fn)
+def etl(
+    *args: str, preexec_fn: Callable | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "etl", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env or ENV,
+        preexec_fn=preexec_fn,
+    )
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -80,24 +91,69 @@ CASES = [
     ("unknown key", lambda d, t: d["sink"].update(colour="red"), [], 2, ["sink.colour: unknown key"]),
     ("wrong type", lambda d, t: d["extract"].update(concurrency="many"), [], 2, ["extract.concurrency"]),
     ("wrong type (list)", lambda d, t: d.update(series="raw"), [], 2, ["series"]),
-    ("naive time", lambda d, t: d["window"].update(start="2026-11-01T00:00:00"), [], 2,
-     ["window.start", "UTC offset"]),
-    ("start after end", lambda d, t: d["window"].update(start="2026-11-05T00:00:00Z"), [], 2,
-     ["window", "start must be before end"]),
-    ("--from after --to", lambda d, t: None, ["--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"], 2,
-     ["window start 2026-11-02", "is not before its end"]),
-    ("missing password file", lambda d, t: d["source"].update(password=None, password_file=str(t / "nope")), [], 2,
-     ["source.password_file", "nope"]),
-    ("unset variable", lambda d, t: d["source"].update(password="${ETL_NOT_SET_ANYWHERE}"), [], 2,
-     ["source.password", "ETL_NOT_SET_ANYWHERE"]),
-    ("unreachable host", lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"), [], 4,
-     ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"]),
-    ("wrong password", lambda d, t: d["source"].update(password="${ETL_WRONG_PASSWORD}"), [], 3,
-     ["sign-in refused for user 'demo'", "check the username and password"]),
-    ("unknown object", lambda d, t: d["select"].update(objects=[1, 99]), [], 2,
-     ["select.objects", "99 not visible to login"]),
-    ("unwritable state", lambda d, t: d.update(state={"path": not_a_dir(t)}), [], 7,
-     ["cannot create the state lock", "a-file/out"]),
+    (
+        "naive time",
+        lambda d, t: d["window"].update(start="2026-11-01T00:00:00"),
+        [],
+        2,
+        ["window.start", "UTC offset"],
+    ),
+    (
+        "start after end",
+        lambda d, t: d["window"].update(start="2026-11-05T00:00:00Z"),
+        [],
+        2,
+        ["window", "start must be before end"],
+    ),
+    (
+        "--from after --to",
+        lambda d, t: None,
+        ["--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"],
+        2,
+        ["window start 2026-11-02", "is not before its end"],
+    ),
+    (
+        "missing password file",
+        lambda d, t: d["source"].update(password=None, password_file=str(t / "nope")),
+        [],
+        2,
+        ["source.password_file", "nope"],
+    ),
+    (
+        "unset variable",
+        lambda d, t: d["source"].update(password="${ETL_NOT_SET_ANYWHERE}"),
+        [],
+        2,
+        ["source.password", "ETL_NOT_SET_ANYWHERE"],
+    ),
+    (
+        "unreachable host",
+        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"),
+        [],
+        4,
+        ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"],
+    ),
+    (
+        "wrong password",
+        lambda d, t: d["source"].update(password="${ETL_WRONG_PASSWORD}"),
+        [],
+        3,
+        ["sign-in refused for user 'demo'", "check the username and password"],
+    ),
+    (
+        "unknown object",
+        lambda d, t: d["select"].update(objects=[1, 99]),
+        [],
+        2,
+        ["select.objects", "99 not visible to login"],
+    ),
+    (
+        "unwritable state",
+        lambda d, t: d.update(state={"path": not_a_dir(t)}),
+        [],
+        7,
+        ["cannot create the state lock", "a-file/out"],
+    ),
 ]
 
 
@@ -112,9 +168,22 @@ def launched(emulator, golden, tmp_path_factory) -> dict[str, tuple[subprocess.P
         data = config_dict(emulator.base_url, out)
         data["source"]["password"] = "${ETL_PASSWORD}"
         mutate(data, folder)
-        command = [sys.executable, "-m", "etl", "run", "-c", str(write_config(folder / "c.yaml", data)), *args]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**ENV, "ETL_WRONG_PASSWORD": "not-the-password-123"})
+        command = [
+            sys.executable,
+            "-m",
+            "etl",
+            "run",
+            "-c",
+            str(write_config(folder / "c.yaml", data)),
+            *args,
+        ]
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**ENV, "ETL_WRONG_PASSWORD": "not-the-password-123"},
+        )
         runs[name] = (proc, out, snapshot(out))
     yield runs
     for proc, _, _ in runs.values():
@@ -151,9 +220,11 @@ def test_unwritable_output_path(emulator, tmp_path):
 
 def file_size_limit(limit: int) -> Callable[[], None]:
     """A child whose writes past `limit` bytes fail with EFBIG, as on a full disk."""
+
     def apply() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write() instead of killing the process
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
     return apply
 
 
@@ -163,8 +234,13 @@ def test_full_disk_on_write_keeps_existing_output_and_checkpoints(emulator, exis
     data["source"]["password"] = "${ETL_PASSWORD}"
     before = snapshot(existing)
     # Rewriting every file: the first one over 1 KB fails; the small lock and probe still fit.
-    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--full-refresh",
-                 preexec_fn=file_size_limit(1024))
+    result = etl(
+        "run",
+        "-c",
+        str(write_config(tmp_path / "c.yaml", data)),
+        "--full-refresh",
+        preexec_fn=file_size_limit(1024),
+    )
     assert result.returncode == 7, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("etl: error")]
     assert len(errors) == 1 and "cannot write" in errors[0] and "File too large" in errors[0], result.stderr

@@ -51,11 +51,24 @@ def test_a_run_under_a_silent_cap_is_exact(tmp_path, cap, shape, end):
 
 
 def test_a_silent_cap_with_every_other_fault(fresh_emulator, tmp_path):
-    fresh_emulator.set_faults(max_count=100, error_rate=0.2, rate_limit_rate=0.1, retry_after=0.05,
-                              session_max_requests=10, session_end="302-login", truncate_rate=0.1, drop_rate=0.05,
-                              seed=9)
-    config = make_config(fresh_emulator.base_url, tmp_path, window={"end": LATER_END}, extract={"concurrency": 16},
-                         retry={"attempts": 25})
+    fresh_emulator.set_faults(
+        max_count=100,
+        error_rate=0.2,
+        rate_limit_rate=0.1,
+        retry_after=0.05,
+        session_max_requests=10,
+        session_end="302-login",
+        truncate_rate=0.1,
+        drop_rate=0.05,
+        seed=9,
+    )
+    config = make_config(
+        fresh_emulator.base_url,
+        tmp_path,
+        window={"end": LATER_END},
+        extract={"concurrency": 16},
+        retry={"attempts": 25},
+    )
     summary = run(config).as_dict()
     assert_source(tmp_path, emulator_config(), START, LATER_END)
     assert summary["status"] == "ok" and summary["relogins"] > 0 and summary["continuations"] > 0
@@ -104,10 +117,17 @@ def test_equal_windows_ending_at_the_clock_cost_one_request_more(cap_emulator, s
     cap_emulator.set_faults(reset=True)
     cap_emulator.set_clock(now)
     try:
-        windows = [Window(pid, pid // 1000, kind, series, now - 2 * HOUR_MS, now + HOUR_MS)
-                   for pid, kind in [(1001, ParamKind.PHYSICAL), (1002, ParamKind.PHYSICAL),
-                                     (1003, ParamKind.SIGNAL), (2001, ParamKind.PHYSICAL),
-                                     (2002, ParamKind.PHYSICAL), (2003, ParamKind.SIGNAL)]]
+        windows = [
+            Window(pid, pid // 1000, kind, series, now - 2 * HOUR_MS, now + HOUR_MS)
+            for pid, kind in [
+                (1001, ParamKind.PHYSICAL),
+                (1002, ParamKind.PHYSICAL),
+                (1003, ParamKind.SIGNAL),
+                (2001, ParamKind.PHYSICAL),
+                (2002, ParamKind.PHYSICAL),
+                (2003, ParamKind.SIGNAL),
+            ]
+        ]
         data, counters, _ = asyncio.run(_fetch(cap_emulator, windows))
     finally:
         cap_emulator.set_clock(to_ms("2026-11-20T00:00:00Z"))
@@ -133,8 +153,14 @@ def test_a_server_that_refuses_large_counts_loses_nothing(tmp_path, reject_over)
 def test_error_bodies_in_any_style_are_retried_and_the_output_is_exact(tmp_path, style):
     settings = emulator_config()
     with run_emulator(settings) as emu:
-        emu.set_faults(error_body=style, error_rate=0.2, rate_limit_rate=0.1, retry_after=0.05,
-                       session_max_requests=15, seed=3)
+        emu.set_faults(
+            error_body=style,
+            error_rate=0.2,
+            rate_limit_rate=0.1,
+            retry_after=0.05,
+            session_max_requests=15,
+            seed=3,
+        )
         summary = run(make_config(emu.base_url, tmp_path, retry={"attempts": 25})).as_dict()
     assert_source(tmp_path, settings, START, END)
     assert summary["status"] == "ok" and summary["relogins"] > 0

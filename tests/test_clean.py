@@ -20,7 +20,9 @@ stamps = st.lists(st.integers(80, 220), max_size=40)
 @given(stamps, st.booleans(), st.data())
 def test_shortcut_matches_the_general_path(ts, ordered, data):
     ts = sorted(set(ts)) if ordered else ts
-    values = data.draw(st.lists(st.one_of(st.floats(-5, 5), st.just(float("nan"))), min_size=len(ts), max_size=len(ts)))
+    values = data.draw(
+        st.lists(st.one_of(st.floats(-5, 5), st.just(float("nan"))), min_size=len(ts), max_size=len(ts))
+    )
     points = Points(ts=np.array(ts, np.int64), value=np.array(values, np.float64))
     fast_warnings, slow_warnings = Counter(), Counter()
     fast, slow = clean(UNIT, points, fast_warnings), _clean_any(UNIT, points, slow_warnings)

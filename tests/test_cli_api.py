@@ -54,13 +54,28 @@ def test_read_commands_print_tables_and_json(env, capsys):
 
 @pytest.mark.parametrize(
     ("kind", "param_id", "columns"),
-    [("raw", "1001", {"ts", "value"}), ("average", "1001", {"ts", "value"}),
-     ("candles", "1001", {"ts", "open", "high", "low", "close"}),
-     ("raw", "1501", {"ts", "value"}), ("raw", "1003", {"ts", "value"})],
+    [
+        ("raw", "1001", {"ts", "value"}),
+        ("average", "1001", {"ts", "value"}),
+        ("candles", "1001", {"ts", "open", "high", "low", "close"}),
+        ("raw", "1501", {"ts", "value"}),
+        ("raw", "1003", {"ts", "value"}),
+    ],
 )
 def test_series_command(env, capsys, kind, param_id, columns):
-    code, out, _ = etl(capsys, "api", "series", param_id, "--from", "2026-11-01T00:00:00Z",
-                       "--to", "2026-11-01T06:00:00Z", "--kind", kind, "--json")
+    code, out, _ = etl(
+        capsys,
+        "api",
+        "series",
+        param_id,
+        "--from",
+        "2026-11-01T00:00:00Z",
+        "--to",
+        "2026-11-01T06:00:00Z",
+        "--kind",
+        kind,
+        "--json",
+    )
     rows = json.loads(out)
     assert code == 0 and rows and set(rows[0]) == columns
     assert all("2026-11-01T00:00:00.000Z" <= r["ts"] <= "2026-11-01T06:00:00.000Z" for r in rows)
@@ -69,8 +84,9 @@ def test_series_command(env, capsys, kind, param_id, columns):
 
 
 def test_series_over_24h_is_a_usage_error(env, capsys):
-    code, out, err = etl(capsys, "api", "series", "1001", "--from", "2026-11-01T00:00:00Z",
-                         "--to", "2026-11-02T00:00:01Z")
+    code, out, err = etl(
+        capsys, "api", "series", "1001", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:01Z"
+    )
     assert code == 2 and out == "" and err.count("\n") == 1 and "24 hours" in err
 
 
@@ -78,7 +94,9 @@ def test_actions_ask_first_and_are_recorded(monkeypatch, fresh_emulator, capsys)
     monkeypatch.setenv("ETL_BASE_URL", fresh_emulator.base_url)
     monkeypatch.setenv("ETL_USERNAME", "demo")
     monkeypatch.setenv("ETL_PASSWORD", "demo")
-    code, _, err = etl(capsys, "api", "run-command", "101", "1011", "mode=a b&c", stdin="n\n", monkeypatch=monkeypatch)
+    code, _, err = etl(
+        capsys, "api", "run-command", "101", "1011", "mode=a b&c", stdin="n\n", monkeypatch=monkeypatch
+    )
     assert code == 1 and "aborted" in err and fresh_emulator.commands() == []
     code, _, _ = etl(capsys, "api", "run-command", "101", "1011", "mode=a b&c", "--yes")
     assert code == 0 and [r["commandData"] for r in fresh_emulator.commands()] == ["mode=a b&c"]

@@ -52,8 +52,10 @@ def test_every_endpoint_answers_through_the_client(emulator):
         assert isinstance(raw, Points) and len(raw) > 50 and raw.ts.dtype.kind == "i"
         avg = c.measure_average(analog.id, T0, T0 + 2 * DAY_MS)
         assert set((avg.ts % (30 * 60_000)).tolist()) == {0}
-        assert c.measure_average_alt(analog.id, T0, T0 + DAY_MS).ts.tolist() == c.measure_average(
-            analog.id, T0, T0 + DAY_MS).ts.tolist()
+        assert (
+            c.measure_average_alt(analog.id, T0, T0 + DAY_MS).ts.tolist()
+            == c.measure_average(analog.id, T0, T0 + DAY_MS).ts.tolist()
+        )
         candles = c.measure_candles(analog.id, T0, T0 + DAY_MS)
         assert isinstance(candles, Candles) and (candles.high >= candles.low).all()
         assert len(c.measure_candles_alt(analog.id, T0, T0 + DAY_MS)) == len(candles)
@@ -183,8 +185,12 @@ def test_429_pauses_the_whole_client(fresh_emulator):
 
 
 def test_server_down_exhausts_retries_with_a_clear_message():
-    down = SyncMonitoringClient("http://127.0.0.1:9/sem-restservices", "demo", "demo",
-                                retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5))
+    down = SyncMonitoringClient(
+        "http://127.0.0.1:9/sem-restservices",
+        "demo",
+        "demo",
+        retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5),
+    )
     with down as c, pytest.raises(RetriesExhausted) as info:
         c.objects()
     assert info.value.exit_code == 4 and "gave up after 2 attempt" in str(info.value)
@@ -224,10 +230,15 @@ def test_the_exception_tree_drawn_in_errors_is_the_one_in_the_code():
 
     import etl.errors as errors
 
-    rows = re.findall(r"^\s+[│├└─ ]*(\w+)(?: \(\w+\))?\s+(\d+)\s+(yes|no)\s+(yes|no)", errors.__doc__, re.MULTILINE)
+    rows = re.findall(
+        r"^\s+[│├└─ ]*(\w+)(?: \(\w+\))?\s+(\d+)\s+(yes|no)\s+(yes|no)", errors.__doc__, re.MULTILINE
+    )
     drawn = {name: (int(code), retryable == "yes", fatal == "yes") for name, code, retryable, fatal in rows}
-    classes = {name: cls for name, cls in vars(errors).items()
-               if isinstance(cls, type) and issubclass(cls, errors.EtlError) and cls is not errors.RetriesExhausted}
+    classes = {
+        name: cls
+        for name, cls in vars(errors).items()
+        if isinstance(cls, type) and issubclass(cls, errors.EtlError) and cls is not errors.RetriesExhausted
+    }
     assert drawn.keys() == classes.keys()
     assert {name: (cls.exit_code, cls.retryable, cls.fatal) for name, cls in classes.items()} == drawn
     exhausted = errors.RetriesExhausted("gave up", errors.InvalidResponse("cut short"), 3)

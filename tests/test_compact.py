@@ -19,8 +19,12 @@ def _files(root, series: str) -> list[str]:
 
 
 def _table(root, series: str):
-    return ds.dataset(root / series, partitioning="hive").to_table().drop(["date"]).sort_by(
-        [("param_id", "ascending"), ("ts", "ascending")])
+    return (
+        ds.dataset(root / series, partitioning="hive")
+        .to_table()
+        .drop(["date"])
+        .sort_by([("param_id", "ascending"), ("ts", "ascending")])
+    )
 
 
 def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path, capsys):

@@ -40,15 +40,25 @@ def slow_emulator() -> Iterator[RunningEmulator]:
 
 
 def config_file(emulator: RunningEmulator, tmp_path: Path, **sections) -> Path:
-    data = config_dict(emulator.base_url, tmp_path / "out", window={"overlap": "0s"},
-                       extract={"concurrency": 2, "slabs_in_flight": 1}, **sections)
+    data = config_dict(
+        emulator.base_url,
+        tmp_path / "out",
+        window={"overlap": "0s"},
+        extract={"concurrency": 2, "slabs_in_flight": 1},
+        **sections,
+    )
     data["source"]["password"] = "${ETL_PASSWORD}"
     return write_config(tmp_path / "c.yaml", data)
 
 
 def start(path: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "etl", "run", "-c", str(path), "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    return subprocess.Popen(
+        [sys.executable, "-m", "etl", "run", "-c", str(path), "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
 
 
 FORMATS = ["parquet", "delta", "iceberg"]
@@ -56,13 +66,18 @@ FORMATS = ["parquet", "delta", "iceberg"]
 
 def temp_files(out: Path) -> list[Path]:
     """Our temp files (a lake library's own, inside a table's log, are its business)."""
-    return [p for p in out.rglob("*") if (p.name.endswith(TMP_SUFFIX) or "probe" in p.name)
-            and "_delta_log" not in p.parts]
+    return [
+        p
+        for p in out.rglob("*")
+        if (p.name.endswith(TMP_SUFFIX) or "probe" in p.name) and "_delta_log" not in p.parts
+    ]
 
 
 def commits(out: Path) -> set[str]:
     """The lake tables' commit files (Delta log entries, Iceberg metadata files) now."""
-    return {str(p) for p in out.glob("*/_delta_log/*.json")} | {str(p) for p in out.glob("etl/*/metadata/*.json")}
+    return {str(p) for p in out.glob("*/_delta_log/*.json")} | {
+        str(p) for p in out.glob("etl/*/metadata/*.json")
+    }
 
 
 class Reader(threading.Thread):
@@ -113,8 +128,13 @@ class Reader(threading.Thread):
                 except Exception as exc:  # noqa: BLE001 - a snapshot that cannot be read
                     self.failures.append(f"{table.name}: {type(exc).__name__}: {exc}")
                     continue
-                keys = set(zip(rows.column("param_id").to_pylist(), rows.column(table.time_key).to_pylist(),
-                               strict=True))
+                keys = set(
+                    zip(
+                        rows.column("param_id").to_pylist(),
+                        rows.column(table.time_key).to_pylist(),
+                        strict=True,
+                    )
+                )
                 if len(keys) != rows.num_rows:
                     self.failures.append(f"{table.name}: {rows.num_rows - len(keys)} row(s) seen twice")
                 self.reads += 1
@@ -159,8 +179,11 @@ def moments(emulator: RunningEmulator, out: Path, rnd: random.Random, fmt: str =
         if fmt != "parquet":
             before = commits(out)
             return lambda: bool(commits(out) - before)
-        return lambda: any(p.name.endswith(TMP_SUFFIX) for d in ("raw", "average", "candles", "quality", "dimensions")
-                           for p in (out / d).rglob(".*"))
+        return lambda: any(
+            p.name.endswith(TMP_SUFFIX)
+            for d in ("raw", "average", "candles", "quality", "dimensions")
+            for p in (out / d).rglob(".*")
+        )
 
     def checkpointing():
         return lambda: any(p.name.endswith(TMP_SUFFIX) for p in state_dir.rglob(".*"))
@@ -168,8 +191,9 @@ def moments(emulator: RunningEmulator, out: Path, rnd: random.Random, fmt: str =
     return {"fetching": fetching, "writing": writing, "checkpointing": checkpointing}
 
 
-def kill_and_recover(emulator: RunningEmulator, tmp_path: Path, phases: list[str], seed: int,
-                     fmt: str = "parquet") -> list[str]:
+def kill_and_recover(
+    emulator: RunningEmulator, tmp_path: Path, phases: list[str], seed: int, fmt: str = "parquet"
+) -> list[str]:
     """Kill a run at each phase in turn, starting the next run each time, then let one finish."""
     path = config_file(emulator, tmp_path, sink={"format": fmt})
     out = tmp_path / "out"
@@ -186,8 +210,13 @@ def kill_and_recover(emulator: RunningEmulator, tmp_path: Path, phases: list[str
                 stderr = proc.stderr.read()
                 assert proc.returncode == 0, stderr  # finished before the moment came: also fine
                 assert "another run holds the state lock" not in stderr
-        final = subprocess.run([sys.executable, "-m", "etl", "run", "-c", str(path), "--json"],
-                               capture_output=True, text=True, env=ENV, timeout=120)
+        final = subprocess.run(
+            [sys.executable, "-m", "etl", "run", "-c", str(path), "--json"],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=120,
+        )
         assert final.returncode == 0, final.stderr  # a killed run's lock never blocks the next one
     assert reader.reads > 0
     assert_exact(out)
@@ -203,7 +232,10 @@ def assert_quality_of_a_clean_run(emulator: RunningEmulator, path: Path, out: Pa
     assert len(keys) == len(set(keys)) == 8 * 2
     emulator.set_faults(reset=True)
     data = yaml.safe_load(path.read_text())
-    data["sink"]["path"], data["series"] = str(clean), ["raw"]  # quality is computed from the raw series alone
+    data["sink"]["path"], data["series"] = (
+        str(clean),
+        ["raw"],
+    )  # quality is computed from the raw series alone
     data["source"]["password"] = ENV["ETL_PASSWORD"]
     asyncio.run(Runner(parse_config(data), RunOptions(progress=False)).run())
     assert got.equals(read_quality(clean))
@@ -254,8 +286,13 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert [s["status"] for s in summaries] == ["interrupted"]
 
     slow_emulator.clear_requests()
-    result = subprocess.run([sys.executable, "-m", "etl", "run", "-c", str(path)], capture_output=True, text=True,
-                            env=ENV, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "etl", "run", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert_exact(out)
 
@@ -288,8 +325,13 @@ def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path)
     while not (lock.exists() and lock.read_bytes()):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.005)
-    second = subprocess.run([sys.executable, "-m", "etl", "run", "-c", str(path)], capture_output=True, text=True,
-                            env=ENV, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "etl", "run", "-c", str(path)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     assert second.returncode == 8, second.stderr
     assert second.stderr.count("\n") == 1 and "etl: error: another run holds the state lock" in second.stderr
     assert f'"pid": {first.pid}' in second.stderr  # names the holder

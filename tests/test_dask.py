@@ -29,8 +29,11 @@ def run(config, **options):
 
 
 def files(root) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
-                  if p.is_file() and p.parts[len(root.parts)] not in ("_runs", "_state") and not p.name.startswith("."))
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and p.parts[len(root.parts)] not in ("_runs", "_state") and not p.name.startswith(".")
+    )
 
 
 def test_dask_executor_writes_row_for_row_what_the_local_one_writes(emulator, dask_cluster, tmp_path):
@@ -38,14 +41,29 @@ def test_dask_executor_writes_row_for_row_what_the_local_one_writes(emulator, da
     # A relative output path: workers get it made absolute, whatever their working folder.
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, "lake"))
     result = subprocess.run(
-        [sys.executable, "-m", "etl", "run", "-c", str(path), "--scheduler", dask_cluster.scheduler_address,
-         "--json", "--no-progress"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "run",
+            "-c",
+            str(path),
+            "--scheduler",
+            dask_cluster.scheduler_address,
+            "--json",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["executor"] == f"dask {dask_cluster.scheduler_address}"
-    assert summary["requests"] >= sum(s["windows"] for s in summary["series"].values())  # workers' counts folded in
+    assert summary["requests"] >= sum(
+        s["windows"] for s in summary["series"].values()
+    )  # workers' counts folded in
     local, remote = tmp_path / "local", tmp_path / "lake"
     for series in SERIES:
         assert read(remote, series).equals(read(local, series)), series
@@ -57,8 +75,12 @@ def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucke
     """The workers get the coordinator's resolved storage options (the endpoint of AWS_ENDPOINT_URL);
     credentials come from the config's storage_options here, from their own environment in production."""
     lake = f"{bucket}/lake"
-    config = make_config(emulator.base_url, lake, sink={"storage_options": {"key": "testing", "secret": "testing"}},
-                         executor={"kind": "dask", "address": dask_cluster.scheduler_address})
+    config = make_config(
+        emulator.base_url,
+        lake,
+        sink={"storage_options": {"key": "testing", "secret": "testing"}},
+        executor={"kind": "dask", "address": dask_cluster.scheduler_address},
+    )
     assert run(config).as_dict()["executor"].startswith("dask")
     assert_exact(lake, START, END)
 
@@ -112,8 +134,12 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
 
     end = "2026-11-05T00:00:00Z"
     address = dask_cluster.scheduler_address
-    config = make_config(fresh_emulator.base_url, tmp_path / "out", window={"end": end},
-                         executor={"kind": "dask", "address": address})
+    config = make_config(
+        fresh_emulator.base_url,
+        tmp_path / "out",
+        window={"end": end},
+        executor={"kind": "dask", "address": address},
+    )
     with Client(address, timeout=30) as client:
         client.register_plugin(KillMidWrite())
         try:
@@ -129,4 +155,8 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
 
 
 def series_requests(emulator) -> list[dict]:
-    return [r for r in emulator.requests() if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))]
+    return [
+        r
+        for r in emulator.requests()
+        if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))
+    ]

@@ -18,7 +18,8 @@ from etl_emulator.encode import encode_points, iso_strings
 
 # 2017..2030: the emulator's encoder tabulates every day between the first and the last stamp
 stamps = st.lists(st.integers(1_500_000_000_000, 1_900_000_000_000), max_size=40).map(
-    lambda xs: np.array(sorted(xs), np.int64))
+    lambda xs: np.array(sorted(xs), np.int64)
+)
 decimals = st.floats(-9999.999, 9999.999, allow_nan=False).map(lambda v: round(v, 3))
 doubles = st.floats(allow_nan=False, allow_infinity=False)
 
@@ -43,9 +44,16 @@ def test_emulator_and_compact_answers_take_the_fast_path_and_match(ts, data):
     iso = iso_strings(ts)
     bodies = [
         encode_points(1001, ts, values),  # padded numbers, as the emulator writes them
-        orjson.dumps({"id": 1001, "points": [{"timestmp": s, "value": v} for s, v in zip(iso, full.tolist(), strict=True)]}),
-        json.dumps({"points": [{"value": v, "timestmp": s} for s, v in zip(iso, values.tolist(), strict=True)]},
-                   indent=2).encode(),  # other key order, newlines
+        orjson.dumps(
+            {
+                "id": 1001,
+                "points": [{"timestmp": s, "value": v} for s, v in zip(iso, full.tolist(), strict=True)],
+            }
+        ),
+        json.dumps(
+            {"points": [{"value": v, "timestmp": s} for s, v in zip(iso, values.tolist(), strict=True)]},
+            indent=2,
+        ).encode(),  # other key order, newlines
     ]
     for body in bodies:
         fast = read_points(body)
@@ -97,8 +105,13 @@ def test_canonical_stamps_are_checked_digit_by_digit():
     assert (parse_iso_ms(good) == want).all()
     # not canonical but readable: the slow path reads it
     assert (parse_iso_ms(["2026-11-01 12:34:56.789Z"]) == parse_iso_ms([good[2]])).all()
-    for bad in ["2025-02-29T00:00:00.000Z", "2026-13-01T00:00:00.000Z", "2026-11-01T00:60:00.000Z",
-                "2026-11-01T24:00:00.000Z", "2026-11-01T00:00:00.0a0Z"]:
+    for bad in [
+        "2025-02-29T00:00:00.000Z",
+        "2026-13-01T00:00:00.000Z",
+        "2026-11-01T00:60:00.000Z",
+        "2026-11-01T24:00:00.000Z",
+        "2026-11-01T00:00:00.0a0Z",
+    ]:
         with pytest.raises(ValueError):
             parse_iso_ms([bad])
 
@@ -106,7 +119,8 @@ def test_canonical_stamps_are_checked_digit_by_digit():
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 spacing = st.sampled_from(["", " ", "\n", " \t\r\n "])
 
 
@@ -120,10 +134,25 @@ def test_json_array_gives_each_element_as_the_json_parser_does(items, before, af
     assert list(decoded) == json.loads(body) == list(decoded)  # and it can be walked again
 
 
-@pytest.mark.parametrize("body", [
-    b"", b"{}", b'"[1]"', b"[", b"[1", b"[1,]", b"[,1]", b"[1 2]", b"[1]]", b"[1] x", b"[{]",
-    b'[{"a": 1}, {"a": }]', b"<html>[1]</html>", b"\xff[1]",
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{}",
+        b'"[1]"',
+        b"[",
+        b"[1",
+        b"[1,]",
+        b"[,1]",
+        b"[1 2]",
+        b"[1]]",
+        b"[1] x",
+        b"[{]",
+        b'[{"a": 1}, {"a": }]',
+        b"<html>[1]</html>",
+        b"\xff[1]",
+    ],
+)
 def test_json_array_refuses_what_is_not_one_json_array(body):
     with pytest.raises(InvalidResponse):
         JsonArray(body)

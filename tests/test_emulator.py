@@ -68,6 +68,7 @@ def fresh() -> Iterator[RunningEmulator]:
 
 # -- sign-in and sessions -------------------------------------------------------------------------
 
+
 def test_sign_in_sets_the_documented_cookies(emu):
     response = httpx.post(f"{emu.base_url}/auth/login", params={"username": "demo", "password": "demo"})
     assert response.status_code == 200
@@ -91,8 +92,12 @@ def test_sign_in_sets_the_documented_cookies(emu):
 def test_calls_without_a_live_session_get_401(emu, demo):
     assert httpx.get(f"{emu.base_url}/db/object").status_code == 401
     sid = demo.cookies["SEMSESSIONID"]
-    for cookies in ({"SEMSESSIONID": sid}, {"issToken": demo.cookies["issToken"]},
-                    {"SEMSESSIONID": sid, "issToken": "forged"}, {"SEMSESSIONID": "0" * 44, "issToken": "x"}):
+    for cookies in (
+        {"SEMSESSIONID": sid},
+        {"issToken": demo.cookies["issToken"]},
+        {"SEMSESSIONID": sid, "issToken": "forged"},
+        {"SEMSESSIONID": "0" * 44, "issToken": "x"},
+    ):
         response = httpx.get(f"{emu.base_url}/db/object", cookies=cookies)
         assert response.status_code == 401 and response.json()["error"] == "unauthorized", cookies
     assert demo.get("/db/object").status_code == 200
@@ -111,8 +116,12 @@ def test_password_with_special_characters_and_log_without_it():
     with run_emulator(config(users=users)) as emu:
         with signed_in(emu, "odd user", password) as client:
             assert [o["id"] for o in client.get("/db/object").json()] == [2]
-        assert httpx.post(f"{emu.base_url}/auth/login",
-                          params={"username": "odd user", "password": password[:-1]}).status_code == 401
+        assert (
+            httpx.post(
+                f"{emu.base_url}/auth/login", params={"username": "odd user", "password": password[:-1]}
+            ).status_code
+            == 401
+        )
         logged = orjson.dumps(emu.requests()).decode()
         assert "username" in logged and "password" not in logged and "p&ss" not in logged
 
@@ -121,23 +130,37 @@ def test_restricted_login_sees_only_odd_objects_everywhere(emu):
     with signed_in(emu, "restricted", "restricted") as c:
         assert [o["id"] for o in c.get("/db/object").json()] == [1, 3]
         assert [o["id"] for o in c.get("/db/object/shortest").json()] == [1, 3]
-        for path in ("/db/object/2", "/db/object/2/unit", "/db/object/2/cdp", "/db/object/2/params",
-                     f"/db/measure/2001/{T0}/{T0 + HOUR}", f"/db/calcvalue/average/2501/{T0}/{T0 + HOUR}",
-                     "/db/contrdeviceparam/2001/state", "/extcommand?deviceId=201"):
+        for path in (
+            "/db/object/2",
+            "/db/object/2/unit",
+            "/db/object/2/cdp",
+            "/db/object/2/params",
+            f"/db/measure/2001/{T0}/{T0 + HOUR}",
+            f"/db/calcvalue/average/2501/{T0}/{T0 + HOUR}",
+            "/db/contrdeviceparam/2001/state",
+            "/extcommand?deviceId=201",
+        ):
             assert c.get(path).status_code == 404, path
         assert c.post("/db/contrdeviceparam/2001/setvalue", params={"value": 1}).status_code == 404
-        assert c.post("/db/unit/201/command", params={"extCommandId": 2011, "commandData": ""}).status_code == 404
+        assert (
+            c.post("/db/unit/201/command", params={"extCommandId": 2011, "commandData": ""}).status_code
+            == 404
+        )
         for path in ("/db/contrdeviceparam", "/db/contrcalcparam", "/search/params?oid=1&oid=2&oid=3"):
             assert {r["objectId"] for r in c.get(path).json()} == {1, 3}, path
         assert c.get("/db/contrdeviceparam?objectId=2").json() == []
         assert {r["objectId"] for r in c.post("/room").json()} == {1, 3}
         # it may read what it sees, but not act on it
         assert c.post("/db/contrdeviceparam/1001/setvalue", params={"value": 1}).status_code == 403
-        assert c.post("/db/unit/101/command", params={"extCommandId": 1011, "commandData": ""}).status_code == 403
+        assert (
+            c.post("/db/unit/101/command", params={"extCommandId": 1011, "commandData": ""}).status_code
+            == 403
+        )
         assert emu.commands() == []
 
 
 # -- records --------------------------------------------------------------------------------------
+
 
 def test_records_follow_the_data_model(demo):
     objects = demo.get("/db/object").json()
@@ -152,47 +175,83 @@ def test_records_follow_the_data_model(demo):
     phys = demo.get("/db/contrdeviceparam", params={"objectId": 1}).json()
     assert [(p["id"], p["type"]) for p in phys] == [(1001, "analog"), (1002, "analog"), (1003, "signal")]
     assert demo.get("/db/contrdeviceparam/shortest", params={"objectId": 1}).json()[0] == {
-        "id": 1001, "name": phys[0]["name"]}
+        "id": 1001,
+        "name": phys[0]["name"],
+    }
     calc = demo.get("/db/contrcalcparam", params={"objectId": 1}).json()
     assert [(p["id"], p["type"]) for p in calc] == [(1501, "calculated")] and "formula" in calc[0]
     by_controller = demo.get("/db/contrdeviceparam", params=[("controllerId", 11), ("objectId", 1)]).json()
     assert by_controller and all(p["controllerId"] == 11 for p in by_controller)
-    assert all("alarm" in p["tags"] for p in demo.get("/db/contrdeviceparam", params={"tags": "alarm"}).json())
+    assert all(
+        "alarm" in p["tags"] for p in demo.get("/db/contrdeviceparam", params={"tags": "alarm"}).json()
+    )
     assert [p["id"] for p in demo.get("/db/object/1/cdp", params={"ctrability": "true"}).json()] == [
-        p["id"] for p in phys if p["ctrability"]]
+        p["id"] for p in phys if p["ctrability"]
+    ]
     assert {p["id"] for p in demo.get("/db/object/1/params", params={"calc": "true"}).json()} == {
-        1001, 1002, 1003, 1501}
+        1001,
+        1002,
+        1003,
+        1501,
+    }
     assert {p["id"] for p in demo.get("/db/object/1/params").json()} == {1001, 1002, 1003}
-    pages = [demo.get("/search/params", params={"oid": [1, 2], "limit": 3, "offset": o}).json() for o in (0, 3, 6, 9)]
+    pages = [
+        demo.get("/search/params", params={"oid": [1, 2], "limit": 3, "offset": o}).json()
+        for o in (0, 3, 6, 9)
+    ]
     assert [len(p) for p in pages] == [3, 3, 2, 0]
     ids = [r["id"] for page in pages for r in page]
     assert ids == sorted(ids) == [1001, 1002, 1003, 1501, 2001, 2002, 2003, 2501]
     assert demo.post("/room", params={"objectId": 1, "sensorLocationId": 2}).json() == [
-        {"id": 12, "name": "plant room 1", "objectId": 1, "sensorLocationId": 2}]
+        {"id": 12, "name": "plant room 1", "objectId": 1, "sensorLocationId": 2}
+    ]
 
 
 def test_every_endpoint_answers_200(demo):
     gets = [
-        "/db/object/shortest", "/db/object", "/db/object?state=1&state=2", "/db/object/1", "/db/object/2",
-        "/db/object/1/unit", "/db/contrdeviceparam", "/db/contrdeviceparam/shortest?objectId=1",
+        "/db/object/shortest",
+        "/db/object",
+        "/db/object?state=1&state=2",
+        "/db/object/1",
+        "/db/object/2",
+        "/db/object/1/unit",
+        "/db/contrdeviceparam",
+        "/db/contrdeviceparam/shortest?objectId=1",
         "/db/contrdeviceparam?objectId=1&controllerId=11&controllerId=12&droneID=11&tags=temperature"
         "&deviceClassified=1&roomID=11",
-        "/db/contrcalcparam", "/db/contrcalcparam/shortest?controllerId=11", "/db/object/1/cdp",
-        "/db/object/1/cdp?ctrability=true&locked=false&tag=temperature&tag=alarm", "/db/object/1/ccp",
-        "/db/object/1/params?calc=true", "/search/params?oid=1&oid=2&limit=5&offset=0",
-        f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}?count=100", f"/db/measure/average/{ANALOG}/{T0}/{T0 + DAY}",
-        f"/db/measure/candles/{ANALOG}/{T0}/{T0 + DAY}", f"/db/measure/{ANALOG}/average/{T0}/{T0 + DAY}",
-        f"/db/measure/{ANALOG}/candles/{T0}/{T0 + DAY}", f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}",
-        f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", f"/db/calcvalue/candles/{CALC}/{T0}/{T0 + DAY}",
-        f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", f"/db/contrdeviceparam/{ANALOG}/state",
-        f"/db/contrdeviceparam/{ANALOG}/state?time={T0}", "/extcommand?deviceId=101",
+        "/db/contrcalcparam",
+        "/db/contrcalcparam/shortest?controllerId=11",
+        "/db/object/1/cdp",
+        "/db/object/1/cdp?ctrability=true&locked=false&tag=temperature&tag=alarm",
+        "/db/object/1/ccp",
+        "/db/object/1/params?calc=true",
+        "/search/params?oid=1&oid=2&limit=5&offset=0",
+        f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}?count=100",
+        f"/db/measure/average/{ANALOG}/{T0}/{T0 + DAY}",
+        f"/db/measure/candles/{ANALOG}/{T0}/{T0 + DAY}",
+        f"/db/measure/{ANALOG}/average/{T0}/{T0 + DAY}",
+        f"/db/measure/{ANALOG}/candles/{T0}/{T0 + DAY}",
+        f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}",
+        f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}",
+        f"/db/calcvalue/candles/{CALC}/{T0}/{T0 + DAY}",
+        f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}",
+        f"/db/contrdeviceparam/{ANALOG}/state",
+        f"/db/contrdeviceparam/{ANALOG}/state?time={T0}",
+        "/extcommand?deviceId=101",
     ]
     for path in gets:
         response = demo.get(path)
         assert response.status_code == 200 and response.headers["content-type"] == "application/json", path
         response.json()
-    posts = ["/db/zone", "/deviceclassifier", "/sensor_location", "/room", "/room?objectId=1&sensorLocationId=1",
-             f"/db/contrdeviceparam/{ANALOG}/setvalue?value=12.5", "/db/unit/101/command?extCommandId=1011&commandData=x"]
+    posts = [
+        "/db/zone",
+        "/deviceclassifier",
+        "/sensor_location",
+        "/room",
+        "/room?objectId=1&sensorLocationId=1",
+        f"/db/contrdeviceparam/{ANALOG}/setvalue?value=12.5",
+        "/db/unit/101/command?extCommandId=1011&commandData=x",
+    ]
     for path in posts:
         response = demo.post(path)
         assert response.status_code == 200, path
@@ -210,10 +269,15 @@ def test_unknown_paths_methods_and_integers(demo):
 
 # -- series ---------------------------------------------------------------------------------------
 
+
 def test_raw_window_limits_and_errors(demo):
     assert demo.get(f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}").status_code == 200
-    for path in (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY + 1}", f"/db/measure/{ANALOG}/{T0 + 1}/{T0}",
-                 f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY + 1}", f"/db/signal/{SIGNAL}/{T0}/{T0 + 2 * DAY}"):
+    for path in (
+        f"/db/measure/{ANALOG}/{T0}/{T0 + DAY + 1}",
+        f"/db/measure/{ANALOG}/{T0 + 1}/{T0}",
+        f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY + 1}",
+        f"/db/signal/{SIGNAL}/{T0}/{T0 + 2 * DAY}",
+    ):
         response = demo.get(path)
         assert response.status_code == 400 and response.json()["error"] == "bad_request", path
         assert response.json()["status"] == 400
@@ -234,7 +298,9 @@ def test_both_window_ends_are_included_and_count_cuts(demo):
 def test_count_defaults_to_10000_and_is_capped_at_100000(demo, emu):
     # 30-minute buckets over 7 years: more than both limits (of the slowest parameter, to stay quick).
     ds = as_dataset(emu.config)
-    slowest = max((pid for o in ds.object_ids for pid in ds.physical_ids(o)), key=lambda p: ds.param(p).period_ms)
+    slowest = max(
+        (pid for o in ds.object_ids for pid in ds.physical_ids(o)), key=lambda p: ds.param(p).period_ms
+    )
     url = f"/db/measure/average/{slowest}/{T0 - 7 * 365 * DAY}/{T0}"
     assert len(demo.get(url).json()["points"]) == 10_000
     assert len(demo.get(url, params={"count": 10**9}).json()["points"]) == 100_000
@@ -246,7 +312,10 @@ def test_series_equal_the_data_functions(demo, emu):
         (f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", series.raw_series(ds, ANALOG, T0, T0 + DAY)),
         (f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", series.raw_series(ds, CALC, T0, T0 + DAY)),
         (f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}", series.raw_series(ds, SIGNAL, T0, T0 + DAY)),
-        (f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}", series.average_series(ds, ANALOG, T0, T0 + 3 * DAY)),
+        (
+            f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}",
+            series.average_series(ds, ANALOG, T0, T0 + 3 * DAY),
+        ),
         (f"/db/calcvalue/average/{CALC}/{T0}/{T0 + DAY}", series.average_series(ds, CALC, T0, T0 + DAY)),
     ]:
         ts, values = points(demo.get(path))
@@ -266,7 +335,9 @@ def test_each_day_has_one_documented_gap_and_the_series_is_silent_only_there(dem
             assert not ((ts >= gap["start"]) & (ts < gap["end"])).any()
             spacing = np.diff(ts)
             assert spacing.max() >= gap["end"] - gap["start"] - period  # the longest silence is the gap
-            assert (np.sort(spacing)[-2] if len(spacing) > 1 else 0) < 1.5 * period  # and the only one (jitter < P/2)
+            assert (
+                np.sort(spacing)[-2] if len(spacing) > 1 else 0
+            ) < 1.5 * period  # and the only one (jitter < P/2)
     assert httpx.get(f"{emu.url}/_emulator/gaps?param=999999&start=0&end=1").status_code == 404
     assert httpx.get(f"{emu.url}/_emulator/gaps?param={ANALOG}").status_code == 400
 
@@ -292,7 +363,11 @@ def test_candles_agree_with_raw(demo):
         assert isinstance(b, int) and b % series.BUCKET_MS == 0
         inside = raw_values[(raw_ts >= b) & (raw_ts < b + series.BUCKET_MS)]
         assert (candle["open"], candle["high"], candle["low"], candle["close"]) == (
-            inside[0], inside.max(), inside.min(), inside[-1])
+            inside[0],
+            inside.max(),
+            inside.min(),
+            inside[-1],
+        )
 
 
 def test_series_are_deterministic(demo):
@@ -348,11 +423,15 @@ def test_commands_are_listed_and_runs_recorded(fresh):
         data_part = "a=1&b=two words%+"
         answer = c.post("/db/unit/102/command", params={"extCommandId": 1022, "commandData": data_part})
         assert answer.json() == {"id": 1, "status": "accepted"}
-        assert c.post("/db/unit/102/command", params={"extCommandId": 1011, "commandData": ""}).status_code == 404
+        assert (
+            c.post("/db/unit/102/command", params={"extCommandId": 1011, "commandData": ""}).status_code
+            == 404
+        )
         assert c.get("/extcommand").status_code == 400
     runs = fresh.commands()
     assert [(r["deviceId"], r["extCommandId"], r["commandData"], r["login"]) for r in runs] == [
-        (102, 1022, data_part, "demo")]
+        (102, 1022, data_part, "demo")
+    ]
 
 
 # -- faults ---------------------------------------------------------------------------------------
@@ -392,7 +471,9 @@ def test_truncated_body_is_not_json(fresh):
     fresh.set_faults(truncate_rate=1.0)
     with signed_in(fresh) as c:  # sign-in is never truncated
         response = c.get(SERIES)
-    assert response.status_code == 200 and int(response.headers["content-length"]) == len(response.content) > 0
+    assert (
+        response.status_code == 200 and int(response.headers["content-length"]) == len(response.content) > 0
+    )
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(response.content)
 
@@ -458,7 +539,9 @@ def test_hostile_answers(hostile_emu, kind):
         assert body == b"" and candles.content == b""
         return
     if kind == "html_200":
-        assert body.startswith(b"<!DOCTYPE html>") and response.headers["content-type"].startswith("text/html")
+        assert body.startswith(b"<!DOCTYPE html>") and response.headers["content-type"].startswith(
+            "text/html"
+        )
         return
     doc = __import__("json").loads(body)  # the stdlib parser reads the bare NaN token
     got = doc["points"]
@@ -492,6 +575,7 @@ def test_hostile_answers(hostile_emu, kind):
 
 # -- control API and request log -------------------------------------------------------------------
 
+
 def test_request_log_and_its_file(tmp_path):
     log_file = tmp_path / "requests.jsonl"
     with run_emulator(config(request_log=log_file)) as emu:
@@ -500,10 +584,16 @@ def test_request_log_and_its_file(tmp_path):
             c.get("/db/object", params=[("state", 1), ("state", 2)])
         log = emu.requests()
         assert [(e["method"], e["path"], e["status"]) for e in log] == [
-            ("POST", f"{BASE}/auth/login", 200), ("GET", f"{BASE}/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
-            ("GET", f"{BASE}/db/object", 200)]
+            ("POST", f"{BASE}/auth/login", 200),
+            ("GET", f"{BASE}/db/measure/{ANALOG}/{T0}/{T0 + HOUR}", 200),
+            ("GET", f"{BASE}/db/object", 200),
+        ]
         assert log[0]["query"] == {"username": "demo"}
-        assert log[1]["query"] == {"count": "5"} and log[1]["param_id"] == ANALOG and log[1]["interval_ms"] == HOUR
+        assert (
+            log[1]["query"] == {"count": "5"}
+            and log[1]["param_id"] == ANALOG
+            and log[1]["interval_ms"] == HOUR
+        )
         assert log[2]["query"] == {"state": ["1", "2"]} and isinstance(log[0]["ts"], int)
         emu.clear_requests()
         assert emu.requests() == []
@@ -526,31 +616,69 @@ def test_control_api_validates(fresh):
 
 def test_cli_serves_and_waits():
     process = subprocess.Popen(
-        [sys.executable, "-m", "etl", "emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning"],
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "emulator",
+            "serve",
+            "--port",
+            "0",
+            "--objects",
+            "1",
+            "--log-level",
+            "warning",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stderr.readline()
         assert "listening on http://127.0.0.1:" in line and "demo" in line, line
         root = line.split("listening on ")[1].split(BASE)[0]
-        waited = subprocess.run([sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"])
+        waited = subprocess.run(
+            [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
+        )
         assert waited.returncode == 0
-        assert httpx.post(f"{root}{BASE}/auth/login", params={"username": "demo", "password": "demo"}).status_code == 200
+        assert (
+            httpx.post(
+                f"{root}{BASE}/auth/login", params={"username": "demo", "password": "demo"}
+            ).status_code
+            == 200
+        )
     finally:
         process.terminate()
         process.wait(10)
-    dead = subprocess.run([sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "0.3"],
-                          capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "0.3"],
+        capture_output=True,
+        text=True,
+    )
     assert dead.returncode == 1 and "did not answer" in dead.stderr
 
 
-@pytest.mark.parametrize("args", [["--params-per-object", "600"], ["--calc-per-object", "500"],
-                                  ["--tls-cert", "PEM", "--tls-key", "PEM"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--params-per-object", "600"], ["--calc-per-object", "500"], ["--tls-cert", "PEM", "--tls-key", "PEM"]],
+)
 def test_serve_refuses_bad_settings_before_listening(tmp_path, args):
     pem = tmp_path / "bad.pem"
     pem.write_text("not a certificate")
-    result = subprocess.run([sys.executable, "-m", "etl", "emulator", "serve", "--port", "0",
-                             *[str(pem) if a == "PEM" else a for a in args]],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "emulator",
+            "serve",
+            "--port",
+            "0",
+            *[str(pem) if a == "PEM" else a for a in args],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2 and "listening" not in result.stderr and "Traceback" not in result.stderr
     assert "Invalid value" in result.stderr
 
@@ -563,8 +691,10 @@ def test_the_session_table_is_bounded_and_an_evicted_session_is_still_trusted(mo
 
     monkeypatch.setattr(sessions, "LIVE_MAX", 3)
     store = sessions.Sessions(accounts(None, range(1, 3)), "/x", FaultPlan(Faults()))
-    signed = [store.sign_in(Call("POST", "/auth/login", {"username": ["demo"], "password": ["demo"]}, ()))
-              for _ in range(5)]
+    signed = [
+        store.sign_in(Call("POST", "/auth/login", {"username": ["demo"], "password": ["demo"]}, ()))
+        for _ in range(5)
+    ]
     assert len(store.live) == 3  # a soak that signs in without end keeps a bounded table
     first = SimpleCookie()
     for name, value in signed[0].headers:

@@ -26,8 +26,9 @@ CREDENTIALS = {"username": "demo", "password": "demo"}
 
 
 def config(**overrides) -> EmulatorConfig:
-    return EmulatorConfig(**{**dict(seed=11, objects=2, params_per_object=3, calc_per_object=1, now_ms=NOW),
-                             **overrides})
+    return EmulatorConfig(
+        **{**dict(seed=11, objects=2, params_per_object=3, calc_per_object=1, now_ms=NOW), **overrides}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,7 @@ def client(emu: RunningEmulator, **sign_in) -> Iterator[httpx.Client]:
 
 # -- sign-in ----------------------------------------------------------------------------------------
 
+
 def test_sign_in_takes_a_form_body_as_well_as_query_parameters(emu):
     with client(emu, data=CREDENTIALS) as c:
         assert c.get("/db/object/shortest").status_code == 200
@@ -72,15 +74,22 @@ def test_a_form_password_with_special_characters_never_reaches_the_log(tmp_path)
     with run_emulator(config(users=users, request_log=log_file)) as emu:
         with client(emu, data={"username": "odd user", "password": password}) as c:
             assert c.get("/db/object/shortest").status_code == 200
-        assert httpx.post(f"{emu.base_url}/auth/login",
-                          data={"username": "odd user", "password": password[:-1]}).status_code == 401
+        assert (
+            httpx.post(
+                f"{emu.base_url}/auth/login", data={"username": "odd user", "password": password[:-1]}
+            ).status_code
+            == 401
+        )
         logged = orjson.dumps(emu.requests())
     for text in (logged, log_file.read_bytes()):
-        assert b"odd user" in text and b"password" not in text and b"p&ss" not in text and b"p%26ss" not in text
+        assert (
+            b"odd user" in text and b"password" not in text and b"p&ss" not in text and b"p%26ss" not in text
+        )
 
 
-@pytest.mark.parametrize("via, query_ok, form_ok", [("both", True, True), ("query", True, False),
-                                                    ("form", False, True)])
+@pytest.mark.parametrize(
+    "via, query_ok, form_ok", [("both", True, True), ("query", True, False), ("form", False, True)]
+)
 def test_sign_in_via_one_form_only(emu, via, query_ok, form_ok):
     emu.set_faults(sign_in_via=via)
     by_query = httpx.post(f"{emu.base_url}/auth/login", params=CREDENTIALS)
@@ -90,11 +99,16 @@ def test_sign_in_via_one_form_only(emu, via, query_ok, form_ok):
 
 # -- calls without a live session ---------------------------------------------------------------------
 
+
 def _without_a_session(emu: RunningEmulator, c: httpx.Client) -> list[httpx.Response]:
     """Calls with no cookies, with a forged token, and with a session spent by session_max_requests."""
-    answers = [httpx.get(f"{emu.base_url}/db/object"),
-               httpx.get(f"{emu.base_url}/db/object",
-                         cookies={"SEMSESSIONID": c.cookies["SEMSESSIONID"], "issToken": "forged"})]
+    answers = [
+        httpx.get(f"{emu.base_url}/db/object"),
+        httpx.get(
+            f"{emu.base_url}/db/object",
+            cookies={"SEMSESSIONID": c.cookies["SEMSESSIONID"], "issToken": "forged"},
+        ),
+    ]
     emu.set_faults(session_max_requests=1)
     assert c.get("/db/object").status_code == 200
     answers.append(c.get("/db/object"))
@@ -113,7 +127,10 @@ def test_how_an_ended_session_is_answered(emu, choice):
             assert response.status_code == int(choice) and kind == "application/json"
             assert response.json()["status"] == int(choice)
         elif choice == "302-login":
-            assert response.status_code == 302 and response.headers["location"] == f"{emu.config.base_path}/login"
+            assert (
+                response.status_code == 302
+                and response.headers["location"] == f"{emu.config.base_path}/login"
+            )
             assert response.content == b""
         elif choice == "302-home":
             assert response.status_code == 302 and response.headers["location"] == "/"
@@ -123,7 +140,10 @@ def test_how_an_ended_session_is_answered(emu, choice):
     log = emu.requests()[-5:]
     assert all(e.get("session_ended") for e in log[:2] + log[3:]) and "session_ended" not in log[2]
     # sign-in itself keeps its own answers
-    assert httpx.post(f"{emu.base_url}/auth/login", params={"username": "demo", "password": "x"}).status_code == 401
+    assert (
+        httpx.post(f"{emu.base_url}/auth/login", params={"username": "demo", "password": "x"}).status_code
+        == 401
+    )
 
 
 def test_an_aged_session_is_answered_the_chosen_way(emu):
@@ -136,10 +156,16 @@ def test_an_aged_session_is_answered_the_chosen_way(emu):
 
 # -- count ---------------------------------------------------------------------------------------------
 
-SERIES = [f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}", f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}",
-          f"/db/measure/candles/{ANALOG}/{T0}/{T0 + 3 * DAY}", f"/db/measure/{ANALOG}/average/{T0}/{T0 + 3 * DAY}",
-          f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}", f"/db/calcvalue/average/{CALC}/{T0}/{T0 + 3 * DAY}",
-          f"/db/calcvalue/candles/{CALC}/{T0}/{T0 + 3 * DAY}", f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}"]
+SERIES = [
+    f"/db/measure/{ANALOG}/{T0}/{T0 + DAY}",
+    f"/db/measure/average/{ANALOG}/{T0}/{T0 + 3 * DAY}",
+    f"/db/measure/candles/{ANALOG}/{T0}/{T0 + 3 * DAY}",
+    f"/db/measure/{ANALOG}/average/{T0}/{T0 + 3 * DAY}",
+    f"/db/calcvalue/{CALC}/{T0}/{T0 + DAY}",
+    f"/db/calcvalue/average/{CALC}/{T0}/{T0 + 3 * DAY}",
+    f"/db/calcvalue/candles/{CALC}/{T0}/{T0 + 3 * DAY}",
+    f"/db/signal/{SIGNAL}/{T0}/{T0 + DAY}",
+]
 
 
 def _rows(response: httpx.Response) -> list[dict]:
@@ -156,7 +182,9 @@ def test_max_count_silently_keeps_the_first_points_of_every_series(emu):
         for path in SERIES:
             assert _rows(c.get(path)) == full[path][:7], path
             assert _rows(c.get(path, params={"count": 100})) == full[path][:7], path
-        assert _rows(c.get(SERIES[0], params={"count": 3})) == full[SERIES[0]][:3]  # a smaller count still cuts
+        assert (
+            _rows(c.get(SERIES[0], params={"count": 3})) == full[SERIES[0]][:3]
+        )  # a smaller count still cuts
 
 
 def test_count_default_and_count_reject_over(emu):
@@ -177,10 +205,13 @@ def test_count_default_and_count_reject_over(emu):
 
 # -- error bodies ----------------------------------------------------------------------------------------
 
+
 def _errors(emu: RunningEmulator, c: httpx.Client) -> dict[str, httpx.Response]:
     answers = {
-        "404": c.get("/db/object/999"), "404 outside": httpx.get(f"{emu.url}/elsewhere"),
-        "400": c.get(SERIES[0], params={"count": "many"}), "405": c.post("/db/object"),
+        "404": c.get("/db/object/999"),
+        "404 outside": httpx.get(f"{emu.url}/elsewhere"),
+        "400": c.get(SERIES[0], params={"count": "many"}),
+        "405": c.post("/db/object"),
         "401 sign-in": httpx.post(f"{emu.base_url}/auth/login", params={"username": "demo", "password": "x"}),
         "401 session": httpx.get(f"{emu.base_url}/db/object"),
     }
@@ -218,27 +249,72 @@ def test_error_bodies(emu, style):
 
 def test_new_settings_are_validated_at_run_time(emu):
     root = emu.url + "/_emulator"
-    for bad in ({"session_end": "418"}, {"error_body": "xml"}, {"sign_in_via": "header"}, {"max_count": 0},
-                {"count_default": None}, {"count_reject_over": "10"}):
+    for bad in (
+        {"session_end": "418"},
+        {"error_body": "xml"},
+        {"sign_in_via": "header"},
+        {"max_count": 0},
+        {"count_default": None},
+        {"count_reject_over": "10"},
+    ):
         assert httpx.put(f"{root}/faults", json=bad).status_code == 400, bad
     assert emu.set_faults(session_end=403)["session_end"] == "403"
 
 
 def test_serve_flags_set_them():
     process = subprocess.Popen(
-        [sys.executable, "-m", "etl", "emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning",
-         "--session-end", "302-login", "--error-body", "text", "--sign-in-via", "form", "--max-count", "5",
-         "--count-default", "3", "--count-reject-over", "1000"], stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "emulator",
+            "serve",
+            "--port",
+            "0",
+            "--objects",
+            "1",
+            "--log-level",
+            "warning",
+            "--session-end",
+            "302-login",
+            "--error-body",
+            "text",
+            "--sign-in-via",
+            "form",
+            "--max-count",
+            "5",
+            "--count-default",
+            "3",
+            "--count-reject-over",
+            "1000",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stderr.readline()
         root = line.split("listening on ")[1].split(EmulatorConfig().base_path)[0]
         wait = [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
         assert subprocess.run(wait).returncode == 0
         faults = httpx.get(f"{root}/_emulator/faults").json()
-        assert {k: faults[k] for k in ("session_end", "error_body", "sign_in_via", "max_count", "count_default",
-                                       "count_reject_over")} == {
-            "session_end": "302-login", "error_body": "text", "sign_in_via": "form", "max_count": 5,
-            "count_default": 3, "count_reject_over": 1000}
+        assert {
+            k: faults[k]
+            for k in (
+                "session_end",
+                "error_body",
+                "sign_in_via",
+                "max_count",
+                "count_default",
+                "count_reject_over",
+            )
+        } == {
+            "session_end": "302-login",
+            "error_body": "text",
+            "sign_in_via": "form",
+            "max_count": 5,
+            "count_default": 3,
+            "count_reject_over": 1000,
+        }
     finally:
         process.terminate()
         process.wait(10)

@@ -73,7 +73,10 @@ def test_every_hostile_kind_has_its_defined_outcome(hostile_emulator, tmp_path, 
     elif kind in NO_VALUE:
         dropped = 0
         for series in SERIES:
-            want, got = rows(expected(series)), rows(read(tmp_path, series).select(expected(series).column_names))
+            want, got = (
+                rows(expected(series)),
+                rows(read(tmp_path, series).select(expected(series).column_names)),
+            )
             assert got < want  # every point written is a source point, exactly
             dropped += len(want) - len(got)
         assert warnings == {"points_without_value": dropped}

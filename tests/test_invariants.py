@@ -41,10 +41,18 @@ def test_plan_over_any_prior_state_fetches_each_gap_exactly_once(a, b, prior, ra
     slabs = plan(config(raw_window), PARAMS, state, PlanOptions(start, end))
     for param in PARAMS:
         for series in ("raw", "average", "candles"):
-            units = sorted((u.start, u.end) for s in slabs for u in s.windows if u.param == param and u.series == series)
-            covered = [(max(s, start), min(e, end)) for s, e in state.intervals(param.id, series) if s < end and e > start]
+            units = sorted(
+                (u.start, u.end) for s in slabs for u in s.windows if u.param == param and u.series == series
+            )
+            covered = [
+                (max(s, start), min(e, end))
+                for s, e in state.intervals(param.id, series)
+                if s < end and e > start
+            ]
             assert all(x[1] <= y[0] for x, y in zip(units, units[1:], strict=False))  # units never overlap
-            assert not any(s < ce and cs < e for s, e in units for cs, ce in covered)  # nor re-fetch covered time
+            assert not any(
+                s < ce and cs < e for s, e in units for cs, ce in covered
+            )  # nor re-fetch covered time
             assert merge(units + covered) == [(start, end)]  # and together they are the window
             if series == "raw":
                 assert all(s // DAY_MS == (e - 1) // DAY_MS for s, e in units)
@@ -59,8 +67,12 @@ def test_overlap_re_reads_only_behind_the_high_water_mark(a, b, prior, overlap):
     for s, e in prior:
         add(state, PARAMS[0].id, "raw", s, e)
     cfg = config(overlap=overlap)
-    units = sorted((u.start, u.end) for s in plan(cfg, PARAMS[:1], state, PlanOptions(start, end))
-                   for u in s.windows if u.series == "raw")
+    units = sorted(
+        (u.start, u.end)
+        for s in plan(cfg, PARAMS[:1], state, PlanOptions(start, end))
+        for u in s.windows
+        if u.series == "raw"
+    )
     assert all(x[1] <= y[0] for x, y in zip(units, units[1:], strict=False))
     mark = state.high_water(PARAMS[0].id, "raw")
     covered = state.intervals(PARAMS[0].id, "raw")
@@ -76,16 +88,22 @@ SOURCE_TS = np.sort(np.unique(np.random.default_rng(0).integers(T0, T0 + 3 * DAY
 def source_rows(param_id: int, start: int, end: int) -> pa.Table:
     """The 'server's' points of one parameter in [start, end): a fixed set, values a function of time."""
     ts = SOURCE_TS[(start <= SOURCE_TS) & (end > SOURCE_TS)]
-    return pa.table({
-        "source": ["s"] * len(ts), "object_id": np.full(len(ts), 1, np.int64),
-        "param_id": np.full(len(ts), param_id, np.int64),
-        "kind": pa.array(["physical"] * len(ts)), "ts": pa.array(ts, SCHEMAS["raw"].field("ts").type),
-        "value": ts.astype(np.float64) / 1000 + param_id,
-    }, schema=SCHEMAS["raw"])
+    return pa.table(
+        {
+            "source": ["s"] * len(ts),
+            "object_id": np.full(len(ts), 1, np.int64),
+            "param_id": np.full(len(ts), param_id, np.int64),
+            "kind": pa.array(["physical"] * len(ts)),
+            "ts": pa.array(ts, SCHEMAS["raw"].field("ts").type),
+            "value": ts.astype(np.float64) / 1000 + param_id,
+        },
+        schema=SCHEMAS["raw"],
+    )
 
 
 chunk = st.tuples(st.sampled_from([1001, 1002]), st.integers(0, 71), st.integers(1, 30)).map(
-    lambda c: (c[0], T0 + c[1] * HOUR_MS, T0 + min(72, c[1] + c[2]) * HOUR_MS))
+    lambda c: (c[0], T0 + c[1] * HOUR_MS, T0 + min(72, c[1] + c[2]) * HOUR_MS)
+)
 
 
 def write_all(chunks: list[tuple[int, int, int]], folder: str) -> pa.Table:
@@ -95,12 +113,16 @@ def write_all(chunks: list[tuple[int, int, int]], folder: str) -> pa.Table:
         for day_start in range(start - start % DAY_MS, end, DAY_MS):
             s, e = max(start, day_start), min(end, day_start + DAY_MS)
             writer = SlabWriter(storage, ParquetFormat(), layout, bucket_of(param_id, 2))
-            writer.write(source_rows(param_id, s, e), [Window(param_id, 1, ParamKind.PHYSICAL, Series.RAW, s, e)])
+            writer.write(
+                source_rows(param_id, s, e), [Window(param_id, 1, ParamKind.PHYSICAL, Series.RAW, s, e)]
+            )
             writer.finish()
     if not storage.find("raw"):
         return SCHEMAS["raw"].empty_table()
     # as readers do: hidden names (temp files) are not data
-    table = ds.dataset(f"{folder}/raw", format="parquet", partitioning="hive").to_table().drop_columns(["date"])
+    table = (
+        ds.dataset(f"{folder}/raw", format="parquet", partitioning="hive").to_table().drop_columns(["date"])
+    )
     return table.sort_by([("param_id", "ascending"), ("ts", "ascending")])
 
 
@@ -112,10 +134,13 @@ def test_sink_merge_of_overlapping_chunks_is_idempotent_and_order_independent(ch
     shuffled = chunks + rnd.sample(chunks, len(chunks))  # every chunk again, in another order
     with tempfile.TemporaryDirectory() as one, tempfile.TemporaryDirectory() as two:
         once, twice = write_all(chunks, one), write_all(shuffled, two)
-    want = pa.concat_tables([
-        source_rows(p, s, e) for p in (1001, 1002)
-        for s, e in merge([(s, e) for q, s, e in chunks if q == p])
-    ]).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+    want = pa.concat_tables(
+        [
+            source_rows(p, s, e)
+            for p in (1001, 1002)
+            for s, e in merge([(s, e) for q, s, e in chunks if q == p])
+        ]
+    ).sort_by([("param_id", "ascending"), ("ts", "ascending")])
     assert once.select(want.column_names).equals(want)
     assert twice.select(want.column_names).equals(want)
 

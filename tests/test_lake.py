@@ -93,8 +93,12 @@ def test_compact_and_vacuum_while_a_reader_reads(emulator, tmp_path, fmt):
     reader.start()
     try:
         for command in (["compact"], ["vacuum", "--retain", "0s"]):
-            result = subprocess.run([sys.executable, "-m", "etl", *command, "-c", str(path)], capture_output=True,
-                                    text=True, timeout=120)
+            result = subprocess.run(
+                [sys.executable, "-m", "etl", *command, "-c", str(path)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert result.returncode == 0, result.stderr
     finally:
         stop.set()
@@ -114,8 +118,11 @@ def s3_process(monkeypatch):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     for key, value in {**S3_ENV, "AWS_ENDPOINT_URL": url}.items():
         monkeypatch.setenv(key, value)
@@ -146,20 +153,27 @@ def test_delta_on_s3_with_conditional_put(emulator, s3_process, tmp_path):
     assert table.latest(f"etl-{SOURCE}") == 2 * 8  # two runs of 8 raw slabs (2 days x 4 buckets)
 
 
-@pytest.mark.parametrize("sink, message", [
-    ({"format": "parquet", "catalog": "sqlite:///x.db"}, "only sink.format iceberg has a catalog"),
-    ({"format": "iceberg", "catalog": "ftp://x"}, "give a REST catalog URI"),
-    ({"format": "iceberg", "path": "s3://bucket/lake"}, "iceberg on an object store needs sink.catalog"),
-])
+@pytest.mark.parametrize(
+    "sink, message",
+    [
+        ({"format": "parquet", "catalog": "sqlite:///x.db"}, "only sink.format iceberg has a catalog"),
+        ({"format": "iceberg", "catalog": "ftp://x"}, "give a REST catalog URI"),
+        ({"format": "iceberg", "path": "s3://bucket/lake"}, "iceberg on an object store needs sink.catalog"),
+    ],
+)
 def test_bad_lake_config_is_one_line(tmp_path, sink, message):
     data = config_dict("http://127.0.0.1:1/api", tmp_path / "out", sink=sink)
     path = write_config(tmp_path / "c.yaml", data)
-    result = subprocess.run([sys.executable, "-m", "etl", "plan", "-c", str(path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "etl", "plan", "-c", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "sink" in result.stderr
 
 
 def test_vacuum_of_files_is_refused_in_one_line(tmp_path):
     path = write_config(tmp_path / "c.yaml", config_dict("http://127.0.0.1:1/api", tmp_path / "out"))
-    result = subprocess.run([sys.executable, "-m", "etl", "vacuum", "-c", str(path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "etl", "vacuum", "-c", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 2 and "etl vacuum is for lake tables" in result.stderr

@@ -49,8 +49,19 @@ def series_paths(emulator) -> list[str]:
 @pytest.mark.parametrize("kind", ["signal", "calculated"])
 def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
     param_id = PARAMS[kind]
-    code, out, err = etl(capsys, "pull", str(param_id), "--from", START, "--to", END, "--kind", series,
-                         "-o", str(tmp_path / "p.parquet"))
+    code, out, err = etl(
+        capsys,
+        "pull",
+        str(param_id),
+        "--from",
+        START,
+        "--to",
+        END,
+        "--kind",
+        series,
+        "-o",
+        str(tmp_path / "p.parquet"),
+    )
     expected = want(series, param_id, START, END).drop_columns(["source", "object_id"])
     assert code == 0 and err == "" and f"wrote {expected.num_rows:,} {series} points" in out
     got = pq.read_table(tmp_path / "p.parquet")
@@ -64,20 +75,25 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
 @pytest.mark.parametrize("kind", ["signal", "calculated"])
 def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
     param_id = PARAMS[kind]
-    code, out, err = etl(capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--kind", series,
-                         "--json")
+    code, out, err = etl(
+        capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--kind", series, "--json"
+    )
     assert code == 0, err
     rows = [r for r in json.loads(out) if r["ts"] < iso(to_ms(SIX))]  # the platform includes the end too
     expected = want(series, param_id, START, SIX)
-    assert rows and [r["ts"] for r in rows] == [iso(t) for t in expected.column("ts").cast(pa.int64()).to_pylist()]
+    assert rows and [r["ts"] for r in rows] == [
+        iso(t) for t in expected.column("ts").cast(pa.int64()).to_pylist()
+    ]
     for column in Series(series).value_columns:
         assert [r[column] for r in rows] == expected.column(column).to_pylist(), column
     assert [p for p in series_paths(env) if not p.startswith(ROUTES[kind, series])] == []
 
 
 def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
-    for kind, lists in (("physical", [f"{BASE}/db/contrdeviceparam"]),
-                        ("calculated", [f"{BASE}/db/contrdeviceparam", f"{BASE}/db/contrcalcparam"])):
+    for kind, lists in (
+        ("physical", [f"{BASE}/db/contrdeviceparam"]),
+        ("calculated", [f"{BASE}/db/contrdeviceparam", f"{BASE}/db/contrcalcparam"]),
+    ):
         env.clear_requests()
         code, _, err = etl(capsys, "api", "series", str(PARAMS[kind]), "--from", START, "--to", SIX)
         assert code == 0, err
@@ -87,7 +103,10 @@ def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
 def test_an_unknown_parameter_is_one_line_with_exit_2(env, capsys, tmp_path):
     code, out, err = etl(capsys, "pull", "9999", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv"))
     assert (code, out) == (2, "")
-    assert err == "etl: error: parameter 9999 is in neither parameter list (physical, calculated) of this login\n"
+    assert (
+        err
+        == "etl: error: parameter 9999 is in neither parameter list (physical, calculated) of this login\n"
+    )
     assert not (tmp_path / "x.csv").exists()
 
 
@@ -95,7 +114,20 @@ def test_pull_takes_the_connection_from_a_config_too(emulator, capsys, tmp_path,
     for name in ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
-    code, out, err = etl(capsys, "pull", "2501", "-c", str(path), "--from", START, "--to", END, "--kind", "average",
-                         "-o", str(tmp_path / "a.csv"))
+    code, out, err = etl(
+        capsys,
+        "pull",
+        "2501",
+        "-c",
+        str(path),
+        "--from",
+        START,
+        "--to",
+        END,
+        "--kind",
+        "average",
+        "-o",
+        str(tmp_path / "a.csv"),
+    )
     assert code == 0, err
     assert f"wrote {want('average', 2501, START, END).num_rows:,} average points of parameter 2501" in out

@@ -27,8 +27,13 @@ def etl_with(module: str, version: str | None, *args: str) -> subprocess.Complet
     else:
         stub = f"sys.modules[{module!r}] = types.ModuleType({module!r}); sys.modules[{module!r}].__version__ = {version!r}"
     code = f"import sys, types; {stub}; from etl.cli import main; main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ETL_PASSWORD": "demo"})
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ETL_PASSWORD": "demo"},
+    )
 
 
 def config(folder: Path, out: Path | str, base_url: str = OFFLINE) -> str:
@@ -47,13 +52,31 @@ def test_the_requirements_are_the_scale_extra():
     assert sorted(REQUIREMENTS.values()) == sorted(pyproject["project"]["optional-dependencies"]["scale"])
 
 
-@pytest.mark.parametrize(("version", "line"), [
-    (None, "'etl plot' needs matplotlib: pip install 'etl[scale]'"),
-    ("3.5.1", "'etl plot' needs matplotlib>=3.8,<4, found matplotlib 3.5.1: pip install --upgrade 'matplotlib>=3.8,<4'"),
-])
+@pytest.mark.parametrize(
+    ("version", "line"),
+    [
+        (None, "'etl plot' needs matplotlib: pip install 'etl[scale]'"),
+        (
+            "3.5.1",
+            "'etl plot' needs matplotlib>=3.8,<4, found matplotlib 3.5.1: pip install --upgrade 'matplotlib>=3.8,<4'",
+        ),
+    ],
+)
 def test_plot(tmp_path, version, line):
-    result = etl_with("matplotlib", version, "plot", "-c", config(tmp_path, tmp_path / "out"), "1001",
-                      "--from", START, "--to", END, "-o", str(tmp_path / "p.png"))
+    result = etl_with(
+        "matplotlib",
+        version,
+        "plot",
+        "-c",
+        config(tmp_path, tmp_path / "out"),
+        "1001",
+        "--from",
+        START,
+        "--to",
+        END,
+        "-o",
+        str(tmp_path / "p.png"),
+    )
     assert_one_line(result, line)
     assert not (tmp_path / "p.png").exists()
 
@@ -63,14 +86,28 @@ def test_object_storage(tmp_path):
     assert_one_line(result, "s3://lake/monitoring needs s3fs: pip install 'etl[scale]'")
 
 
-@pytest.mark.parametrize(("version", "line"), [
-    (None, "the dask executor needs distributed: pip install 'etl[scale]'"),
-    ("2023.1.0", "the dask executor needs dask[distributed]>=2024.4, found distributed 2023.1.0: "
-                 "pip install --upgrade 'dask[distributed]>=2024.4'"),
-])
+@pytest.mark.parametrize(
+    ("version", "line"),
+    [
+        (None, "the dask executor needs distributed: pip install 'etl[scale]'"),
+        (
+            "2023.1.0",
+            "the dask executor needs dask[distributed]>=2024.4, found distributed 2023.1.0: "
+            "pip install --upgrade 'dask[distributed]>=2024.4'",
+        ),
+    ],
+)
 def test_the_dask_executor(emulator, tmp_path, version, line):
-    result = etl_with("distributed", version, "run", "-c", config(tmp_path, tmp_path / "out", emulator.base_url),
-                      "--scheduler", "tcp://127.0.0.1:1", "--no-progress")
+    result = etl_with(
+        "distributed",
+        version,
+        "run",
+        "-c",
+        config(tmp_path, tmp_path / "out", emulator.base_url),
+        "--scheduler",
+        "tcp://127.0.0.1:1",
+        "--no-progress",
+    )
     assert_one_line(result, line)
 
 

@@ -41,13 +41,17 @@ def test_cron_line_retries_skips_and_alerts_by_exit_code(tmp_path, codes, calls,
     stubs.mkdir()
     (tmp_path / "codes").write_text("\n".join(map(str, codes)) + "\n")
     stub = home / ".venv/bin/etl"
-    stub.write_text(f"#!/bin/sh\necho call >> {tmp_path}/calls\n"
-                    f"code=$(head -n1 {tmp_path}/codes); sed -i 1d {tmp_path}/codes; exit $code\n")
+    stub.write_text(
+        f"#!/bin/sh\necho call >> {tmp_path}/calls\n"
+        f"code=$(head -n1 {tmp_path}/codes); sed -i 1d {tmp_path}/codes; exit $code\n"
+    )
     (stubs / "mail").write_text(f"#!/bin/sh\ncat > {tmp_path}/mail\n")
     (stubs / "sleep").write_text("#!/bin/sh\nexit 0\n")
     for script in (stub, stubs / "mail", stubs / "sleep"):
         script.chmod(0o755)
-    command = cron_command().replace("/srv/etl", str(home)).replace("/var/log/etl/run.log", str(tmp_path / "log"))
+    command = (
+        cron_command().replace("/srv/etl", str(home)).replace("/var/log/etl/run.log", str(tmp_path / "log"))
+    )
     subprocess.run(["/bin/sh", "-c", command], check=True, timeout=30, env={"PATH": f"{stubs}:/usr/bin:/bin"})
     assert len((tmp_path / "calls").read_text().splitlines()) == calls
     assert (tmp_path / "mail").exists() == mailed
@@ -55,8 +59,12 @@ def test_cron_line_retries_skips_and_alerts_by_exit_code(tmp_path, codes, calls,
 
 def test_airflow_dag_maps_exit_codes_like_etl():
     tree = ast.parse((DOCS / "airflow/etl_dag.py").read_text())
-    sets = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id in ("RETRY", "SKIP")}
+    sets = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("RETRY", "SKIP")
+    }
     assert sets["RETRY"] == {ExitCode.NETWORK, ExitCode.SERVER, ExitCode.INTERRUPTED}
     assert sets["SKIP"] == {ExitCode.LOCKED}

@@ -25,7 +25,11 @@ def run(config, **options):
 
 
 def series_requests(emulator) -> list[dict]:
-    return [r for r in emulator.requests() if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))]
+    return [
+        r
+        for r in emulator.requests()
+        if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))
+    ]
 
 
 def assert_exact(out: Path, start: str = START, end: str = END, objects=(1, 2)) -> None:
@@ -42,7 +46,9 @@ def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
     # date partitions, a file per bucket of parameters
     files = expected.data_files(tmp_path, "raw")
     assert {f.rsplit("/", 1)[0] for f in files} == {"raw/date=2026-11-01", "raw/date=2026-11-02"}
-    assert {f.rsplit("/", 1)[1] for f in files} <= {f"part-{expected.SOURCE}-b{i}of4.parquet" for i in range(4)}
+    assert {f.rsplit("/", 1)[1] for f in files} <= {
+        f"part-{expected.SOURCE}-b{i}of4.parquet" for i in range(4)
+    }
 
 
 def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_emulator, tmp_path):
@@ -55,8 +61,11 @@ def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_
     # Once per route the client may ask a wider span, to rule out a silent cap on answers (etl/extract.py);
     # it keeps nothing of it. Every other request lies within the new windows.
     new = to_ms(END) - to_ms(middle) + HOUR_MS
-    starts = [int(r["path"].rstrip("/").split("/")[-2]) for r in series_requests(fresh_emulator)
-              if r["interval_ms"] <= new]
+    starts = [
+        int(r["path"].rstrip("/").split("/")[-2])
+        for r in series_requests(fresh_emulator)
+        if r["interval_ms"] <= new
+    ]
     assert starts and min(starts) >= to_ms(middle) - HOUR_MS  # nothing before the overlap is read again
     assert summary["series"]["raw"]["windows"] == 8
     assert_exact(tmp_path)
@@ -96,7 +105,11 @@ def test_full_answers_are_split_until_complete(emulator, tmp_path):
 
 def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
     run(make_config(emulator.base_url, tmp_path / "pq"))
-    run(make_config(emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")}))
+    run(
+        make_config(
+            emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")}
+        )
+    )
     header = next((tmp_path / "csv" / "raw").rglob("*.csv")).read_text().splitlines()[:2]
     assert header[0] == "source,object_id,param_id,kind,ts,value"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", header[1].split(",")[4])
@@ -104,18 +117,32 @@ def test_csv_sink_and_duckdb_read_every_dataset(emulator, tmp_path):
     for series in SERIES:
         pq_rows = con.sql(
             f"select param_id, ts, * exclude (param_id, ts, date) from read_parquet('{tmp_path}/pq/{series}/**/*.parquet',"
-            " hive_partitioning=1) order by 1, 2").fetchall()
+            " hive_partitioning=1) order by 1, 2"
+        ).fetchall()
         csv_rows = con.sql(
             f"select param_id, ts::timestamptz, * exclude (param_id, ts, date) from read_csv('{tmp_path}/csv/{series}/**/*.csv',"
-            " hive_partitioning=1) order by 1, 2").fetchall()
+            " hive_partitioning=1) order by 1, 2"
+        ).fetchall()
         assert len(pq_rows) == len(csv_rows) > 0
         assert [r[0] for r in pq_rows] == [r[0] for r in csv_rows]
     names = con.sql(
         f"select p.name, count(*) from read_parquet('{tmp_path}/pq/raw/**/*.parquet', hive_partitioning=1) r "
-        f"join '{tmp_path}/pq/dimensions/parameters/*.parquet' p on p.id = r.param_id group by 1").fetchall()
+        f"join '{tmp_path}/pq/dimensions/parameters/*.parquet' p on p.id = r.param_id group by 1"
+    ).fetchall()
     assert len(names) == 8
-    for table in ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands"):
-        assert con.sql(f"select count(*) from '{tmp_path}/pq/dimensions/{table}/*.parquet'").fetchall()[0][0] > 0, table
+    for table in (
+        "objects",
+        "units",
+        "parameters",
+        "zones",
+        "classifiers",
+        "room_types",
+        "rooms",
+        "commands",
+    ):
+        assert (
+            con.sql(f"select count(*) from '{tmp_path}/pq/dimensions/{table}/*.parquet'").fetchall()[0][0] > 0
+        ), table
 
 
 def test_object_partitioning(emulator, tmp_path):
@@ -127,7 +154,9 @@ def test_object_partitioning(emulator, tmp_path):
 
 
 def test_restricted_login_exports_only_visible_objects(emulator, tmp_path):
-    config = make_config(emulator.base_url, tmp_path, source={"username": "restricted", "password": "restricted"})
+    config = make_config(
+        emulator.base_url, tmp_path, source={"username": "restricted", "password": "restricted"}
+    )
     run(config)
     assert_exact(tmp_path, objects=(1,))
     objects = duckdb.sql(f"select id from '{tmp_path}/dimensions/objects/*.parquet'").fetchall()
@@ -135,7 +164,9 @@ def test_restricted_login_exports_only_visible_objects(emulator, tmp_path):
 
 
 def etl_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,9 @@ def test_connections_are_reused_and_bounded(emulator):
 
     async def go() -> list[int]:
         async with _client(transport) as client:
-            answers = await asyncio.gather(*(client.get(emulator.url + "/_emulator/health") for _ in range(60)))
+            answers = await asyncio.gather(
+                *(client.get(emulator.url + "/_emulator/health") for _ in range(60))
+            )
             return [a.status_code for a in answers]
 
     assert asyncio.run(go()) == [200] * 60

@@ -55,44 +55,62 @@ def covered(items, param_id: int = 1, series: Series = Series.RAW) -> Coverage:
 def plan(cfg, params, coverage: Coverage, options: PlanOptions) -> list:
     options = PlanOptions(options.start, options.end, options.full_refresh, cfg.window.overlap)
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
-    return list(Plan(Fleet(Params.of(params), cfg.sink.buckets), coverage, options, cfg.series, spans).slabs())
+    return list(
+        Plan(Fleet(Params.of(params), cfg.sink.buckets), coverage, options, cfg.series, spans).slabs()
+    )
 
 
 def config(raw_window="24h", aggregate_window="7d", overlap="0s"):
-    return parse_config({
-        "source": {"base_url": "http://x/sem-restservices", "username": "u", "password": "p"},
-        "window": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-02T00:00:00Z", "overlap": overlap},
-        "extract": {"raw_window": raw_window, "aggregate_window": aggregate_window},
-        "sink": {"path": "unused"},
-    })
+    return parse_config(
+        {
+            "source": {"base_url": "http://x/sem-restservices", "username": "u", "password": "p"},
+            "window": {"start": "2026-11-01T00:00:00Z", "end": "2026-11-02T00:00:00Z", "overlap": overlap},
+            "extract": {"raw_window": raw_window, "aggregate_window": aggregate_window},
+            "sink": {"path": "unused"},
+        }
+    )
 
 
 times = st.integers(min_value=T0 - 40 * DAY_MS, max_value=T0 + 40 * DAY_MS)
 
 
 @settings(max_examples=200, deadline=None)
-@given(a=times, b=times, raw_window=st.sampled_from(["24h", "12h", "6h", "1h"]),
-       aggregate_window=st.sampled_from(["1d", "7d", "30d"]))
+@given(
+    a=times,
+    b=times,
+    raw_window=st.sampled_from(["24h", "12h", "6h", "1h"]),
+    aggregate_window=st.sampled_from(["1d", "7d", "30d"]),
+)
 def test_plan_covers_the_window_exactly_once(a, b, raw_window, aggregate_window):
     start, end = min(a, b), max(a, b) + 1
     cfg = config(raw_window, aggregate_window)
     slabs = plan(cfg, PARAMS, Coverage(), PlanOptions(start, end))
     for series in SERIES:
         for param in PARAMS:
-            units = sorted((u.start, u.end) for s in slabs for u in s.windows if u.series == series and u.param == param)
+            units = sorted(
+                (u.start, u.end) for s in slabs for u in s.windows if u.series == series and u.param == param
+            )
             assert units[0][0] == start and units[-1][1] == end
             assert all(x[1] == y[0] for x, y in zip(units, units[1:], strict=False))  # no gap, no overlap
             if series == "raw":
                 assert all(e - s <= DAY_MS for s, e in units)
                 assert all((s // DAY_MS) == ((e - 1) // DAY_MS) for s, e in units)  # never across midnight
     for slab in slabs:
-        assert all(slab.start <= u.start < u.end <= slab.end and u.series == slab.series for u in slab.windows)
+        assert all(
+            slab.start <= u.start < u.end <= slab.end and u.series == slab.series for u in slab.windows
+        )
 
 
 def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
     cfg = config("6h")
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
-    made = Plan(Fleet(Params.of(PARAMS), cfg.sink.buckets), Coverage(), PlanOptions(T0, T0 + 10 * DAY_MS), cfg.series, spans)
+    made = Plan(
+        Fleet(Params.of(PARAMS), cfg.sink.buckets),
+        Coverage(),
+        PlanOptions(T0, T0 + 10 * DAY_MS),
+        cfg.series,
+        spans,
+    )
     before, windows = made.summary(), made.windows
     slabs = list(made.slabs())
     assert windows == sum(len(s.windows) for s in slabs) == 2 * (40 + 2 + 2)  # 10 days of 6 h; 2 weeks each
@@ -100,7 +118,9 @@ def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
     assert list(made.slabs()) == []  # each series' work was let go with its last slab
 
 
-intervals = st.lists(st.tuples(times, st.integers(1, 3 * DAY_MS)).map(lambda t: (t[0], t[0] + t[1])), max_size=12)
+intervals = st.lists(
+    st.tuples(times, st.integers(1, 3 * DAY_MS)).map(lambda t: (t[0], t[0] + t[1])), max_size=12
+)
 
 
 @given(intervals, st.randoms())
@@ -137,8 +157,11 @@ def test_planned_gaps_plus_covered_are_the_window(items, start, length):
     assert all(not (g[0] < c[1] and c[0] < g[1]) for g in gaps for c in clipped)
 
 
-@given(st.lists(st.integers(0, DAY_MS - 1), max_size=80), st.lists(st.integers(0, 3), min_size=1, max_size=4),
-       st.randoms())
+@given(
+    st.lists(st.integers(0, DAY_MS - 1), max_size=80),
+    st.lists(st.integers(0, 3), min_size=1, max_size=4),
+    st.randoms(),
+)
 def test_merge_of_overlapping_chunks_is_idempotent_and_order_independent(stamps, repeats, rnd):
     """Whatever chunking, duplication and order the server uses, the cleaned table is the same."""
     unit = Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, T0, T0 + DAY_MS)
@@ -152,20 +175,29 @@ def test_merge_of_overlapping_chunks_is_idempotent_and_order_independent(stamps,
     shuffled = Points(noisy_ts[order], noisy_values[order])
     once = to_table(Series.RAW, [clean(unit, shuffled, Counter())], "s")
     assert once.equals(reference)
-    again = to_table(Series.RAW, [clean(unit, Points(once["ts"].cast(pa.int64()).to_numpy(),
-                                                     once["value"].to_numpy()), Counter())], "s")
+    again = to_table(
+        Series.RAW,
+        [clean(unit, Points(once["ts"].cast(pa.int64()).to_numpy(), once["value"].to_numpy()), Counter())],
+        "s",
+    )
     assert again.equals(reference)
 
 
-@given(st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 100)), max_size=60),
-       st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 100), st.integers(0, 60)), max_size=6))
+@given(
+    st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 100)), max_size=60),
+    st.lists(st.tuples(st.sampled_from([1, 2, 3]), st.integers(0, 100), st.integers(0, 60)), max_size=6),
+)
 def test_replaced_mask_matches_a_plain_loop(rows, ranges):
-    table = pa.table({
-        "param_id": pa.array([p for p, _ in rows], pa.int64()),
-        "ts": pa.array([T0 + t * HOUR_MS for _, t in rows], pa.timestamp("ms", tz="UTC")),
-    })
-    replaced = [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s * HOUR_MS, T0 + (s + n) * HOUR_MS)
-                for p, s, n in ranges]
+    table = pa.table(
+        {
+            "param_id": pa.array([p for p, _ in rows], pa.int64()),
+            "ts": pa.array([T0 + t * HOUR_MS for _, t in rows], pa.timestamp("ms", tz="UTC")),
+        }
+    )
+    replaced = [
+        Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s * HOUR_MS, T0 + (s + n) * HOUR_MS)
+        for p, s, n in ranges
+    ]
     want = [any(r.param_id == p and r.start <= T0 + t * HOUR_MS < r.end for r in replaced) for p, t in rows]
     assert Ranges.of(replaced).mask(table).tolist() == want
 
@@ -178,13 +210,27 @@ def test_cutting_many_intervals_at_once_cuts_each_as_one_would(items, step):
     starts = np.array([s for s, _ in items], np.int64)
     ends = starts + np.array([n for _, n in items], np.int64)
     index, a, b = cut_columns(starts, ends, step)
-    expected = [(i, x, y) for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True))
-                for x, y in cut(s, e, step)]
+    expected = [
+        (i, x, y)
+        for i, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True))
+        for x, y in cut(s, e, step)
+    ]
     assert list(zip(index.tolist(), a.tolist(), b.tolist(), strict=True)) == expected
 
 
-@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 3), st.sampled_from(PARAM_KINDS),
-                          st.integers(0, 5), st.integers(1, 4)), max_size=40), st.integers(1, 8))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 50),
+            st.integers(1, 3),
+            st.sampled_from(PARAM_KINDS),
+            st.integers(0, 5),
+            st.integers(1, 4),
+        ),
+        max_size=40,
+    ),
+    st.integers(1, 8),
+)
 def test_column_wise_windows_are_the_windows_they_were_made_of(rows, size):
     rows.sort(key=lambda r: r[0])
     made = [Window(p, o, k, Series.RAW, s * HOUR_MS, (s + n) * HOUR_MS) for p, o, k, s, n in rows]
@@ -197,12 +243,15 @@ def test_column_wise_windows_are_the_windows_they_were_made_of(rows, size):
     assert [w for lo, hi in spans for w in made[lo:hi]] == made
     for lo, hi in spans:
         assert lo == 0 or made[lo - 1].param_id != made[lo].param_id
-        last = next(i for i in range(hi - 1, lo - 1, -1) if i == lo or made[i - 1].param_id != made[i].param_id)
+        last = next(
+            i for i in range(hi - 1, lo - 1, -1) if i == lo or made[i - 1].param_id != made[i].param_id
+        )
         assert last - lo < size and (hi - lo >= size or hi == len(made))
     # The checkpoint log says the same of them whichever form they come in.
     assert segment(windows) == segment(made)
-    assert Counter(windows_of(segment(windows))) == Counter(w._replace(object_id=0, kind=ParamKind.PHYSICAL)
-                                                           for w in made)
+    assert Counter(windows_of(segment(windows))) == Counter(
+        w._replace(object_id=0, kind=ParamKind.PHYSICAL) for w in made
+    )
 
 
 @settings(max_examples=150, deadline=None)
@@ -224,9 +273,14 @@ def test_seen_ids_are_told_apart_as_a_set_would(pages, latest):
 def test_params_keep_the_first_of_an_id_sorted_and_pick_a_shard():
     from etl.model import Shard
 
-    params = Params.of([Param(9, 1, ParamKind.SIGNAL), Param(3, 2, ParamKind.PHYSICAL), Param(9, 5, ParamKind.CALCULATED)])
+    params = Params.of(
+        [Param(9, 1, ParamKind.SIGNAL), Param(3, 2, ParamKind.PHYSICAL), Param(9, 5, ParamKind.CALCULATED)]
+    )
     assert list(params) == [Param(3, 2, ParamKind.PHYSICAL), Param(9, 1, ParamKind.SIGNAL)]
     shards = [Shard(i, 3) for i in range(3)]
-    assert sorted(p.id for s in shards for p in Params.of(Param(i, 0, ParamKind.PHYSICAL) for i in range(50)).of_shard(s)) \
-        == list(range(50))
+    assert sorted(
+        p.id
+        for s in shards
+        for p in Params.of(Param(i, 0, ParamKind.PHYSICAL) for i in range(50)).of_shard(s)
+    ) == list(range(50))
     assert all(s.contains(p.id) for s in shards for p in Params.of(PARAMS).of_shard(s))

@@ -48,7 +48,9 @@ def test_every_parameter_day_has_one_row_that_matches_the_generator(lake):
     for (param_id, day), row in got.items():
         want = day_facts(emulator_config(), param_id, day)
         where = (param_id, day)
-        assert row["source"] == SOURCE and row["object_id"] == param_id // 1000 and row["kind"] == want["kind"], where
+        assert (
+            row["source"] == SOURCE and row["object_id"] == param_id // 1000 and row["kind"] == want["kind"]
+        ), where
         assert row["points"] == want["points"], where
         assert int(row["first_ts"].timestamp() * 1000) == want["first_ts"], where
         assert int(row["last_ts"].timestamp() * 1000) == want["last_ts"], where
@@ -57,7 +59,9 @@ def test_every_parameter_day_has_one_row_that_matches_the_generator(lake):
         assert row["span_seconds"] == DAY_MS / 1000
         # The period is inferred from the day's spacings: within 1% of the generator's.
         assert row["period_seconds"] == pytest.approx(want["period_seconds"], rel=0.01), where
-        assert row["expected_points"] == pytest.approx(DAY_MS / 1000 / want["period_seconds"], rel=0.01), where
+        assert row["expected_points"] == pytest.approx(DAY_MS / 1000 / want["period_seconds"], rel=0.01), (
+            where
+        )
         truth = want["points"] / (DAY_MS / 1000 / want["period_seconds"])
         assert row["completeness"] == pytest.approx(truth, abs=0.01), where
         # Each day has one gap of 15-90 minutes and nothing else missing: near 1, never below 1 - 90/1440.
@@ -73,7 +77,9 @@ def test_a_signals_flatline_is_its_longest_constant_block(lake):
         if param_id % 1000 != 3:  # the signal parameters of the emulator: 1003, 2003
             continue
         assert row["kind"] == "signal"
-        assert row["flatline_seconds"] == day_facts(emulator_config(), param_id, day)["flatline_seconds"] > 3600
+        assert (
+            row["flatline_seconds"] == day_facts(emulator_config(), param_id, day)["flatline_seconds"] > 3600
+        )
 
 
 def test_an_incremental_run_splitting_a_day_gives_the_rows_of_one_run(emulator, lake, tmp_path):
@@ -86,12 +92,20 @@ def test_an_incremental_run_splitting_a_day_gives_the_rows_of_one_run(emulator, 
     run(make_config(emulator.base_url, tmp_path / "split"))
     assert read_quality(tmp_path / "split").equals(whole)
     # raw windows of an hour (24 per day, merged in one file), and a full refresh of a middle stretch
-    hourly = make_config(emulator.base_url, tmp_path / "hourly", extract={"raw_window": "1h"},
-                         window={"end": "2026-11-01T13:30:00Z"})
+    hourly = make_config(
+        emulator.base_url,
+        tmp_path / "hourly",
+        extract={"raw_window": "1h"},
+        window={"end": "2026-11-01T13:30:00Z"},
+    )
     run(hourly)
     run(make_config(emulator.base_url, tmp_path / "hourly", extract={"raw_window": "1h"}))
-    run(make_config(emulator.base_url, tmp_path / "hourly"), start=to_ms("2026-11-01T12:00:00Z"),
-        end=to_ms("2026-11-02T12:00:00Z"), full_refresh=True)
+    run(
+        make_config(emulator.base_url, tmp_path / "hourly"),
+        start=to_ms("2026-11-01T12:00:00Z"),
+        end=to_ms("2026-11-02T12:00:00Z"),
+        full_refresh=True,
+    )
     assert read_quality(tmp_path / "hourly").equals(whole)
 
 
@@ -102,28 +116,43 @@ def test_object_partitions_and_csv_hold_the_same_rows(emulator, lake, tmp_path):
     assert list((tmp_path / "objects" / "quality" / "date=2026-11-01" / "object_id=2").glob("part-*.parquet"))
     assert read_quality(tmp_path / "objects").equals(whole)
 
-    csv = make_config(emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")})
+    csv = make_config(
+        emulator.base_url, tmp_path / "csv", sink={"format": "csv", "path": str(tmp_path / "csv")}
+    )
     run(csv)
     assert (tmp_path / "csv" / "quality" / "date=2026-11-01").is_dir()
     columns = "param_id, date, points, expected_points, completeness, longest_gap_seconds, flatline_seconds, first_ts"
     query = f"select {columns} from quality order by param_id, date"
-    assert connect(csv).sql(query).fetchall() == connect(make_config(emulator.base_url, out)).sql(query).fetchall()
+    assert (
+        connect(csv).sql(query).fetchall()
+        == connect(make_config(emulator.base_url, out)).sql(query).fetchall()
+    )
 
 
 def test_a_day_without_points_gets_a_row_and_the_view_carries_the_period(tmp_path):
     """The emulator's clock stops at the end of the second day: the third day, asked for, has no point."""
     with run_emulator(emulator_config(now_ms=to_ms(END))) as emulator:
-        config = make_config(emulator.base_url, tmp_path, window={"end": "2026-11-04T00:00:00Z"}, series=["raw"])
+        config = make_config(
+            emulator.base_url, tmp_path, window={"end": "2026-11-04T00:00:00Z"}, series=["raw"]
+        )
         run(config)
     table = read_quality(tmp_path)
-    empty = table.filter(pc.equal(table.column("day"), pa.scalar(to_ms(END), QUALITY_SCHEMA.field("day").type)))
+    empty = table.filter(
+        pc.equal(table.column("day"), pa.scalar(to_ms(END), QUALITY_SCHEMA.field("day").type))
+    )
     assert empty.num_rows == len(PARAMS)
     for row in empty.to_pylist():
         assert row["points"] == 0 and row["completeness"] == 0.0 and row["first_ts"] is None
         assert row["expected_points"] is None and row["period_seconds"] is None  # no spacing to infer it from
         assert row["longest_gap_seconds"] == row["span_seconds"] == 86400.0
-    view = connect(config).sql("select param_id, expected_points, period_seconds, period_carried, completeness "
-                               "from quality where date = DATE '2026-11-03' order by param_id").fetchall()
+    view = (
+        connect(config)
+        .sql(
+            "select param_id, expected_points, period_seconds, period_carried, completeness "
+            "from quality where date = DATE '2026-11-03' order by param_id"
+        )
+        .fetchall()
+    )
     before = {r["param_id"]: r for r in table.to_pylist() if int(r["day"].timestamp() * 1000) == DAYS[1]}
     for param_id, expected, period, carried, completeness in view:
         assert carried and period == before[param_id]["period_seconds"] and completeness == 0.0
@@ -134,19 +163,30 @@ def test_rows_of_unsorted_feeds_and_parameters_without_rows():
     """day_rows on its own: a parameter fed with no rows, one with one point, rows of parameters not fed."""
     day = DAYS[0]
     ts = np.array([day + 5_000, day + 65_000, day + 125_000, day + 10_000], np.int64)
-    table = pa.table({"param_id": [7, 7, 7, 8], "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")),
-                      "value": [1.0, 1.0, 2.0, 3.0]})
+    table = pa.table(
+        {
+            "param_id": [7, 7, 7, 8],
+            "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")),
+            "value": [1.0, 1.0, 2.0, 3.0],
+        }
+    )
     windows = [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, day, day + DAY_MS) for p in (7, 8, 9)]
-    rows = day_rows(table, Ranges.of(windows), {p: (1, "physical") for p in (7, 8, 9)}, "s",
-                    (day, day + DAY_MS)).to_pylist()
+    rows = day_rows(
+        table, Ranges.of(windows), {p: (1, "physical") for p in (7, 8, 9)}, "s", (day, day + DAY_MS)
+    ).to_pylist()
     seven, eight, nine = rows
     assert seven["points"] == 3 and seven["period_seconds"] == 60.0 and seven["expected_points"] == 1440
     assert seven["flatline_seconds"] == 60.0 and seven["longest_gap_seconds"] == 86400 - 125
     assert eight["points"] == 1 and eight["period_seconds"] is None and eight["completeness"] is None
     assert nine["points"] == 0 and nine["completeness"] == 0.0 and nine["longest_gap_seconds"] == 86400
     # a window starting inside the day (the run's first day): the span starts there
-    late = day_rows(table.slice(0, 0), Ranges.of([windows[2]._replace(start=day + 12 * HOUR_MS)]),
-                    {9: (1, "physical")}, "s", (day + 12 * HOUR_MS, day + 3 * DAY_MS)).to_pylist()
+    late = day_rows(
+        table.slice(0, 0),
+        Ranges.of([windows[2]._replace(start=day + 12 * HOUR_MS)]),
+        {9: (1, "physical")},
+        "s",
+        (day + 12 * HOUR_MS, day + 3 * DAY_MS),
+    ).to_pylist()
     assert late[0]["span_seconds"] == 12 * 3600
 
 
@@ -156,7 +196,6 @@ def test_the_period_ignores_gaps_and_jitter():
     ts = np.sort(np.delete(slots, np.arange(300, 400)) + rng.integers(0, 30_000, 1900))  # 100 slots missing
     assert infer_period(ts) == pytest.approx(60_000, rel=0.002)
     assert infer_period(np.array([5])) is None
-
 
 
 def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
@@ -170,8 +209,16 @@ def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
     tracker = QualityTracker(Windows.of(Series.RAW, windows), "s", (day, day + DAY_MS))
     for w in windows:
         ts = np.arange(3, dtype=np.int64) * 60_000 + day
-        tracker(pa.table({"param_id": [w.param_id] * 3, "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")),
-                          "value": [1.0, 2.0, 2.0]}), Ranges.of([w]))
+        tracker(
+            pa.table(
+                {
+                    "param_id": [w.param_id] * 3,
+                    "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")),
+                    "value": [1.0, 2.0, 2.0],
+                }
+            ),
+            Ranges.of([w]),
+        )
     assert len(tracker.parts) == 3 + 5  # three compacted tables, then the five latest feeds
     table, replaced = tracker.result(by_object=False)
     assert tracker.rows == len(ids) and table.column("param_id").to_pylist() == ids

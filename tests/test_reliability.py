@@ -29,8 +29,16 @@ FAULTS = {
     "dropped_connections": dict(drop_rate=0.2),
 }
 # Together at lower rates (errors stay at 20%), else 429 pauses alone make the run last 15 s.
-ALL_TOGETHER = dict(error_rate=0.2, rate_limit_rate=0.1, retry_after=0.1, latency_spike_rate=0.05, latency_spike=0.8,
-                    session_max_requests=10, truncate_rate=0.1, drop_rate=0.1)
+ALL_TOGETHER = dict(
+    error_rate=0.2,
+    rate_limit_rate=0.1,
+    retry_after=0.1,
+    latency_spike_rate=0.05,
+    latency_spike=0.8,
+    session_max_requests=10,
+    truncate_rate=0.1,
+    drop_rate=0.1,
+)
 # What the summary must count for each fault (retries_by_reason keys, or re-sign-ins).
 COUNTED = {
     "server_errors": ["http_500", "http_502", "http_503"],
@@ -51,11 +59,16 @@ def counted(summary: dict, key: str) -> int:
 LAKE_FAULTS = ["server_errors", "expiring_sessions", "truncated_bodies", "dropped_connections"]
 
 
-@pytest.mark.parametrize("name, fmt", [(name, "parquet") for name in FAULTS]
-                         + [(name, fmt) for fmt in ("delta", "iceberg") for name in LAKE_FAULTS])
+@pytest.mark.parametrize(
+    "name, fmt",
+    [(name, "parquet") for name in FAULTS]
+    + [(name, fmt) for fmt in ("delta", "iceberg") for name in LAKE_FAULTS],
+)
 def test_faulty_server_run_equals_the_source(fresh_emulator, tmp_path, name, fmt):
     fresh_emulator.set_faults(seed=11, **FAULTS[name])
-    config = make_config(fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4}, sink={"format": fmt})
+    config = make_config(
+        fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4}, sink={"format": fmt}
+    )
     summary = run(config).as_dict()
     assert_exact(tmp_path)
     assert summary["status"] == "ok" and summary["failed_window_count"] == 0
@@ -70,8 +83,9 @@ def test_all_faults_through_the_cli_summary(fresh_emulator, tmp_path):
     """The user's view: `etl run --json` under every fault prints counts that match the server's log."""
     fresh_emulator.set_faults(seed=5, **ALL_TOGETHER)
     # All faults at once fail ~45% of attempts: more attempts keep a failed run out of the question.
-    data = config_dict(fresh_emulator.base_url, tmp_path / "out", source={"read_timeout": 0.4},
-                       retry={"attempts": 25})
+    data = config_dict(
+        fresh_emulator.base_url, tmp_path / "out", source={"read_timeout": 0.4}, retry={"attempts": 25}
+    )
     data["source"]["password"] = "${ETL_PASSWORD}"
     result = etl(["run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--json"])
     assert result.returncode == 0, result.stderr
@@ -91,8 +105,9 @@ def test_all_faults_through_the_cli_summary(fresh_emulator, tmp_path):
 
 def etl(args: list[str], **kw) -> subprocess.CompletedProcess:
     env = {**os.environ, "ETL_PASSWORD": "demo"}
-    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env,
-                          timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120, **kw
+    )
 
 
 def starts_ms(log: list[dict]) -> list[int]:
@@ -109,7 +124,7 @@ def test_requests_in_flight_never_exceed_the_cap(fresh_emulator, tmp_path):
     spans = [b - a for a, b in zip(ts, ts[cap:], strict=False)]
     assert min(spans) >= latency_ms - 2  # the server clock has ms resolution
     # ...and the cap is used: some `cap` consecutive starts lie within one latency.
-    assert min(b - a for a, b in zip(ts, ts[cap - 1:], strict=False)) < latency_ms
+    assert min(b - a for a, b in zip(ts, ts[cap - 1 :], strict=False)) < latency_ms
 
 
 def test_a_429_pauses_every_request_of_the_run(fresh_emulator, tmp_path):
@@ -128,7 +143,9 @@ def test_a_429_pauses_every_request_of_the_run(fresh_emulator, tmp_path):
         quiet = [r for r in log if t + grace * 1000 <= r["ts"] < t + retry_after * 1000]
         assert not quiet, f"{len(quiet)} request(s) started while the run should wait after the 429 at {t}"
     # The pause is counted as wall-clock time, once, however many requests it held back.
-    paused = sum(min(b - a, retry_after * 1000) for a, b in zip(throttled, throttled[1:] + [10**15], strict=True))
+    paused = sum(
+        min(b - a, retry_after * 1000) for a, b in zip(throttled, throttled[1:] + [10**15], strict=True)
+    )
     assert abs(summary["throttled_seconds"] - paused / 1000) < 0.1 * len(throttled) + 0.05
 
 
@@ -178,8 +195,10 @@ def assert_output_matches_state(out: Path, state: Coverage) -> None:
     for series in SERIES:
         want = expected_table(emulator_config(), series, to_ms(START), to_ms(END))
         ts = want["ts"].cast("int64").to_pylist()
-        keep = [any(s <= t < e for s, e in state.intervals(p, series))
-                for p, t in zip(want["param_id"].to_pylist(), ts, strict=True)]
+        keep = [
+            any(s <= t < e for s, e in state.intervals(p, series))
+            for p, t in zip(want["param_id"].to_pylist(), ts, strict=True)
+        ]
         want = want.filter(keep)
         got = read(out, series) if (out / series).exists() else want.schema.empty_table()
         assert got.select(want.column_names).equals(want), series
@@ -189,8 +208,13 @@ def assert_output_matches_state(out: Path, state: Coverage) -> None:
 def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_path, outage, code):
     settings = emulator_config()
     retry = {"attempts": 3, "backoff_initial": 0.01, "backoff_max": 0.05, "deadline": 5}
-    data = config_dict("http://placeholder/api", tmp_path / "out", retry=retry, window={"overlap": "0s"},
-                       extract={"concurrency": 2, "slabs_in_flight": 1})
+    data = config_dict(
+        "http://placeholder/api",
+        tmp_path / "out",
+        retry=retry,
+        window={"overlap": "0s"},
+        extract={"concurrency": 2, "slabs_in_flight": 1},
+    )
     data["source"]["password"] = "${ETL_PASSWORD}"
     log_folder = tmp_path / "out" / "_state" / SOURCE / "log"
     with run_emulator(settings) as emu:
@@ -198,8 +222,13 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
         data["source"]["base_url"] = emu.base_url
         path = write_config(tmp_path / "c.yaml", data)
         emu.set_faults(latency=0.03)  # a run of about a second, to fail part-way
-        proc = subprocess.Popen([sys.executable, "-m", "etl", "run", "-c", str(path)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env={**os.environ, "ETL_PASSWORD": "demo"})
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "etl", "run", "-c", str(path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "ETL_PASSWORD": "demo"},
+        )
         deadline = time.monotonic() + 60
         while not list(log_folder.glob("*.json")):  # the first slab is written and checkpointed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -225,5 +254,8 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
         again = [series_of(r) for r in emu.requests() if "param_id" in r and "interval_ms" in r]
     assert again
     for param_id, series, start, end in again:  # only what was not checkpointed is fetched again
-        assert not any(s < end and start < e for s, e in state.intervals(param_id, series)), (param_id, series)
+        assert not any(s < end and start < e for s, e in state.intervals(param_id, series)), (
+            param_id,
+            series,
+        )
     assert_exact(tmp_path / "out")

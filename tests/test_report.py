@@ -18,14 +18,23 @@ from etl_emulator.server import run_emulator
 from tests.conftest import END, config_dict, emulator_config, write_config
 
 ENV = {**os.environ, "ETL_PASSWORD": "demo"}
-NAMES = {1001: "obj-1 / temperature-1001 [°C]", 1002: "obj-1 / pressure-1002 [kPa]", 1003: "obj-1 / alarm-1003",
-         1501: "obj-1 / calc-1501 [kWh]", 2001: "obj-2 / temperature-2001 [°C]", 2002: "obj-2 / pressure-2002 [kPa]",
-         2003: "obj-2 / alarm-2003", 2501: "obj-2 / calc-2501 [kWh]"}
+NAMES = {
+    1001: "obj-1 / temperature-1001 [°C]",
+    1002: "obj-1 / pressure-1002 [kPa]",
+    1003: "obj-1 / alarm-1003",
+    1501: "obj-1 / calc-1501 [kWh]",
+    2001: "obj-2 / temperature-2001 [°C]",
+    2002: "obj-2 / pressure-2002 [kPa]",
+    2003: "obj-2 / alarm-2003",
+    2501: "obj-2 / calc-2501 [kWh]",
+}
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def etl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=ENV, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=ENV, timeout=120
+    )
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +43,9 @@ def lake(tmp_path_factory):
     rows without points, every parameter is stale at the report's end."""
     root = tmp_path_factory.mktemp("report")
     with run_emulator(emulator_config(now_ms=__import__("etl.timeutil").timeutil.to_ms(END))) as emulator:
-        data = config_dict(emulator.base_url, root / "out", window={"end": "2026-11-04T00:00:00Z"}, series=["raw"])
+        data = config_dict(
+            emulator.base_url, root / "out", window={"end": "2026-11-04T00:00:00Z"}, series=["raw"]
+        )
         data["source"]["password"] = "${ETL_PASSWORD}"
         path = write_config(root / "c.yaml", data)
         result = etl("run", "-c", str(path), "--metrics-file", str(root / "etl.prom"), "--json")
@@ -49,7 +60,7 @@ def test_the_terminal_names_the_worst_parameters_with_object_name_and_unit(lake)
     lines = result.stdout.splitlines()
     assert lines[0] == "quality of 127.0.0.1's raw series, 2026-11-01 .. 2026-11-02 (2 days)"
     assert "parameters  8    parameter-days 16" in lines[1] and "stale       0" in lines[2]
-    table = lines[lines.index("least complete parameters (of 8):") + 1:]
+    table = lines[lines.index("least complete parameters (of 8):") + 1 :]
     assert table[0].split()[:3] == ["parameter", "id", "kind"]
     listed = table[1:9]
     for param_id, name in NAMES.items():  # every parameter, by object, name and unit, with its id
@@ -62,9 +73,14 @@ def test_json_fail_under_and_stale_parameters(lake):
     path, _, _ = lake
     result = etl("report", "-c", str(path), "--json", "--fail-under", "0.9")
     assert result.returncode == 9, result.stderr  # the empty third day pulls everyone under 90%
-    assert result.stderr.strip().splitlines()[-1].startswith("etl: error: 8 parameter(s) below 90.0% complete")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("etl: error: 8 parameter(s) below 90.0% complete")
+    )
     report = json.loads(result.stdout)
-    assert report["days"] == ["2026-11-01", "2026-11-02", "2026-11-03"] and report["to"] == "2026-11-04T00:00:00.000Z"
+    assert (
+        report["days"] == ["2026-11-01", "2026-11-02", "2026-11-03"]
+        and report["to"] == "2026-11-04T00:00:00.000Z"
+    )
     assert report["stale_count"] == 8 and report["below_count"] == 8
     assert {r["param_id"] for r in report["stale"]} == set(NAMES)
     assert all(r["silent_seconds"] > 86400 for r in report["stale"])  # no point in the whole last day
@@ -73,7 +89,9 @@ def test_json_fail_under_and_stale_parameters(lake):
     for row in heat.values():
         first, second, third = row["daily"]
         assert first["points"] > 0 and second["points"] > 0 and third["points"] == 0
-        assert third["completeness"] == 0 and third["expected_points"] > 0  # the period carried from the day before
+        assert (
+            third["completeness"] == 0 and third["expected_points"] > 0
+        )  # the period carried from the day before
     ok = etl("report", "-c", str(path), "--fail-under", "0.5", "--stale-after", "2d", "--top", "3")
     assert ok.returncode == 0, ok.stderr
     assert "stale       0" in ok.stdout and "below       0 parameter(s) under 50.0% complete" in ok.stdout
@@ -82,7 +100,9 @@ def test_json_fail_under_and_stale_parameters(lake):
 def test_metrics_file_holds_the_runs_figures(lake, tmp_path):
     _, summary, prom = lake
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    value = {name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for name, f in families.items()}
+    value = {
+        name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for name, f in families.items()
+    }
     labels = (("shard", ""), ("source", "127.0.0.1"))
     assert value["etl_run_success"][labels] == 1 and value["etl_run_exit_code"][labels] == 0
     assert value["etl_run_points"][(("series", "raw"), *labels)] == summary["points"] > 0
@@ -91,13 +111,19 @@ def test_metrics_file_holds_the_runs_figures(lake, tmp_path):
     assert value["etl_run_relogins"][labels] == summary["relogins"]
     assert value["etl_run_failed_windows"][labels] == 0
     assert value["etl_run_seconds"][labels] == summary["seconds"]
-    assert value["etl_quality_lowest_completeness"][labels] == summary["quality"]["lowest_completeness"] == 0.0
+    assert (
+        value["etl_quality_lowest_completeness"][labels] == summary["quality"]["lowest_completeness"] == 0.0
+    )
     assert value["etl_quality_rows"][labels] == summary["quality"]["rows"] == 24
-    assert [p.name for p in prom.parent.iterdir() if p.name.startswith("etl.prom")] == ["etl.prom"]  # no temp left
+    assert [p.name for p in prom.parent.iterdir() if p.name.startswith("etl.prom")] == [
+        "etl.prom"
+    ]  # no temp left
 
     # A failed run writes its metrics too: the scheduler's alert reads them.
     data = config_dict("http://127.0.0.1:9/sem-restservices", tmp_path / "out", retry={"attempts": 1})
-    failed = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--metrics-file", str(tmp_path / "m.prom"))
+    failed = etl(
+        "run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--metrics-file", str(tmp_path / "m.prom")
+    )
     assert failed.returncode == 4, failed.stderr
     text = (tmp_path / "m.prom").read_text()
     assert 'etl_run_success{shard="",source="127.0.0.1"} 0.0' in text
@@ -113,9 +139,19 @@ def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
             pytest.fail("chromium is not installed: `make test` installs it (apt-get install chromium)")
         pytest.skip("chromium is not installed (`make test` installs it)")
     profile = tmp_path / f"profile-{len(list(tmp_path.glob('profile-*')))}"
-    command = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-               f"--user-data-dir={profile}", *args]
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-extensions",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=90)
 
 
@@ -145,7 +181,9 @@ def test_the_html_report_renders_in_a_real_browser(lake, tmp_path):
         assert section in text
 
     png = tmp_path / "report.png"
-    shot = chromium(tmp_path, f"--screenshot={png}", "--window-size=1200,900", "--hide-scrollbars", html.as_uri())
+    shot = chromium(
+        tmp_path, f"--screenshot={png}", "--window-size=1200,900", "--hide-scrollbars", html.as_uri()
+    )
     assert shot.returncode == 0 and png.exists(), shot.stderr[-2000:]
     from PIL import Image
 

@@ -25,11 +25,17 @@ PIDS = [11, 12, 13, 14, 15]
 
 def rows(points: set[tuple[int, int]], tag: float) -> pa.Table:
     pairs = sorted(points)
-    return pa.table({
-        "source": ["s"] * len(pairs), "object_id": [1] * len(pairs), "param_id": [p for p, _ in pairs],
-        "kind": ["physical"] * len(pairs), "ts": pa.array([T0 + t for _, t in pairs], SCHEMA.field("ts").type),
-        "value": [tag + t for _, t in pairs],
-    }, schema=SCHEMA)
+    return pa.table(
+        {
+            "source": ["s"] * len(pairs),
+            "object_id": [1] * len(pairs),
+            "param_id": [p for p, _ in pairs],
+            "kind": ["physical"] * len(pairs),
+            "ts": pa.array([T0 + t for _, t in pairs], SCHEMA.field("ts").type),
+            "value": [tag + t for _, t in pairs],
+        },
+        schema=SCHEMA,
+    )
 
 
 def layout(fmt) -> Layout:
@@ -54,7 +60,7 @@ def feeds(draw):
     out, i = [], 0
     while i < len(chosen):
         size = draw(st.integers(1, 3))
-        group = chosen[i:i + size]
+        group = chosen[i : i + size]
         i += size
         ranges = []
         for p in group:
@@ -86,9 +92,18 @@ def test_rewrite_equals_a_plain_merge(fmt, old, plan, batch):
             want = reference(old, plan)
             data = storage.read(rel)
             got = [] if data is None else fmt.decode(data, SCHEMA, rel)
-            got = [] if data is None else list(zip(got.column("param_id").to_pylist(),
-                                                   [t - T0 for t in got.column("ts").cast(pa.int64()).to_pylist()],
-                                                   got.column("value").to_pylist(), strict=True))
+            got = (
+                []
+                if data is None
+                else list(
+                    zip(
+                        got.column("param_id").to_pylist(),
+                        [t - T0 for t in got.column("ts").cast(pa.int64()).to_pylist()],
+                        got.column("value").to_pylist(),
+                        strict=True,
+                    )
+                )
+            )
             assert got == want
             assert not [f for f in storage.find() if f.endswith(".tmp")]
     finally:
@@ -101,7 +116,9 @@ def test_a_file_changed_during_the_rewrite_keeps_both_changes(tmp_path):
     fmt, storage = ParquetFormat(), Storage(str(tmp_path))
     lay = layout(fmt)
     rel = "raw/date=2026-11-01/part-s-b0of8.parquet"
-    storage.write_atomic(rel, fmt.encode(rows({(11, 1), (12, 2), (13, 3)}, 0.0).select(lay.file_schema.names)))
+    storage.write_atomic(
+        rel, fmt.encode(rows({(11, 1), (12, 2), (13, 3)}, 0.0).select(lay.file_schema.names))
+    )
     rewrite = FileRewrite(storage, fmt, lay, rel)
     windows = [Window(12, 1, ParamKind.PHYSICAL, Series.RAW, T0, T0 + 10)]
     rewrite.feed(rows({(12, 5)}, 1000.0), Ranges.of(windows))
@@ -110,19 +127,28 @@ def test_a_file_changed_during_the_rewrite_keeps_both_changes(tmp_path):
     assert rewrite.finish()
     got = fmt.decode(storage.read(rel), SCHEMA, rel)
     assert list(zip(got.column("param_id").to_pylist(), got.column("value").to_pylist(), strict=True)) == [
-        (11, 1.0), (12, 1005.0)]
+        (11, 1.0),
+        (12, 1005.0),
+    ]
     assert not [f for f in storage.find() if f.endswith(".tmp")]
 
 
 def test_ranges_mask_matches_a_plain_loop():
     rng = np.random.default_rng(1)
-    table = rows({(int(p), int(t)) for p, t in zip(rng.choice(PIDS, 200), rng.integers(0, 50, 200), strict=True)}, 0)
-    spans = [(int(p), int(s), int(s) + int(n)) for p, s, n in
-             zip(rng.choice(PIDS, 9), rng.integers(0, 50, 9), rng.integers(0, 20, 9), strict=True)]
+    table = rows(
+        {(int(p), int(t)) for p, t in zip(rng.choice(PIDS, 200), rng.integers(0, 50, 200), strict=True)}, 0
+    )
+    spans = [
+        (int(p), int(s), int(s) + int(n))
+        for p, s, n in zip(rng.choice(PIDS, 9), rng.integers(0, 50, 9), rng.integers(0, 20, 9), strict=True)
+    ]
     ranges = Ranges.of([Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s, T0 + e) for p, s, e in spans])
-    want = [any(q == p and s <= t - T0 < e for q, s, e in spans)
-            for p, t in zip(table.column("param_id").to_pylist(), table.column("ts").cast(pa.int64()).to_pylist(),
-                            strict=True)]
+    want = [
+        any(q == p and s <= t - T0 < e for q, s, e in spans)
+        for p, t in zip(
+            table.column("param_id").to_pylist(), table.column("ts").cast(pa.int64()).to_pylist(), strict=True
+        )
+    ]
     assert ranges.mask(table).tolist() == want
 
 
@@ -151,10 +177,12 @@ def test_a_dimension_table_is_converted_in_small_pages_and_written_in_row_groups
     from etl.pipeline import dimensions
 
     rows = dimensions.Rows("parameters")
-    records = [{"id": i, "tagName": None if i < 600 else f"t{i}", "extra": i if i < 2000 else {"a": i}}
-               for i in range(2600)]
+    records = [
+        {"id": i, "tagName": None if i < 600 else f"t{i}", "extra": i if i < 2000 else {"a": i}}
+        for i in range(2600)
+    ]
     for lo in range(0, len(records), 700):
-        rows.add(records[lo:lo + 700])
+        rows.add(records[lo : lo + 700])
     assert len(rows._pages) == 10  # converted 250 at a time; the last 100 wait for the write
     rows.write(Storage(str(tmp_path)), ParquetFormat(), "dimensions/parameters/demo.parquet", "demo")
     parquet = pq.ParquetFile(tmp_path / "dimensions/parameters/demo.parquet")

@@ -59,7 +59,9 @@ def test_full_then_incremental_run_into_s3(emulator, bucket, tmp_path, monkeypat
 
 
 def test_a_missing_bucket_is_one_clear_output_error(emulator, s3_server):
-    with pytest.raises(StorageError, match=r"^cannot write s3://etl-no-such-bucket/lake/\S+: .*bucket does not exist"):
+    with pytest.raises(
+        StorageError, match=r"^cannot write s3://etl-no-such-bucket/lake/\S+: .*bucket does not exist"
+    ):
         run(make_config(emulator.base_url, "s3://etl-no-such-bucket/lake"))
 
 
@@ -85,18 +87,31 @@ def test_killed_run_resumes_from_s3_checkpoints(fresh_emulator, bucket, tmp_path
     finishes the job and the lake holds every point exactly once."""
     lake = f"{bucket}/lake"
     end = "2026-11-05T00:00:00Z"
-    data = config_dict(fresh_emulator.base_url, lake, window={"end": end}, extract={"concurrency": 2},
-                       state={"lease": "2s"})
+    data = config_dict(
+        fresh_emulator.base_url, lake, window={"end": end}, extract={"concurrency": 2}, state={"lease": "2s"}
+    )
     fresh_emulator.set_faults(latency=0.05)
     storage = Storage(lake)
     victim = subprocess.Popen(
-        [sys.executable, "-m", "etl", "run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--no-progress"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "run",
+            "-c",
+            str(write_config(tmp_path / "c.yaml", data)),
+            "--no-progress",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 60
         while not storage.find(f"_state/{SOURCE}/log"):  # the first slab is written and checkpointed
-            assert victim.poll() is None and time.monotonic() < deadline, victim.stderr and victim.stderr.read()
+            assert victim.poll() is None and time.monotonic() < deadline, (
+                victim.stderr and victim.stderr.read()
+            )
             time.sleep(0.05)
         victim.send_signal(signal.SIGKILL)
         victim.wait(10)
@@ -123,15 +138,27 @@ def test_query_over_s3(emulator, bucket, tmp_path):
     run(make_config(emulator.base_url, lake))
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, lake))
     runner = CliRunner()
-    result = runner.invoke(cli, ["query", "-c", str(path), "select count(*) as n, count(distinct param_name) as names "
-                                 "from raw_named"])
+    result = runner.invoke(
+        cli,
+        [
+            "query",
+            "-c",
+            str(path),
+            "select count(*) as n, count(distinct param_name) as names from raw_named",
+        ],
+    )
     assert result.exit_code == 0, result.output
     want = expected_table(emulator_config(), "raw", to_ms(START), to_ms(END)).num_rows
     assert result.output.split()[-2:] == [str(want), "8"]
     out = tmp_path / "candles.parquet"
-    result = runner.invoke(cli, ["query", "-c", str(path), "select * from candles order by param_id, ts", "-o", str(out)])
+    result = runner.invoke(
+        cli, ["query", "-c", str(path), "select * from candles order by param_id, ts", "-o", str(out)]
+    )
     assert result.exit_code == 0, result.output
     import pyarrow.parquet as pq
 
-    assert pq.read_table(out).num_rows == expected_table(emulator_config(), "candles", to_ms(START), to_ms(END)).num_rows
+    assert (
+        pq.read_table(out).num_rows
+        == expected_table(emulator_config(), "candles", to_ms(START), to_ms(END)).num_rows
+    )
     assert Path(out).stat().st_size > 0

@@ -29,8 +29,13 @@ PLAIN_WARNING = "source.password is written in the config file"
 
 
 def etl(*args: str, password: str = PASSWORD) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etl", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ETL_PASSWORD": password})
+    return subprocess.run(
+        [sys.executable, "-m", "etl", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ETL_PASSWORD": password},
+    )
 
 
 @pytest.fixture
@@ -54,7 +59,9 @@ def test_password_from_the_environment_or_a_file_works_silently(private_emulator
     assert result.returncode == 0 and result.stderr == "", result.stderr
     secret = tmp_path / "password.txt"
     secret.write_text(PASSWORD + "\n")
-    result = etl("plan", "-c", str(config_file(private_emulator, tmp_path, password=None, password_file=str(secret))))
+    result = etl(
+        "plan", "-c", str(config_file(private_emulator, tmp_path, password=None, password_file=str(secret)))
+    )
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
@@ -106,18 +113,29 @@ def certificate(tmp_path_factory) -> tuple[Path, Path]:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "etl test emulator")])
     now = dt.datetime.now(dt.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                    x509.DNSName("localhost")]), critical=False)
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
     cert_file, key_file = folder / "cert.pem", folder / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     return cert_file, key_file
 
 
@@ -132,15 +150,35 @@ def tls_emulator(certificate) -> Iterator[RunningEmulator]:
 def test_the_emulator_cli_serves_https(certificate):
     cert, key = certificate
     process = subprocess.Popen(
-        [sys.executable, "-m", "etl", "emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning",
-         "--tls-cert", str(cert), "--tls-key", str(key)], stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "etl",
+            "emulator",
+            "serve",
+            "--port",
+            "0",
+            "--objects",
+            "1",
+            "--log-level",
+            "warning",
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stderr.readline()
         assert "listening on https://127.0.0.1:" in line, line
         root = line.split("listening on ")[1].split("/sem-restservices")[0]
         wait = [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
         assert subprocess.run([*wait, "--ca-bundle", str(cert)]).returncode == 0
-        assert subprocess.run([*wait[:-1], "0.5"], capture_output=True).returncode == 1  # untrusted: no answer
+        assert (
+            subprocess.run([*wait[:-1], "0.5"], capture_output=True).returncode == 1
+        )  # untrusted: no answer
     finally:
         process.terminate()
         process.wait(10)
@@ -151,7 +189,9 @@ def test_tls_is_verified_by_default(tls_emulator, tmp_path):
     result = etl("run", "-c", str(config_file(tls_emulator, tmp_path)))
     assert result.returncode == 4, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("etl: error: TLS: cannot verify the server https://"), lines
+    assert len(lines) == 1 and lines[0].startswith("etl: error: TLS: cannot verify the server https://"), (
+        lines
+    )
     assert "self-signed certificate" in lines[0] and "source.ca_bundle" in lines[0]
     assert "gave up" not in lines[0]  # not retried: a certificate does not heal
     assert tls_emulator.requests() == []  # nothing, the password least, went to an unverified server
@@ -170,10 +210,13 @@ def test_turning_verification_off_works_but_warns(tls_emulator, tmp_path):
     assert "TLS certificate verification is OFF" in result.stderr
 
 
-@pytest.mark.parametrize("bundle, message", [
-    ("missing.pem", "no such file"),
-    ("garbage.pem", "cannot load CA certificates"),
-])
+@pytest.mark.parametrize(
+    "bundle, message",
+    [
+        ("missing.pem", "no such file"),
+        ("garbage.pem", "cannot load CA certificates"),
+    ],
+)
 def test_a_bad_ca_bundle_is_a_config_error(tls_emulator, tmp_path, bundle, message):
     (tmp_path / "garbage.pem").write_text("not a certificate")
     result = etl("run", "-c", str(config_file(tls_emulator, tmp_path, ca_bundle=str(tmp_path / bundle))))
@@ -197,7 +240,9 @@ def test_restricted_login_exports_nothing_of_other_objects(tmp_path):
     out = tmp_path / "out"
     con = duckdb.connect()
     for series in ("raw", "average", "candles"):
-        ids = con.sql(f"select distinct object_id, param_id // 1000 from '{out}/{series}/**/*.parquet' order by 1")
+        ids = con.sql(
+            f"select distinct object_id, param_id // 1000 from '{out}/{series}/**/*.parquet' order by 1"
+        )
         assert ids.fetchall() == [(1, 1), (3, 3)], series
     checks = {
         "objects": "select distinct id from t",

@@ -26,13 +26,16 @@ def logins(emulator) -> list[dict]:
 
 def etl_api(*args: str, base_url: str, username: str, password: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ETL_BASE_URL": base_url, "ETL_USERNAME": username, "ETL_PASSWORD": password}
-    return subprocess.run([sys.executable, "-m", "etl", "api", *args], capture_output=True, text=True, timeout=120,
-                          env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "etl", "api", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 @pytest.mark.parametrize("session_max_requests", [5, 30])
 @pytest.mark.parametrize("session_end", SESSION_ENDS)
-def test_short_sessions_in_every_form_cost_only_re_sign_ins(fresh_emulator, tmp_path, session_end, session_max_requests):
+def test_short_sessions_in_every_form_cost_only_re_sign_ins(
+    fresh_emulator, tmp_path, session_end, session_max_requests
+):
     """Sessions ending every few requests, answered 401, 403, a redirect or a sign-in page, with 16 requests
     in flight: the run is exact and ok, and each ended session cost one sign-in."""
     fresh_emulator.set_faults(session_end=session_end, session_max_requests=session_max_requests)
@@ -64,8 +67,15 @@ def test_a_missing_right_is_an_auth_error_however_sessions_end(fresh_emulator, s
 
 def test_a_missing_right_through_the_cli_is_exit_3(fresh_emulator, tmp_path):
     fresh_emulator.set_faults(session_end="403", session_max_requests=4)
-    result = etl_api("set-value", "1001", "1", "--yes", base_url=fresh_emulator.base_url, username="restricted",
-                     password="restricted")
+    result = etl_api(
+        "set-value",
+        "1001",
+        "1",
+        "--yes",
+        base_url=fresh_emulator.base_url,
+        username="restricted",
+        password="restricted",
+    )
     assert result.returncode == 3, result.stderr
     assert "lacks the right" in result.stderr
 
@@ -94,7 +104,10 @@ def test_form_sign_in_sends_the_credentials_in_the_body(fresh_emulator):
 
 @pytest.mark.parametrize("sign_in, other", [("query", "form"), ("form", "query")])
 def test_a_refused_sign_in_names_its_form_and_suggests_the_other(emulator, sign_in, other):
-    with client_for(emulator, password="wrong-password", sign_in=sign_in) as c, pytest.raises(AuthError) as info:
+    with (
+        client_for(emulator, password="wrong-password", sign_in=sign_in) as c,
+        pytest.raises(AuthError) as info,
+    ):
         c.objects_short()
     message = str(info.value)
     assert "sign-in refused for user 'demo' (HTTP 401)" in message
@@ -103,8 +116,9 @@ def test_a_refused_sign_in_names_its_form_and_suggests_the_other(emulator, sign_
 
 
 @pytest.mark.parametrize("server_reads, client_sends", [("form", "query"), ("query", "form")])
-def test_a_server_that_reads_one_form_only_is_met_by_choosing_it(fresh_emulator, tmp_path, server_reads,
-                                                                 client_sends):
+def test_a_server_that_reads_one_form_only_is_met_by_choosing_it(
+    fresh_emulator, tmp_path, server_reads, client_sends
+):
     fresh_emulator.set_faults(sign_in_via=server_reads)
     with client_for(fresh_emulator, sign_in=client_sends) as c, pytest.raises(AuthError) as info:
         c.objects_short()
@@ -116,7 +130,10 @@ def test_a_server_that_reads_one_form_only_is_met_by_choosing_it(fresh_emulator,
 
 def test_a_base_url_without_the_base_path_is_named_at_sign_in(emulator):
     root = emulator.base_url.removesuffix("/sem-restservices")  # the service lives under /sem-restservices
-    with SyncMonitoringClient(root, "demo", "demo", retry=FAST) as c, pytest.raises(ConfigError, match="base path"):
+    with (
+        SyncMonitoringClient(root, "demo", "demo", retry=FAST) as c,
+        pytest.raises(ConfigError, match="base path"),
+    ):
         c.objects_short()
     result = etl_api("objects", base_url=root, username="demo", password="demo")
     assert result.returncode == 2 and "lacks the service's base path" in result.stderr, result.stderr

@@ -22,8 +22,23 @@ def test_three_shards_side_by_side_equal_one_run(emulator, tmp_path):
     out = tmp_path / "out"
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, out))
     jobs = [
-        subprocess.Popen([sys.executable, "-m", "etl", "run", "-c", str(path), "--shard", f"{i}/3", "--json",
-                          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "etl",
+                "run",
+                "-c",
+                str(path),
+                "--shard",
+                f"{i}/3",
+                "--json",
+                "--no-progress",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(3)
     ]
     results = [(job.wait(120), *job.communicate()) for job in jobs]

@@ -19,14 +19,19 @@ from tests.expected import SERIES, checkpoints, expected_table, read
 PLANTS = {"plant-a": 7, "plant-b": 8}  # source name -> the emulator's seed: other data, the same ids
 
 
-@pytest.mark.parametrize("partition_by", [["date"], ["source", "date"]], ids=["source column", "source partitions"])
+@pytest.mark.parametrize(
+    "partition_by", [["date"], ["source", "date"]], ids=["source column", "source partitions"]
+)
 def test_two_instances_land_in_one_lake_without_mixing(tmp_path, partition_by):
     configs = {}
-    with run_emulator(emulator_config(seed=PLANTS["plant-a"])) as a, \
-            run_emulator(emulator_config(seed=PLANTS["plant-b"])) as b:
+    with (
+        run_emulator(emulator_config(seed=PLANTS["plant-a"])) as a,
+        run_emulator(emulator_config(seed=PLANTS["plant-b"])) as b,
+    ):
         for (name, _), emulator in zip(PLANTS.items(), (a, b), strict=True):
-            configs[name] = make_config(emulator.base_url, tmp_path, source={"name": name},
-                                        sink={"partition_by": partition_by})
+            configs[name] = make_config(
+                emulator.base_url, tmp_path, source={"name": name}, sink={"partition_by": partition_by}
+            )
             asyncio.run(Runner(configs[name], RunOptions(progress=False)).run())
 
     for series in SERIES:
@@ -35,20 +40,36 @@ def test_two_instances_land_in_one_lake_without_mixing(tmp_path, partition_by):
             got = got.set_column(0, "source", got.column("source").cast(pa.string()))
         for name, seed in PLANTS.items():
             mine = got.filter(pc.equal(got.column("source"), name))
-            want = expected_table(emulator_config(seed=seed), series, to_ms(START), to_ms(END), (1, 2), source=name)
+            want = expected_table(
+                emulator_config(seed=seed), series, to_ms(START), to_ms(END), (1, 2), source=name
+            )
             assert mine.select(want.column_names).equals(want), (series, name)
-        assert got.num_rows == sum(expected_table(emulator_config(seed=s), series, to_ms(START), to_ms(END), (1, 2))
-                                   .num_rows for s in PLANTS.values())
+        assert got.num_rows == sum(
+            expected_table(emulator_config(seed=s), series, to_ms(START), to_ms(END), (1, 2)).num_rows
+            for s in PLANTS.values()
+        )
 
     for name in PLANTS:  # each keeps its own checkpoints
-        assert {row["param_id"] for row in checkpoints(tmp_path, source=name).rows()} == \
-            {1001, 1002, 1003, 1501, 2001, 2002, 2003, 2501}
-    assert sorted(p.name for p in (tmp_path / "dimensions" / "parameters").iterdir()) == \
-        ["plant-a.parquet", "plant-b.parquet"]
+        assert {row["param_id"] for row in checkpoints(tmp_path, source=name).rows()} == {
+            1001,
+            1002,
+            1003,
+            1501,
+            2001,
+            2002,
+            2003,
+            2501,
+        }
+    assert sorted(p.name for p in (tmp_path / "dimensions" / "parameters").iterdir()) == [
+        "plant-a.parquet",
+        "plant-b.parquet",
+    ]
 
     # Names are joined within a source: each plant's rows carry its own parameters' names.
     con = connect(configs["plant-a"])
-    rows = con.sql("select source, count(*), count(param_name) from raw_named group by 1 order by 1").fetchall()
+    rows = con.sql(
+        "select source, count(*), count(param_name) from raw_named group by 1 order by 1"
+    ).fetchall()
     assert [(r[0], r[1] == r[2]) for r in rows] == [("plant-a", True), ("plant-b", True)]
     dims = con.sql("select source, count(*) from parameters group by 1 order by 1").fetchall()
     assert dims == [("plant-a", 8), ("plant-b", 8)]

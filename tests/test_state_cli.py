@@ -40,7 +40,9 @@ def test_backfill_keeps_high_water_marks_and_reset_refetches_once(fresh_emulator
     assert (1001, "raw") not in high_waters(capsys, path)
     assert etl(capsys, "run", "-c", str(path))[0] == 0
     paths = [r["path"] for r in series_requests(fresh_emulator)]
-    assert paths and all(p.startswith("/sem-restservices/db/measure/1001/") for p in paths)  # only the forgotten series
+    assert paths and all(
+        p.startswith("/sem-restservices/db/measure/1001/") for p in paths
+    )  # only the forgotten series
     assert_exact(tmp_path / "out", START, END)
 
 

@@ -34,7 +34,9 @@ def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
 
 def test_only_temp_files_of_dead_writers_are_removed(tmp_path):
     storage = Storage(str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     host = os.uname().nodename
     names = {
         "live": f"raw/.part-0.parquet.{os.getpid()}@{host}.aaaa{TMP_SUFFIX}",  # a concurrent writer, this process
@@ -52,8 +54,13 @@ def test_s3_endpoint_from_environment_unless_the_options_name_one(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     assert storage_options("s3://b/x", {})["endpoint_url"] == "http://127.0.0.1:9000"
-    assert storage_options("s3://b/x", {"endpoint_url": "http://minio:9000"})["endpoint_url"] == "http://minio:9000"
-    assert "endpoint_url" not in storage_options("s3://b/x", {"client_kwargs": {"endpoint_url": "http://m:1"}})
+    assert (
+        storage_options("s3://b/x", {"endpoint_url": "http://minio:9000"})["endpoint_url"]
+        == "http://minio:9000"
+    )
+    assert "endpoint_url" not in storage_options(
+        "s3://b/x", {"client_kwargs": {"endpoint_url": "http://m:1"}}
+    )
     assert "endpoint_url" not in storage_options("/local/folder", {})
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:9000")  # the service-specific one wins
     assert storage_options("s3://b/x", {})["endpoint_url"] == "http://s3-only:9000"

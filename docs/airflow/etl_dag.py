@@ -39,8 +39,12 @@ def alert(context: dict) -> None:
     start_date=datetime(2026, 11, 1),
     catchup=False,  # etl catches up by itself from its checkpoints
     max_active_runs=1,
-    default_args={"retries": 3, "retry_delay": timedelta(minutes=1), "retry_exponential_backoff": True,
-                  "on_failure_callback": alert},
+    default_args={
+        "retries": 3,
+        "retry_delay": timedelta(minutes=1),
+        "retry_exponential_backoff": True,
+        "on_failure_callback": alert,
+    },
     tags=["monitoring", "etl"],
 )
 def monitoring_etl():
@@ -49,7 +53,9 @@ def monitoring_etl():
         env = {**os.environ, "ETL_PASSWORD": Variable.get("etl_password")}
         proc = subprocess.run(
             [ETL, "-q", "run", "-c", CONFIG, "--shard", f"{shard}/{SHARDS}", "--json", "--no-progress"],
-            capture_output=True, text=True, env=env,
+            capture_output=True,
+            text=True,
+            env=env,
         )
         print(proc.stderr)
         code = proc.returncode

@@ -26,7 +26,9 @@ _debug = False
 def _setup_logging(debug: bool, quiet: bool) -> None:
     redact.install_log_redaction()
     level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     if not debug:
         for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

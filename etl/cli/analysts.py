@@ -24,8 +24,13 @@ from etl.model import Series
 @click.command()
 @config_option
 @click.argument("sql", required=False)
-@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Write the result to FILE.csv or FILE.parquet instead of printing it.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the result to FILE.csv or FILE.parquet instead of printing it.",
+)
 def query(config_path: str, sql: str | None, output: str | None) -> None:
     """Run SQL (DuckDB) over the output. Views: raw, average, candles, their *_named variants with
     object and parameter names, and the dimension tables. Without SQL, list the views."""
@@ -57,8 +62,14 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Export")
 @click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE",
-              help="FILE.csv or FILE.parquet")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    metavar="FILE",
+    help="FILE.csv or FILE.parquet",
+)
 @connection_option
 def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
     """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
@@ -78,8 +89,10 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 
     table, counters = asyncio.run(go())
     save(table, Path(output))
-    click.echo(f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
-               f" ({counters['requests']} requests)")
+    click.echo(
+        f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
+        f" ({counters['requests']} requests)"
+    )
 
 
 @click.command()
@@ -87,7 +100,9 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Plot")
 @click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png"
+)
 def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
     from etl.dataset.plot import plot as draw
@@ -98,20 +113,55 @@ def plot(config_path: str, param_id: int, start: int, end: int, kind: str, outpu
 
 @click.command()
 @config_option
-@window_options(required=False, what="Report on the UTC days", end_note="exclusive; default: the end of the data")
-@click.option("--stale-after", type=DURATION, default="3h", show_default=True,
-              help="A parameter with no point in this long before the report's end is stale.")
-@click.option("--flatline-after", type=DURATION, default="2h", show_default=True,
-              help="Report a parameter-day whose value stays the same this long (signal parameters aside).")
-@click.option("--fail-under", type=click.FloatRange(0, 1), metavar="RATIO",
-              help="Exit 9 if a parameter's completeness over the report is below RATIO (e.g. 0.95).")
-@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Parameters listed in each table.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), metavar="FILE.html",
-              help="Also write a self-contained HTML report (heatmap, tables; no network needed to view it).")
+@window_options(
+    required=False, what="Report on the UTC days", end_note="exclusive; default: the end of the data"
+)
+@click.option(
+    "--stale-after",
+    type=DURATION,
+    default="3h",
+    show_default=True,
+    help="A parameter with no point in this long before the report's end is stale.",
+)
+@click.option(
+    "--flatline-after",
+    type=DURATION,
+    default="2h",
+    show_default=True,
+    help="Report a parameter-day whose value stays the same this long (signal parameters aside).",
+)
+@click.option(
+    "--fail-under",
+    type=click.FloatRange(0, 1),
+    metavar="RATIO",
+    help="Exit 9 if a parameter's completeness over the report is below RATIO (e.g. 0.95).",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Parameters listed in each table.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    metavar="FILE.html",
+    help="Also write a self-contained HTML report (heatmap, tables; no network needed to view it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of text.")
-def report(config_path: str, start: int | None, end: int | None, stale_after: int, flatline_after: int,
-           fail_under: float | None, top: int, output: str | None, as_json: bool) -> None:
+def report(
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    stale_after: int,
+    flatline_after: int,
+    fail_under: float | None,
+    top: int,
+    output: str | None,
+    as_json: bool,
+) -> None:
     """Data quality of the raw series from the output's quality dataset: the least complete parameters
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
     from etl.dataset.report import ReportOptions, build, label, percent, text
@@ -132,8 +182,10 @@ def report(config_path: str, start: int | None, end: int | None, stale_after: in
             click.echo(f"\nwrote {output}")
     if fail_under is not None and result.below_count:
         worst = result.below[0]
-        raise QualityBelow(f"{result.below_count} parameter(s) below {percent(fail_under)} complete "
-                           f"(least: {label(worst)}, {percent(worst['completeness'])})")
+        raise QualityBelow(
+            f"{result.below_count} parameter(s) below {percent(fail_under)} complete "
+            f"(least: {label(worst)}, {percent(worst['completeness'])})"
+        )
 
 
 COMMANDS = [query, pull, plot, report]

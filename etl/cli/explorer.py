@@ -25,8 +25,13 @@ async def _call(config_path: str | None, fetch: Callable[..., Awaitable], argume
         return await fetch(client, **arguments)
 
 
-def _api_command(name: str, fetch: Callable[..., Awaitable], *params: Callable, columns: list[str] | None = None,
-                 help: str = "") -> None:
+def _api_command(
+    name: str,
+    fetch: Callable[..., Awaitable],
+    *params: Callable,
+    columns: list[str] | None = None,
+    help: str = "",
+) -> None:
     """Register `etl api NAME`: connect, `await fetch(client, **arguments)`, print a table or JSON."""
 
     def command(config_path: str | None, as_json: bool, **arguments: Any) -> None:
@@ -75,25 +80,62 @@ _id = click.argument
 _yes = click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 _REFS = {"zones": "zones", "classifiers": "classifiers", "room-types": "room_types", "rooms": "rooms"}
 
-_api_command("objects", lambda c: c.objects(), columns=["id", "shortname", "fullname", "timezone", "address"],
-             help="Objects visible to the login.")
-_api_command("object", lambda c, object_id: c.object(object_id), _id("object_id", type=int), help="One object.")
-_api_command("units", lambda c, object_id: c.units(object_id), _id("object_id", type=int),
-             help="Devices of an object.")
-_api_command("params", _params, _id("object_id", type=int), help="Physical and calculated parameters of an object.")
 _api_command(
-    "series", _series, _id("param_id", type=int),
+    "objects",
+    lambda c: c.objects(),
+    columns=["id", "shortname", "fullname", "timezone", "address"],
+    help="Objects visible to the login.",
+)
+_api_command(
+    "object", lambda c, object_id: c.object(object_id), _id("object_id", type=int), help="One object."
+)
+_api_command(
+    "units", lambda c, object_id: c.units(object_id), _id("object_id", type=int), help="Devices of an object."
+)
+_api_command(
+    "params", _params, _id("object_id", type=int), help="Physical and calculated parameters of an object."
+)
+_api_command(
+    "series",
+    _series,
+    _id("param_id", type=int),
     window_options(required=True, what="Read", end_note="the platform includes it"),
     click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series."),
     help="A series of one parameter of any kind (raw windows at most 24 h; 'etl pull' takes longer ones).",
 )
-_api_command("status", lambda c, param_id: c.param_status(param_id), _id("param_id", type=int),
-             help="Current status of a parameter.")
-_api_command("refs", lambda c, which: getattr(c, _REFS[which])(), _id("which", type=click.Choice(list(_REFS))),
-             help="Reference lookups.")
-_api_command("commands", lambda c, device_id: c.ext_commands(device_id), _id("device_id", type=int),
-             columns=["id", "name", "description", "cmd", "data"], help="External commands of a device.")
-_api_command("set-value", _set_value, _id("param_id", type=int), _id("value", type=float), _yes,
-             help="Set a physical parameter's value (acts on equipment).")
-_api_command("run-command", _run_command, _id("device_id", type=int), _id("command_id", type=int),
-             _id("data"), _yes, help="Run an external command on a device (acts on equipment).")
+_api_command(
+    "status",
+    lambda c, param_id: c.param_status(param_id),
+    _id("param_id", type=int),
+    help="Current status of a parameter.",
+)
+_api_command(
+    "refs",
+    lambda c, which: getattr(c, _REFS[which])(),
+    _id("which", type=click.Choice(list(_REFS))),
+    help="Reference lookups.",
+)
+_api_command(
+    "commands",
+    lambda c, device_id: c.ext_commands(device_id),
+    _id("device_id", type=int),
+    columns=["id", "name", "description", "cmd", "data"],
+    help="External commands of a device.",
+)
+_api_command(
+    "set-value",
+    _set_value,
+    _id("param_id", type=int),
+    _id("value", type=float),
+    _yes,
+    help="Set a physical parameter's value (acts on equipment).",
+)
+_api_command(
+    "run-command",
+    _run_command,
+    _id("device_id", type=int),
+    _id("command_id", type=int),
+    _id("data"),
+    _yes,
+    help="Run an external command on a device (acts on equipment).",
+)

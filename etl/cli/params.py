@@ -33,8 +33,12 @@ class TimeType(click.ParamType):
         try:
             return to_ms(text)
         except ValueError:
-            self.fail(f"{text!r} is not a time with a UTC offset: use ISO 8601 like 2026-11-01T00:00:00Z or "
-                      "2026-11-01T03:00:00+03:00, or epoch milliseconds", param, ctx)
+            self.fail(
+                f"{text!r} is not a time with a UTC offset: use ISO 8601 like 2026-11-01T00:00:00Z or "
+                "2026-11-01T03:00:00+03:00, or epoch milliseconds",
+                param,
+                ctx,
+            )
 
 
 class ParsedType(click.ParamType):
@@ -62,20 +66,36 @@ SERIES_CHOICE = click.Choice([s.value for s in SERIES])
 
 
 config_option = click.option(
-    "-c", "--config", "config_path", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+    "-c",
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
     help="YAML run configuration.",
 )
 connection_option = click.option(
-    "-c", "--config", "config_path", type=click.Path(dir_okay=False), metavar="FILE",
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
     help="Take the connection from this config's source (default: ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD).",
 )
 
 
 def window_options(required: bool, what: str, end_note: str = "exclusive"):
     """--from and --to, as epoch ms."""
-    start = click.option("--from", "start", type=TIME, required=required,
-                         help=f"{what} from this time: ISO 8601 with an offset, or epoch ms.")
-    end = click.option("--to", "end", type=TIME, required=required, help=f"{what} up to this time ({end_note}).")
+    start = click.option(
+        "--from",
+        "start",
+        type=TIME,
+        required=required,
+        help=f"{what} from this time: ISO 8601 with an offset, or epoch ms.",
+    )
+    end = click.option(
+        "--to", "end", type=TIME, required=required, help=f"{what} up to this time ({end_note})."
+    )
     return lambda command: start(end(command))
 
 

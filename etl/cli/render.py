@@ -22,7 +22,9 @@ def plain(value: Any) -> Any:
 def echo_json(value: Any) -> None:
     # orjson writes dataclasses field by field itself, so records become plain before it sees them.
     value = [plain(v) for v in value] if isinstance(value, list) else plain(value)
-    click.echo(orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode())
+    click.echo(
+        orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
+    )
 
 
 def echo_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
@@ -64,13 +66,17 @@ def series_rows(data: Points | Candles) -> list[dict]:
 def summary_text(summary: dict) -> str:
     lines = [
         f"run {summary['run_id']}: {summary['status']} in {summary['seconds']:.1f}s",
-        f"  window      {summary['window']['start']} .. {summary['window']['end']}" if summary["window"] else "",
+        f"  window      {summary['window']['start']} .. {summary['window']['end']}"
+        if summary["window"]
+        else "",
         f"  objects     {summary['objects']}    parameters {summary['parameters']}"
         + (f"    shard {summary['shard']}" if summary.get("shard") else ""),
         f"  executor    {summary['executor']}" if summary.get("executor", "local") != "local" else "",
     ]
     for name, s in summary["series"].items():
-        lines.append(f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files")
+        lines.append(
+            f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"
+        )
     if not summary["series"] and summary["status"] == "ok":
         lines.append("  series      nothing new: the checkpoints already cover this window")
     lines.append(
@@ -80,8 +86,10 @@ def summary_text(summary: dict) -> str:
     quality = summary.get("quality") or {}
     if quality.get("rows"):
         lowest = quality.get("lowest_completeness")
-        lines.append(f"  quality     {quality['rows']} parameter-days"
-                     + (f"    lowest completeness {lowest:.3f}" if lowest is not None else ""))
+        lines.append(
+            f"  quality     {quality['rows']} parameter-days"
+            + (f"    lowest completeness {lowest:.3f}" if lowest is not None else "")
+        )
     if summary["warnings"]:
         lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
     if summary["failed_window_count"]:
@@ -96,7 +104,9 @@ def plan_text(summary: dict) -> str:
         f"objects     {summary['objects']}    parameters {summary['parameters']}",
     ]
     for name, p in sorted(summary["planned"].items()):
-        lines.append(f"{name:<11} {p['parameters']:>5} parameters {p['slabs']:>5} slabs {p['windows']:>7} windows")
+        lines.append(
+            f"{name:<11} {p['parameters']:>5} parameters {p['slabs']:>5} slabs {p['windows']:>7} windows"
+        )
     total = sum(p["windows"] for p in summary["planned"].values())
     lines.append(f"requests    {total} (one per window; full answers are split and add more)")
     return "\n".join(lines)

@@ -29,18 +29,38 @@ def _event_loop():
 @config_option
 @window_options(required=False, what="Backfill")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
-@click.option("--shard", type=SHARD,
-              help="Take only shard I of N of the parameters; each shard keeps its own checkpoints and lock.")
-@click.option("--executor", type=click.Choice(["local", "dask"]), help="Where slabs run (default: the config's).")
-@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask).")
+@click.option(
+    "--shard",
+    type=SHARD,
+    help="Take only shard I of N of the parameters; each shard keeps its own checkpoints and lock.",
+)
+@click.option(
+    "--executor", type=click.Choice(["local", "dask"]), help="Where slabs run (default: the config's)."
+)
+@click.option(
+    "--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
-@click.option("--metrics-file", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Write the run's figures there in the Prometheus text format (node-exporter's textfile "
-                   "collector), atomically, whatever the outcome.")
-def run(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None,
-        executor: str | None, scheduler: str | None, as_json: bool, progress: bool | None,
-        metrics_file: str | None) -> None:
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the run's figures there in the Prometheus text format (node-exporter's textfile "
+    "collector), atomically, whatever the outcome.",
+)
+def run(
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    full_refresh: bool,
+    shard: Shard | None,
+    executor: str | None,
+    scheduler: str | None,
+    as_json: bool,
+    progress: bool | None,
+    metrics_file: str | None,
+) -> None:
     """Fetch new data, write it, checkpoint it."""
     import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
 
@@ -50,8 +70,7 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
     release_freed_memory()
 
     config = load_config(config_path)
-    options = RunOptions(start, end, full_refresh, shard, progress, executor=executor,
-                         scheduler=scheduler)
+    options = RunOptions(start, end, full_refresh, shard, progress, executor=executor, scheduler=scheduler)
     if metrics_file:
         metrics.check_path(metrics_file)
     runner = Runner(config, options)
@@ -62,10 +81,15 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
         summary = _event_loop()(runner.run())
     except BaseException as exc:
         if isinstance(exc, EtlError) and (runner.summary.series or runner.summary.failed_windows):
-            click.echo(summary_text(runner.summary.as_dict()), err=True)  # what got done; else the error says it
+            click.echo(
+                summary_text(runner.summary.as_dict()), err=True
+            )  # what got done; else the error says it
         if metrics_file:
-            code = getattr(exc, "exit_code", ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt)
-                           else ExitCode.INTERNAL)
+            code = getattr(
+                exc,
+                "exit_code",
+                ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.INTERNAL,
+            )
             with suppress(EtlError):  # the run's own error is the one to report
                 metrics.write(metrics_file, runner.summary.as_dict(), config.source.name, code)
         raise
@@ -82,7 +106,9 @@ def run(config_path: str, start: int | None, end: int | None, full_refresh: bool
 @window_options(required=False, what="Plan a backfill")
 @click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
-def plan_cmd(config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None) -> None:
+def plan_cmd(
+    config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
+) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
     from etl.pipeline.runner import Runner, RunOptions
 
@@ -106,14 +132,22 @@ def compact_cmd(config_path: str) -> None:
         click.echo(f"compacted {done.tables} table(s): {sum(done.files.values())} file(s) rewritten")
         return
     summary = compact(config)
-    click.echo(f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
-               f"{summary.temp_files_removed} temp file(s) removed")
+    click.echo(
+        f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
+        f"{summary.temp_files_removed} temp file(s) removed"
+    )
 
 
 @click.command("vacuum")
 @config_option
-@click.option("--retain", "retain", default="7d", show_default=True, metavar="DURATION",
-              help="Keep every version younger than this (time travel, readers in flight), e.g. 7d, 12h.")
+@click.option(
+    "--retain",
+    "retain",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Keep every version younger than this (time travel, readers in flight), e.g. 7d, 12h.",
+)
 def vacuum_cmd(config_path: str, retain: str) -> None:
     """Lake tables: expire old versions and delete the files only they reference; holds the state lock."""
     from etl.errors import ConfigError
@@ -122,8 +156,10 @@ def vacuum_cmd(config_path: str, retain: str) -> None:
 
     config = load_config(config_path, offline=True)
     if not config.sink.lake:
-        raise ConfigError("etl vacuum is for lake tables (sink.format delta or iceberg); "
-                          "Parquet/CSV datasets keep no old versions")
+        raise ConfigError(
+            "etl vacuum is for lake tables (sink.format delta or iceberg); "
+            "Parquet/CSV datasets keep no old versions"
+        )
     try:
         retain_ms = parse_duration_ms(retain)
     except ValueError as exc:
@@ -143,7 +179,9 @@ def _store(config_path: str, shard: Shard | None):
     return Build(load_config(config_path, offline=True), shard).state_store()
 
 
-shard_option = click.option("--shard", type=SHARD, help="The checkpoints of shard I/N (runs with --shard I/N).")
+shard_option = click.option(
+    "--shard", type=SHARD, help="The checkpoints of shard I/N (runs with --shard I/N)."
+)
 
 
 @state.command("show")
@@ -165,8 +203,9 @@ def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
 @click.option("--series", "series", type=SERIES_CHOICE, multiple=True, help="Only these series.")
 @shard_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def state_reset(config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard: Shard | None,
-                yes: bool) -> None:
+def state_reset(
+    config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard: Shard | None, yes: bool
+) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
     store = _store(config_path, shard)
     if not yes:

@@ -1,13 +1,13 @@
 """Client of the monitoring platform: `MonitoringClient` (async) and `SyncMonitoringClient`.
 
-    api.py       one method per endpoint of the document
-    session.py   send -> classify -> retry, over one pooled httpx.AsyncClient
-    auth.py      sign-in and signing in again, as an httpx auth flow
-    classify.py  what an answer means: a body to decode, or the error it stands for
-    retry.py     RetryPolicy, the retry loop after a first failure, the 429 gate, ClientStats
-    caps.py      what series answers tell about a silent cap on points per answer
-    series.py    measurement answers straight into columns
-    models.py    typed records of the shapes the document shows
+api.py       one method per endpoint of the document
+session.py   send -> classify -> retry, over one pooled httpx.AsyncClient
+auth.py      sign-in and signing in again, as an httpx auth flow
+classify.py  what an answer means: a body to decode, or the error it stands for
+retry.py     RetryPolicy, the retry loop after a first failure, the 429 gate, ClientStats
+caps.py      what series answers tell about a silent cap on points per answer
+series.py    measurement answers straight into columns
+models.py    typed records of the shapes the document shows
 """
 
 from etl.client.api import MonitoringClient, SyncMonitoringClient
@@ -15,6 +15,14 @@ from etl.client.models import Candles, ObjectFull, ObjectShort, Parameter, Point
 from etl.client.retry import ClientStats, RetryPolicy
 
 __all__ = [
-    "Candles", "ClientStats", "MonitoringClient", "ObjectFull", "ObjectShort", "Parameter", "Points",
-    "RetryPolicy", "SyncMonitoringClient", "User",
+    "Candles",
+    "ClientStats",
+    "MonitoringClient",
+    "ObjectFull",
+    "ObjectShort",
+    "Parameter",
+    "Points",
+    "RetryPolicy",
+    "SyncMonitoringClient",
+    "User",
 ]

@@ -50,7 +50,9 @@ def _endpoint(kind: ParamKind, series: Series):
     """The method of one measurement endpoint: GET {route}/{param_id}/{start}/{end}?count=N."""
     path = ROUTES[kind, series]
 
-    async def fetch(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points | Candles:
+    async def fetch(
+        self, param_id: int, start: Time, end: Time, count: int | None = None
+    ) -> Points | Candles:
         return await self._route(path, series, param_id, start, end, count)
 
     fetch.__doc__ = f"GET {path}/{{param_id}}/{{start}}/{{end}}"
@@ -127,11 +129,14 @@ class MonitoringClient:
     async def objects(self, states: Iterable[int] | int | None = None) -> list[ObjectFull]:
         return [o async for page in self.object_pages(states) for o in page]
 
-    async def object_pages(self, states: Iterable[int] | int | None = None,
-                           size: int = 250) -> AsyncIterator[list[ObjectFull]]:
+    async def object_pages(
+        self, states: Iterable[int] | int | None = None, size: int = 250
+    ) -> AsyncIterator[list[ObjectFull]]:
         """The full listing (one answer) as models a page at a time, each record decoded when its page
         is: a wide instance's records are never all Python objects at once."""
-        records = iter(await self.session.call("GET", "/db/object", _query(state=_ids(states)), decode=JsonArray))
+        records = iter(
+            await self.session.call("GET", "/db/object", _query(state=_ids(states)), decode=JsonArray)
+        )
         while page := [ObjectFull.model_validate(r) for r in itertools.islice(records, size)]:
             yield page
 
@@ -151,60 +156,96 @@ class MonitoringClient:
 
     def _param_filters(self, object_id, controller_ids, drone_id, tags, device_classified, room_ids) -> dict:
         return dict(
-            objectId=object_id, controllerId=_ids(controller_ids), droneID=drone_id,
-            tags=list(tags) if tags else None, deviceClassified=_ids(device_classified), roomID=_ids(room_ids),
+            objectId=object_id,
+            controllerId=_ids(controller_ids),
+            droneID=drone_id,
+            tags=list(tags) if tags else None,
+            deviceClassified=_ids(device_classified),
+            roomID=_ids(room_ids),
         )
 
     async def physical_params(
-        self, object_id: int | None = None, *, controller_ids=None, drone_id: int | None = None,
-        tags: Iterable[str] | None = None, device_classified=None, room_ids=None, short: bool = False,
+        self,
+        object_id: int | None = None,
+        *,
+        controller_ids=None,
+        drone_id: int | None = None,
+        tags: Iterable[str] | None = None,
+        device_classified=None,
+        room_ids=None,
+        short: bool = False,
     ) -> list[Parameter]:
         path = "/db/contrdeviceparam/shortest" if short else "/db/contrdeviceparam"
         filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
         return self._params(await self._get(path, **filters), "physical", object_id)
 
     async def calculated_params(
-        self, object_id: int | None = None, *, controller_ids=None, drone_id: int | None = None,
-        tags: Iterable[str] | None = None, device_classified=None, room_ids=None, short: bool = False,
+        self,
+        object_id: int | None = None,
+        *,
+        controller_ids=None,
+        drone_id: int | None = None,
+        tags: Iterable[str] | None = None,
+        device_classified=None,
+        room_ids=None,
+        short: bool = False,
     ) -> list[Parameter]:
         path = "/db/contrcalcparam/shortest" if short else "/db/contrcalcparam"
         filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
         return self._params(await self._get(path, **filters), "calculated", object_id)
 
     async def object_physical_params(
-        self, object_id: int, *, ctrability: bool | None = None, locked: bool | None = None,
+        self,
+        object_id: int,
+        *,
+        ctrability: bool | None = None,
+        locked: bool | None = None,
         tags: Iterable[str] | None = None,
     ) -> list[Parameter]:
         records = await self._get(
-            f"/db/object/{int(object_id)}/cdp", ctrability=ctrability, locked=locked, tag=list(tags or []) or None
+            f"/db/object/{int(object_id)}/cdp",
+            ctrability=ctrability,
+            locked=locked,
+            tag=list(tags or []) or None,
         )
         return self._params(records, "physical", object_id)
 
     async def object_calculated_params(
-        self, object_id: int, *, ctrability: bool | None = None, locked: bool | None = None,
+        self,
+        object_id: int,
+        *,
+        ctrability: bool | None = None,
+        locked: bool | None = None,
         tags: Iterable[str] | None = None,
     ) -> list[Parameter]:
         records = await self._get(
-            f"/db/object/{int(object_id)}/ccp", ctrability=ctrability, locked=locked, tag=list(tags or []) or None
+            f"/db/object/{int(object_id)}/ccp",
+            ctrability=ctrability,
+            locked=locked,
+            tag=list(tags or []) or None,
         )
         return self._params(records, "calculated", object_id)
 
     async def object_params(self, object_id: int, *, calc: bool = False) -> list[dict[str, Any]]:
         return list(await self._get(f"/db/object/{int(object_id)}/params", calc=calc))
 
-    async def search_params(self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0) -> list[dict]:
+    async def search_params(
+        self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0
+    ) -> list[dict]:
         return list(await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset))
 
     # 4.4 measurements -------------------------------------------------------------------------
     async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
         if series is Series.CANDLES:
             return parse_candles(await self._get(url, count=count))
-        answer = await self.session.call("GET", url, _query(count=count), decode=decode_points,
-                                         in_thread_over=SMALL_ANSWER)
+        answer = await self.session.call(
+            "GET", url, _query(count=count), decode=decode_points, in_thread_over=SMALL_ANSWER
+        )
         return answer if isinstance(answer, Points) else parse_points(answer)
 
-    async def _route(self, path: str, series: Series, param_id: int, start: Time, end: Time,
-                     count: int | None) -> Points | Candles:
+    async def _route(
+        self, path: str, series: Series, param_id: int, start: Time, end: Time, count: int | None
+    ) -> Points | Candles:
         s, e = _window(start, end, raw=series is Series.RAW)
         return await self._measure(f"{path}/{int(param_id)}/{s}/{e}", series, count)
 
@@ -219,12 +260,16 @@ class MonitoringClient:
         """GET /db/signal/{param_id}/{start}/{end} (no count)."""
         return await self._route(ROUTES[ParamKind.SIGNAL, Series.RAW], Series.RAW, param_id, start, end, None)
 
-    async def measure_average_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+    async def measure_average_alt(
+        self, param_id: int, start: Time, end: Time, count: int | None = None
+    ) -> Points:
         """The document's second spelling, /db/measure/{id}/average/{start}/{end}."""
         s, e = _window(start, end, raw=False)
         return await self._measure(f"/db/measure/{int(param_id)}/average/{s}/{e}", Series.AVERAGE, count)
 
-    async def measure_candles_alt(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
+    async def measure_candles_alt(
+        self, param_id: int, start: Time, end: Time, count: int | None = None
+    ) -> Candles:
         s, e = _window(start, end, raw=False)
         return await self._measure(f"/db/measure/{int(param_id)}/candles/{s}/{e}", Series.CANDLES, count)
 
@@ -242,21 +287,30 @@ class MonitoringClient:
 
     # 4.5 status, 4.6 set value ----------------------------------------------------------------
     async def param_status(self, param_id: int, at: Time | None = None) -> ParamStatus:
-        body = await self._get(f"/db/contrdeviceparam/{int(param_id)}/state", time=None if at is None else to_ms(at))
+        body = await self._get(
+            f"/db/contrdeviceparam/{int(param_id)}/state", time=None if at is None else to_ms(at)
+        )
         return ParamStatus.model_validate(body)
 
     async def set_value(self, param_id: int, value: float) -> Any:
         """Acts on real equipment. The answer's shape is not documented: returned as it came."""
-        return await self._post(f"/db/contrdeviceparam/{int(param_id)}/setvalue", expect_json=False, value=float(value))
+        return await self._post(
+            f"/db/contrdeviceparam/{int(param_id)}/setvalue", expect_json=False, value=float(value)
+        )
 
     # 4.7 external commands --------------------------------------------------------------------
     async def ext_commands(self, device_id: int) -> list[ExternalCommand]:
-        return [ExternalCommand.model_validate(c) for c in await self._get("/extcommand", deviceId=int(device_id))]
+        return [
+            ExternalCommand.model_validate(c) for c in await self._get("/extcommand", deviceId=int(device_id))
+        ]
 
     async def run_command(self, device_id: int, command_id: int, data: str) -> Any:
         """Acts on real equipment. The answer's shape is not documented: returned as it came."""
         return await self._post(
-            f"/db/unit/{int(device_id)}/command", expect_json=False, extCommandId=int(command_id), commandData=data
+            f"/db/unit/{int(device_id)}/command",
+            expect_json=False,
+            extCommandId=int(command_id),
+            commandData=data,
         )
 
     # 4.8 reference lookups (POST with an empty body) ------------------------------------------
@@ -269,7 +323,9 @@ class MonitoringClient:
     async def room_types(self) -> list[dict[str, Any]]:
         return list(await self._post("/sensor_location"))
 
-    async def rooms(self, object_id: int | None = None, sensor_location_id: int | None = None) -> list[dict[str, Any]]:
+    async def rooms(
+        self, object_id: int | None = None, sensor_location_id: int | None = None
+    ) -> list[dict[str, Any]]:
         return list(await self._post("/room", objectId=object_id, sensorLocationId=sensor_location_id))
 
 

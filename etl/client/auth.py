@@ -105,7 +105,9 @@ class SessionAuth(httpx.Auth):
                 # Refused again, by a session opened since the first refusal: a missing right if that
                 # session still serves others (sessions here only ever end, they never come back).
                 probe = yield httpx.Request(
-                    "GET", self.base_url + PROBE_PATH, headers={**_ACCEPT, "Cookie": cookie},
+                    "GET",
+                    self.base_url + PROBE_PATH,
+                    headers={**_ACCEPT, "Cookie": cookie},
                     extensions=request.extensions,
                 )
                 await probe.aread()
@@ -126,7 +128,9 @@ class SessionAuth(httpx.Auth):
         """Take the session a sign-in answer opens, or say why there is none."""
         status = response.status_code
         if status in (400, 401, 403):
-            sent, other = ("a form-encoded body", "query") if self.sign_in == "form" else ("query parameters", "form")
+            sent, other = (
+                ("a form-encoded body", "query") if self.sign_in == "form" else ("query parameters", "form")
+            )
             raise AuthError(
                 f"sign-in refused for user {self.username!r} (HTTP {status}): check the username and password; "
                 f"they went as {sent}: if the service wants the other way, set source.sign_in: {other}"

@@ -47,7 +47,9 @@ def raise_for_status(response: httpx.Response, what: str) -> None:
         raise ServerError(f"{what}: HTTP {status} ({excerpt(response, 60)})", status, retry_after(response))
     if status == 404:
         raise NotFound(f"{what}: not found (HTTP 404)", 404, excerpt(response))
-    raise RequestRejected(f"{what}: rejected with HTTP {status}: {excerpt(response)}", status, excerpt(response))
+    raise RequestRejected(
+        f"{what}: rejected with HTTP {status}: {excerpt(response)}", status, excerpt(response)
+    )
 
 
 def body_of(response: httpx.Response, method: str, path: str, expect_json: bool) -> bytes | None:

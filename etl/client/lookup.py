@@ -22,4 +22,6 @@ async def find_param(client: MonitoringClient, param_id: int) -> Param:
         for param in await fetch():
             if param.id == param_id:
                 return Param(param.id, int(param.object_id or 0), ParamKind(param.kind))
-    raise ConfigError(f"parameter {param_id} is in neither parameter list (physical, calculated) of this login")
+    raise ConfigError(
+        f"parameter {param_id} is in neither parameter list (physical, calculated) of this login"
+    )

@@ -120,7 +120,13 @@ class Parameter:
 
     def raw(self) -> dict[str, Any]:
         """The record as it came, plus what we derived: the list it came from, its kind and object."""
-        return {**self.meta, "id": self.id, "object_id": self.object_id, "list": self.source, "kind": self.kind}
+        return {
+            **self.meta,
+            "id": self.id,
+            "object_id": self.object_id,
+            "list": self.source,
+            "kind": self.kind,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,18 +40,30 @@ class _Connections:
             if connection is not None:
                 await connection.aclose()
             raise
-        return httpcore.Response(status=response.status, headers=response.headers,
-                                 content=_Body(response.stream, connection, self), extensions=response.extensions)
+        return httpcore.Response(
+            status=response.status,
+            headers=response.headers,
+            content=_Body(response.stream, connection, self),
+            extensions=response.extensions,
+        )
 
     async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
         while self.idle:
             connection = self.idle.pop()
             # Idle and readable means the server closed it: only that connection is polled.
-            if connection.can_handle_request(origin) and connection.is_idle() and not connection.has_expired():
+            if (
+                connection.can_handle_request(origin)
+                and connection.is_idle()
+                and not connection.has_expired()
+            ):
                 return connection
             await connection.aclose()
-        return httpcore.AsyncHTTPConnection(origin=origin, ssl_context=self.ssl_context,
-                                            keepalive_expiry=self.keepalive_expiry, network_backend=self.backend)
+        return httpcore.AsyncHTTPConnection(
+            origin=origin,
+            ssl_context=self.ssl_context,
+            keepalive_expiry=self.keepalive_expiry,
+            network_backend=self.backend,
+        )
 
     async def give_back(self, connection: httpcore.AsyncHTTPConnection) -> None:
         self.slots.release()

@@ -89,7 +89,11 @@ class RateGate:
 
 
 async def retry(
-    first: EtlError, again: Callable[[], Awaitable[T]], policy: RetryPolicy, stats: ClientStats, what: str,
+    first: EtlError,
+    again: Callable[[], Awaitable[T]],
+    policy: RetryPolicy,
+    stats: ClientStats,
+    what: str,
     started: float,
 ) -> T:
     """Try `again` after the first attempt failed with `first`, while errors are retryable and the

@@ -66,20 +66,22 @@ class JsonArray:
         """Where each element starts; each is parsed once to find its end, then let go."""
         text, decode = self._text, json.JSONDecoder().raw_decode
         pos = _SPACE.match(text).end()
-        if text[pos:pos + 1] != "[":
+        if text[pos : pos + 1] != "[":
             raise InvalidResponse(f"expected a JSON array ({len(text)} chars: {_excerpt(text)})")
         pos = _SPACE.match(text, pos + 1).end()
         separator = ","
-        if text[pos:pos + 1] == "]":  # empty
+        if text[pos : pos + 1] == "]":  # empty
             separator, pos = "]", _SPACE.match(text, pos + 1).end()
         while separator == ",":
             try:
                 _, end = decode(text, pos)
             except ValueError:
-                raise InvalidResponse(f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})") from None
+                raise InvalidResponse(
+                    f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})"
+                ) from None
             yield pos
             pos = _SPACE.match(text, end).end()
-            separator = text[pos:pos + 1]
+            separator = text[pos : pos + 1]
             if separator not in (",", "]"):
                 raise InvalidResponse(f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})")
             pos = _SPACE.match(text, pos + 1).end()
@@ -155,9 +157,14 @@ def decode_points(body: bytes) -> Points | Any:
 # JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/test_decode.py);
 # what it refuses (NaN, epoch-ms stamps, odd shapes) and nulls are left to the JSON path.
 
-_POINTS_SCHEMA = pa.schema([
-    ("points", pa.list_(pa.struct([("timestmp", pa.timestamp("ms", tz="UTC")), ("value", pa.float64())]))),
-])
+_POINTS_SCHEMA = pa.schema(
+    [
+        (
+            "points",
+            pa.list_(pa.struct([("timestmp", pa.timestamp("ms", tz="UTC")), ("value", pa.float64())])),
+        ),
+    ]
+)
 _PARSE = pajson.ParseOptions(explicit_schema=_POINTS_SCHEMA, unexpected_field_behavior="ignore")
 
 

@@ -107,8 +107,14 @@ class Session:
         return await retry(first, once, self.policy, self.stats, "POST /auth/login", started)
 
     async def call(
-        self, method: str, path: str, params: Any = None, *, expect_json: bool = True,
-        decode: Callable[[bytes], Any] = decode_json, in_thread_over: int | None = None,
+        self,
+        method: str,
+        path: str,
+        params: Any = None,
+        *,
+        expect_json: bool = True,
+        decode: Callable[[bytes], Any] = decode_json,
+        in_thread_over: int | None = None,
     ) -> Any:
         """The answer's body through `decode` (JSON by default); in a decoder thread for bodies over
         `in_thread_over` bytes (for decoders that release the GIL on large bodies). An InvalidResponse
@@ -121,14 +127,23 @@ class Session:
                 raise
             first = exc
         return await retry(
-            first, lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
-            self.policy, self.stats, f"{method} {path}", started,
+            first,
+            lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
+            self.policy,
+            self.stats,
+            f"{method} {path}",
+            started,
         )
 
     # -- one attempt -------------------------------------------------------------------------
 
     async def _attempt(
-        self, method: str, path: str, params: Any, expect_json: bool, decode: Callable[[bytes], Any],
+        self,
+        method: str,
+        path: str,
+        params: Any,
+        expect_json: bool,
+        decode: Callable[[bytes], Any],
         in_thread_over: int | None,
     ) -> Any:
         response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
@@ -161,7 +176,9 @@ class Session:
                         "set source.ca_bundle to that CA's PEM file"
                     ) from None
                 detail = redact.redact(str(exc))[:160] or type(exc).__name__
-                raise NetworkError(f"connection failed to {self.base_url}: {detail}", reason="connection") from None
+                raise NetworkError(
+                    f"connection failed to {self.base_url}: {detail}", reason="connection"
+                ) from None
             except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
                 self._throttle(exc)
                 raise
@@ -172,7 +189,9 @@ class Session:
         response.stream = httpx.ByteStream(response.content)
         return response
 
-    def _classified(self, response: httpx.Response, method: str, path: str, expect_json: bool) -> bytes | None:
+    def _classified(
+        self, response: httpx.Response, method: str, path: str, expect_json: bool
+    ) -> bytes | None:
         try:
             return classify.body_of(response, method, path, expect_json)
         except ServerError as exc:

@@ -22,7 +22,9 @@ def gap_positions(ts_ms: np.ndarray, factor: float = GAP_FACTOR) -> np.ndarray:
 def with_breaks(frame: pd.DataFrame, factor: float = GAP_FACTOR) -> tuple[pd.DataFrame, list[tuple]]:
     """The frame (sorted by `ts`) with a row of missing values in each gap, and the gaps' (start, end)."""
     ts = frame["ts"]
-    stamps = ts.astype("int64").to_numpy() // (10**6 if ts.dt.unit == "ns" else 10**3 if ts.dt.unit == "us" else 1)
+    stamps = ts.astype("int64").to_numpy() // (
+        10**6 if ts.dt.unit == "ns" else 10**3 if ts.dt.unit == "us" else 1
+    )
     at = gap_positions(stamps, factor)
     if not len(at):
         return frame, []

@@ -24,14 +24,21 @@ def load(config: Config, param_id: int, series: Series, start: int, end: int):
             raise DataError(f"no {series} table in the output")
         dataset = table.dataset()
     else:
-        dataset = ds.dataset(storage.full(series.value), schema=layout.schema if fmt == "parquet" else None,
-                             filesystem=None if storage.local else storage.fs, format=fmt, partitioning="hive",
-                             exclude_invalid_files=True)
+        dataset = ds.dataset(
+            storage.full(series.value),
+            schema=layout.schema if fmt == "parquet" else None,
+            filesystem=None if storage.local else storage.fs,
+            format=fmt,
+            partitioning="hive",
+            exclude_invalid_files=True,
+        )
     ts = pc.field("ts").cast(TS) if fmt == "csv" else pc.field("ts")
     mine = (pc.field("source") == config.source.name) | pc.field("source").is_null()
     table = dataset.to_table(
-        filter=(pc.field("param_id") == param_id) & mine
-        & (ts >= pc.scalar(start).cast(TS)) & (ts < pc.scalar(end).cast(TS))
+        filter=(pc.field("param_id") == param_id)
+        & mine
+        & (ts >= pc.scalar(start).cast(TS))
+        & (ts < pc.scalar(end).cast(TS))
     )
     if table.num_rows == 0:
         raise DataError(f"no {series} points of parameter {param_id} in the output for that window")
@@ -59,10 +66,16 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
         ax.plot(frame["ts"], frame["close"], linewidth=1, label="close")
         ax.legend()
     else:
-        ax.plot(frame["ts"], frame["value"], linewidth=0.8,
-                drawstyle="steps-post" if series is Series.RAW else "default")
+        ax.plot(
+            frame["ts"],
+            frame["value"],
+            linewidth=0.8,
+            drawstyle="steps-post" if series is Series.RAW else "default",
+        )
     title = f"{names.title()}: {series}"
-    ax.set_title(f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded", fontsize=10)
+    ax.set_title(
+        f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded", fontsize=10
+    )
     if names.unit:
         ax.set_ylabel(names.unit)
     ax.set_xlabel("UTC")

@@ -34,13 +34,17 @@ def connect(config: Config) -> duckdb.DuckDBPyConnection:
         layout = build.layout(series)
         if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
             # union_by_name: files of older versions have no source column
-            con.sql(f"create view {series} as select * from "
-                    f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)")
+            con.sql(
+                f"create view {series} as select * from "
+                f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)"
+            )
     present = set(storage.listdir(FOLDER))
     for name in DIMENSIONS:
         if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
             # one file per source (instance of the platform)
-            con.sql(f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)")
+            con.sql(
+                f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)"
+            )
     quality = build.quality_layout()
     if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
         create_quality_view(con, f"{reader}('{prefix}/{quality.glob}', hive_partitioning=1, union_by_name=1)")
@@ -89,5 +93,8 @@ def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
 
 
 def views(con: duckdb.DuckDBPyConnection) -> list[str]:
-    return [r[0] for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()
-            if not r[0].startswith(_LAKE)]
+    return [
+        r[0]
+        for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()
+        if not r[0].startswith(_LAKE)
+    ]

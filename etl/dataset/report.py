@@ -63,16 +63,29 @@ class Report:
     def as_dict(self) -> dict:
         options = self.options
         return {
-            "source": self.source, "from": iso(self.start), "to": iso(self.end), "days": self.days,
+            "source": self.source,
+            "from": iso(self.start),
+            "to": iso(self.end),
+            "days": self.days,
             "generated": iso(self.generated),
-            "options": {"stale_after_seconds": options.stale_after / 1000,
-                        "flatline_after_seconds": options.flatline_after / 1000,
-                        "fail_under": options.fail_under, "top": options.top},
-            "parameters": self.parameters, "parameter_days": self.parameter_days, "points": self.points,
-            "expected_points": self.expected_points, "completeness": self.completeness,
-            "worst": self.worst, "stale": self.stale, "stale_count": self.stale_count,
-            "flatlines": self.flatlines, "flatline_count": self.flatline_count,
-            "below": self.below, "below_count": self.below_count,
+            "options": {
+                "stale_after_seconds": options.stale_after / 1000,
+                "flatline_after_seconds": options.flatline_after / 1000,
+                "fail_under": options.fail_under,
+                "top": options.top,
+            },
+            "parameters": self.parameters,
+            "parameter_days": self.parameter_days,
+            "points": self.points,
+            "expected_points": self.expected_points,
+            "completeness": self.completeness,
+            "worst": self.worst,
+            "stale": self.stale,
+            "stale_count": self.stale_count,
+            "flatlines": self.flatlines,
+            "flatline_count": self.flatline_count,
+            "below": self.below,
+            "below_count": self.below_count,
             "heatmap": self.heatmap,
         }
 
@@ -111,12 +124,18 @@ def build(config: Config, options: ReportOptions) -> Report:
         raise DataError(f"no quality dataset in {config.sink.path}: 'etl run' keeps it for the raw series")
     named = f"{QUALITY}_named" in views
     source = config.source.name
-    names = "" if named else "null::varchar as object_name, null::varchar as param_name, null::varchar as unit, "
-    con.sql(f"create temp view mine as select {names}* from {QUALITY}{'_named' if named else ''} "
-            f"where source = '{source}'")  # a source name is letters, digits, '.', '_' and '-' (config)
+    names = (
+        "" if named else "null::varchar as object_name, null::varchar as param_name, null::varchar as unit, "
+    )
+    con.sql(
+        f"create temp view mine as select {names}* from {QUALITY}{'_named' if named else ''} "
+        f"where source = '{source}'"
+    )  # a source name is letters, digits, '.', '_' and '-' (config)
     end = options.end
     if end is None:
-        end = _one(con, "select max(epoch_ms(date::timestamp) + cast(span_seconds * 1000 as bigint)) from mine")[0]
+        end = _one(
+            con, "select max(epoch_ms(date::timestamp) + cast(span_seconds * 1000 as bigint)) from mine"
+        )[0]
         if end is None:
             raise DataError(f"no quality rows of source {source} in {config.sink.path}: 'etl run' keeps them")
     start = options.start
@@ -127,7 +146,9 @@ def build(config: Config, options: ReportOptions) -> Report:
         raise DataError(f"the report's window is empty: {iso(start)} is not before {iso(end)}")
     first_day, last_day = start // DAY_MS, (end - 1) // DAY_MS
     days = [_day(d * DAY_MS) for d in range(first_day, last_day + 1)]
-    con.sql(f"create temp view rows_ as select * from mine where date between DATE '{days[0]}' and DATE '{days[-1]}'")
+    con.sql(
+        f"create temp view rows_ as select * from mine where date between DATE '{days[0]}' and DATE '{days[-1]}'"
+    )
 
     report = Report(source, start, end, days, options)
     con.sql("""
@@ -140,22 +161,31 @@ def build(config: Config, options: ReportOptions) -> Report:
                max(last_ts) as last_ts, median(period_seconds) as period_seconds
         from rows_ group by object_id, param_id
     """)
-    totals = _one(con, "select count(*), coalesce(sum(days), 0), coalesce(sum(points), 0), "
-                       "coalesce(sum(expected_points), 0) from per_param")
+    totals = _one(
+        con,
+        "select count(*), coalesce(sum(days), 0), coalesce(sum(points), 0), "
+        "coalesce(sum(expected_points), 0) from per_param",
+    )
     report.parameters, report.parameter_days, report.points, report.expected_points = (int(v) for v in totals)
     if report.expected_points:
         report.completeness = min(1.0, report.points / report.expected_points)
     elif report.parameters:
         report.completeness = 0.0 if not report.points else None
     order = "order by completeness asc nulls last, longest_gap_seconds desc, object_id, param_id"
-    report.worst = [_plain(r) for r in _rows(con.sql(f"select * from per_param {order} limit {int(options.top)}"))]
+    report.worst = [
+        _plain(r) for r in _rows(con.sql(f"select * from per_param {order} limit {int(options.top)}"))
+    ]
 
     heat = _rows(con.sql(f"select * from per_param {order} limit {HEATMAP_ROWS}"))
     if heat:
         ids = ", ".join(str(int(r["param_id"])) for r in heat)
         daily: dict[int, dict[str, dict]] = {}
-        for r in _rows(con.sql(f"select param_id, date, points, expected_points, completeness, longest_gap_seconds "
-                               f"from rows_ where param_id in ({ids})")):
+        for r in _rows(
+            con.sql(
+                f"select param_id, date, points, expected_points, completeness, longest_gap_seconds "
+                f"from rows_ where param_id in ({ids})"
+            )
+        ):
             daily.setdefault(int(r["param_id"]), {})[r["date"].isoformat()] = _plain(r)
         for r in heat:
             cells = daily.get(int(r["param_id"]), {})
@@ -164,24 +194,44 @@ def build(config: Config, options: ReportOptions) -> Report:
     stale_ms = int(options.stale_after)
     stale = f"last_ts is null or epoch_ms(last_ts) < {int(end) - stale_ms}"
     report.stale_count = _one(con, f"select count(*) from per_param where {stale}")[0]
-    report.stale = [_plain({**r, "silent_seconds": None if r["last_ts"] is None else
-                            (end - int(r["last_ts"].timestamp() * 1000)) / 1000})
-                    for r in _rows(con.sql(f"select * from per_param where {stale} "
-                                           f"order by last_ts asc nulls first, object_id, param_id "
-                                           f"limit {int(options.top)}"))]
+    report.stale = [
+        _plain(
+            {
+                **r,
+                "silent_seconds": None
+                if r["last_ts"] is None
+                else (end - int(r["last_ts"].timestamp() * 1000)) / 1000,
+            }
+        )
+        for r in _rows(
+            con.sql(
+                f"select * from per_param where {stale} "
+                f"order by last_ts asc nulls first, object_id, param_id "
+                f"limit {int(options.top)}"
+            )
+        )
+    ]
 
     flat = f"flatline_seconds >= {options.flatline_after / 1000} and kind is distinct from 'signal'"
     report.flatline_count = _one(con, f"select count(*) from rows_ where {flat}")[0]
-    report.flatlines = [_plain(r) for r in _rows(con.sql(
-        f"select object_id, object_name, param_id, param_name, unit, kind, date, flatline_seconds, points "
-        f"from rows_ where {flat} order by flatline_seconds desc, object_id, param_id, date "
-        f"limit {int(options.top)}"))]
+    report.flatlines = [
+        _plain(r)
+        for r in _rows(
+            con.sql(
+                f"select object_id, object_name, param_id, param_name, unit, kind, date, flatline_seconds, points "
+                f"from rows_ where {flat} order by flatline_seconds desc, object_id, param_id, date "
+                f"limit {int(options.top)}"
+            )
+        )
+    ]
 
     if options.fail_under is not None:
         below = f"completeness < {float(options.fail_under)}"
         report.below_count = _one(con, f"select count(*) from per_param where {below}")[0]
-        report.below = [_plain(r) for r in _rows(con.sql(f"select * from per_param where {below} {order} "
-                                                          f"limit {int(options.top)}"))]
+        report.below = [
+            _plain(r)
+            for r in _rows(con.sql(f"select * from per_param where {below} {order} limit {int(options.top)}"))
+        ]
     return report
 
 
@@ -226,27 +276,53 @@ def text(report: Report) -> str:
         f"{duration(options.flatline_after / 1000)} or more)",
     ]
     if options.fail_under is not None:
-        lines.append(f"  below       {report.below_count} parameter(s) under {percent(options.fail_under)} complete")
+        lines.append(
+            f"  below       {report.below_count} parameter(s) under {percent(options.fail_under)} complete"
+        )
     lines.append("")
     lines.append(f"least complete parameters (of {report.parameters}):")
-    lines.extend(_table(report.worst, [("parameter", label), ("id", lambda r: str(r["param_id"])),
-                                       ("kind", lambda r: r["kind"] or ""),
-                                       ("complete", lambda r: percent(r["completeness"])),
-                                       ("points", lambda r: f"{r['points']:,}/{r['expected_points'] or 0:,}"),
-                                       ("longest gap", lambda r: duration(r["longest_gap_seconds"])),
-                                       ("last point", lambda r: r["last_ts"] or "")]))
+    lines.extend(
+        _table(
+            report.worst,
+            [
+                ("parameter", label),
+                ("id", lambda r: str(r["param_id"])),
+                ("kind", lambda r: r["kind"] or ""),
+                ("complete", lambda r: percent(r["completeness"])),
+                ("points", lambda r: f"{r['points']:,}/{r['expected_points'] or 0:,}"),
+                ("longest gap", lambda r: duration(r["longest_gap_seconds"])),
+                ("last point", lambda r: r["last_ts"] or ""),
+            ],
+        )
+    )
     if report.stale:
         lines.append("")
         lines.append(f"stale parameters ({report.stale_count}):")
-        lines.extend(_table(report.stale, [("parameter", label), ("id", lambda r: str(r["param_id"])),
-                                           ("silent for", lambda r: duration(r["silent_seconds"]) or "the whole span"),
-                                           ("last point", lambda r: r["last_ts"] or "none")]))
+        lines.extend(
+            _table(
+                report.stale,
+                [
+                    ("parameter", label),
+                    ("id", lambda r: str(r["param_id"])),
+                    ("silent for", lambda r: duration(r["silent_seconds"]) or "the whole span"),
+                    ("last point", lambda r: r["last_ts"] or "none"),
+                ],
+            )
+        )
     if report.flatlines:
         lines.append("")
         lines.append(f"flatlines ({report.flatline_count}):")
-        lines.extend(_table(report.flatlines, [("parameter", label), ("id", lambda r: str(r["param_id"])),
-                                               ("date", lambda r: r["date"]),
-                                               ("one value for", lambda r: duration(r["flatline_seconds"]))]))
+        lines.extend(
+            _table(
+                report.flatlines,
+                [
+                    ("parameter", label),
+                    ("id", lambda r: str(r["param_id"])),
+                    ("date", lambda r: r["date"]),
+                    ("one value for", lambda r: duration(r["flatline_seconds"])),
+                ],
+            )
+        )
     return "\n".join(lines)
 
 

@@ -34,8 +34,10 @@ def css_class(completeness: float | None) -> str:
 
 
 def _style() -> str:
-    cells = "\n".join(f"svg .{name} {{ fill: {colour}; }} .swatch.{name} {{ background: {colour}; }}"
-                      for _, name, colour, _ in SCALE)
+    cells = "\n".join(
+        f"svg .{name} {{ fill: {colour}; }} .swatch.{name} {{ background: {colour}; }}"
+        for _, name, colour, _ in SCALE
+    )
     return f"""
 body {{ font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px; color: #111827; }}
 h1 {{ font-size: 22px; margin: 0 0 4px; }} h2 {{ font-size: 17px; margin: 28px 0 8px; }}
@@ -105,12 +107,16 @@ def _heatmap(report: Report) -> str:
     cell_h, top = 18, 58
     width, height = left + cell_w * len(days) + 10, top + cell_h * len(rows) + 6
     every = max(1, -(-14 // cell_w))  # a day label every `every` columns: the ones that fit
-    out = [f'<svg id="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="completeness per parameter and day">']
+    out = [
+        f'<svg id="heatmap" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="completeness per parameter and day">'
+    ]
     for j, day in enumerate(days):
         if j % every == 0:
             x, y = left + j * cell_w + cell_w / 2, top - 6
-            out.append(f'<text class="day" x="{x}" y="{y}" transform="rotate(-50 {x} {y})">{escape(day[5:])}</text>')
+            out.append(
+                f'<text class="day" x="{x}" y="{y}" transform="rotate(-50 {x} {y})">{escape(day[5:])}</text>'
+            )
     for i, (row, text) in enumerate(zip(rows, labels, strict=True)):
         y = top + i * cell_h
         out.append(f'<g class="row" data-param="{int(row["param_id"])}">')
@@ -122,10 +128,14 @@ def _heatmap(report: Report) -> str:
             else:
                 value = cell["completeness"]
                 cls = css_class(value)
-                tip = (f"{text} {days[j]}: {percent(value) or 'unknown'} complete, {cell['points']:,} of "
-                       f"{cell['expected_points'] or 0:,} points, longest gap {duration(cell['longest_gap_seconds'])}")
-            out.append(f'<rect class="cell {cls}" data-date="{days[j]}" x="{x}" y="{y}" width="{cell_w - 1}" '
-                       f'height="{cell_h - 1}"><title>{escape(tip)}</title></rect>')
+                tip = (
+                    f"{text} {days[j]}: {percent(value) or 'unknown'} complete, {cell['points']:,} of "
+                    f"{cell['expected_points'] or 0:,} points, longest gap {duration(cell['longest_gap_seconds'])}"
+                )
+            out.append(
+                f'<rect class="cell {cls}" data-date="{days[j]}" x="{x}" y="{y}" width="{cell_w - 1}" '
+                f'height="{cell_h - 1}"><title>{escape(tip)}</title></rect>'
+            )
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
@@ -149,10 +159,12 @@ def _table(table_id: str, rows: list[dict], columns: list[tuple[str, object, obj
             value = text(row)
             numeric = sort is not None
             attr = f' data-sort="{escape(str(sort(row)))}"' if numeric else ""
-            cells.append(f'<td{attr}{" class=num" if numeric else ""}>{escape(str(value))}</td>')
+            cells.append(f"<td{attr}{' class=num' if numeric else ''}>{escape(str(value))}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
-    return (f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(body)}</tbody></table>')
+    return (
+        f'<table id="{table_id}" class="sortable"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
 
 
 def _num(key: str, missing: float = -1.0):
@@ -163,38 +175,69 @@ def render(report: Report) -> str:
     options = report.options
     window = f"{report.days[0]} .. {report.days[-1]}"
     cards = [
-        ("completeness", percent(report.completeness) or "-", report.completeness is not None
-         and options.fail_under is not None and report.completeness < options.fail_under),
+        (
+            "completeness",
+            percent(report.completeness) or "-",
+            report.completeness is not None
+            and options.fail_under is not None
+            and report.completeness < options.fail_under,
+        ),
         ("parameters", f"{report.parameters:,}", False),
         ("points", f"{report.points:,} of {report.expected_points:,}", False),
         ("stale", f"{report.stale_count:,}", report.stale_count > 0),
         ("flatlines", f"{report.flatline_count:,}", report.flatline_count > 0),
     ]
     if options.fail_under is not None:
-        cards.append((f"below {percent(options.fail_under)}", f"{report.below_count:,}", report.below_count > 0))
-    card_html = "".join(f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
-                        f"<b>{escape(value)}</b></div>" for name, value, bad in cards)
+        cards.append(
+            (f"below {percent(options.fail_under)}", f"{report.below_count:,}", report.below_count > 0)
+        )
+    card_html = "".join(
+        f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
+        f"<b>{escape(value)}</b></div>"
+        for name, value, bad in cards
+    )
     parameter = ("parameter", label, None)
     ident = ("id", lambda r: r["param_id"], _num("param_id"))
-    worst = _table("worst", report.worst, [
-        parameter, ident, ("kind", lambda r: r["kind"] or "", None),
-        ("complete", lambda r: percent(r["completeness"]), _num("completeness")),
-        ("points", lambda r: f"{r['points']:,}", _num("points")),
-        ("expected", lambda r: f"{r['expected_points'] or 0:,}", _num("expected_points")),
-        ("longest gap", lambda r: duration(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
-        ("period", lambda r: duration(r["period_seconds"]), _num("period_seconds")),
-        ("last point", lambda r: r["last_ts"] or "", None),
-    ])
-    stale = _table("stale", report.stale, [
-        parameter, ident,
-        ("silent for", lambda r: duration(r["silent_seconds"]) or "the whole span", _num("silent_seconds", 1e18)),
-        ("last point", lambda r: r["last_ts"] or "none in these days", None),
-    ])
-    flat = _table("flatlines", report.flatlines, [
-        parameter, ident, ("date", lambda r: r["date"], None),
-        ("one value for", lambda r: duration(r["flatline_seconds"]), _num("flatline_seconds")),
-        ("points that day", lambda r: f"{r['points']:,}", _num("points")),
-    ])
+    worst = _table(
+        "worst",
+        report.worst,
+        [
+            parameter,
+            ident,
+            ("kind", lambda r: r["kind"] or "", None),
+            ("complete", lambda r: percent(r["completeness"]), _num("completeness")),
+            ("points", lambda r: f"{r['points']:,}", _num("points")),
+            ("expected", lambda r: f"{r['expected_points'] or 0:,}", _num("expected_points")),
+            ("longest gap", lambda r: duration(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
+            ("period", lambda r: duration(r["period_seconds"]), _num("period_seconds")),
+            ("last point", lambda r: r["last_ts"] or "", None),
+        ],
+    )
+    stale = _table(
+        "stale",
+        report.stale,
+        [
+            parameter,
+            ident,
+            (
+                "silent for",
+                lambda r: duration(r["silent_seconds"]) or "the whole span",
+                _num("silent_seconds", 1e18),
+            ),
+            ("last point", lambda r: r["last_ts"] or "none in these days", None),
+        ],
+    )
+    flat = _table(
+        "flatlines",
+        report.flatlines,
+        [
+            parameter,
+            ident,
+            ("date", lambda r: r["date"], None),
+            ("one value for", lambda r: duration(r["flatline_seconds"]), _num("flatline_seconds")),
+            ("points that day", lambda r: f"{r['points']:,}", _num("points")),
+        ],
+    )
     shown = len(report.heatmap)
     more = f" (the {shown} least complete of {report.parameters:,})" if report.parameters > shown else ""
     return f"""<!DOCTYPE html>

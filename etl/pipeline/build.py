@@ -52,8 +52,9 @@ class Build:
         try:
             secret = source.password_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigError(f"config error: source.password_file: cannot read {source.password_file}: "
-                              f"{exc.strerror}") from None
+            raise ConfigError(
+                f"config error: source.password_file: cannot read {source.password_file}: {exc.strerror}"
+            ) from None
         redact.register(secret)
         return secret
 
@@ -61,9 +62,14 @@ class Build:
     def tls(self) -> bool | ssl.SSLContext:
         """What httpx verifies the server against: the system CAs, the ca_bundle, or (warned) nothing."""
         source = self.config.source
-        if source.base_url.startswith("http://") and (urlsplit(source.base_url).hostname or "") not in LOCAL_HOSTS:
-            log.warning("source.base_url is plain http: the password and session cookies cross the network "
-                        "unencrypted; use https")
+        if (
+            source.base_url.startswith("http://")
+            and (urlsplit(source.base_url).hostname or "") not in LOCAL_HOSTS
+        ):
+            log.warning(
+                "source.base_url is plain http: the password and session cookies cross the network "
+                "unencrypted; use https"
+            )
         if not source.verify_tls:
             log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
             return False
@@ -75,13 +81,17 @@ class Build:
             raise ConfigError(f"config error: source.ca_bundle: {source.ca_bundle}: no such file") from None
         except (OSError, ssl.SSLError) as exc:
             reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            raise ConfigError(f"config error: source.ca_bundle: cannot load CA certificates from "
-                              f"{source.ca_bundle}: {reason}") from None
+            raise ConfigError(
+                f"config error: source.ca_bundle: cannot load CA certificates from "
+                f"{source.ca_bundle}: {reason}"
+            ) from None
 
     def client(self, stats: ClientStats | None = None) -> MonitoringClient:
         source = self.config.source
         return MonitoringClient(
-            source.base_url, source.username, self.password,
+            source.base_url,
+            source.username,
+            self.password,
             sign_in=source.sign_in,
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
             retry=RetryPolicy(**self.config.retry.model_dump()),
@@ -119,13 +129,24 @@ class Build:
 
     def layout(self, series: Series) -> Layout:
         sink = self.config.sink
-        return Layout(series, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets)
+        return Layout(
+            series, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets
+        )
 
     def quality_layout(self) -> Layout:
         """The quality dataset (etl/quality.py): laid out like the raw series, a row per parameter and day."""
         sink = self.config.sink
-        return Layout(Series.RAW, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard,
-                      sink.buckets, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY)
+        return Layout(
+            Series.RAW,
+            sink.partition_by,
+            self.fmt.extension,
+            self.config.source.name,
+            self.shard,
+            sink.buckets,
+            name=QUALITY,
+            schema=QUALITY_SCHEMA,
+            time_key=QUALITY_TIME_KEY,
+        )
 
     def slab_writer(self, slab: Slab, observer: Observer | None = None) -> SlabWriter:
         if self.lake is not None:
@@ -135,21 +156,31 @@ class Build:
             # the writer writes those rows once its own files are in, before the slab is checkpointed.
             from etl.quality.rows import QualitySlabWriter
 
-            return QualitySlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket,
-                                     self.quality_layout(), self._tracker(slab))
+            return QualitySlabWriter(
+                self.data,
+                self.fmt,
+                self.layout(slab.series),
+                slab.bucket,
+                self.quality_layout(),
+                self._tracker(slab),
+            )
         return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket, observer)
 
     def _tracker(self, slab: Slab):
         from etl.quality.rows import QualityTracker
 
         window = self.config.window
-        return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms())))
+        return QualityTracker(
+            slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms()))
+        )
 
     def _lake_writer(self, slab: Slab):
         from etl.sinks.lake.writer import LakeSlabWriter
 
         quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
-        return LakeSlabWriter(self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality)
+        return LakeSlabWriter(
+            self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality
+        )
 
     def write_dimensions(self, tables: dict) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""
@@ -184,12 +215,17 @@ class Build:
         included), the CA bundle by absolute path (workers need it at that path); credentials of the
         store stay theirs (environment, profile, role)."""
         config = self.config
-        sink = config.sink.model_copy(update={
-            "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
-            "storage_options": self.data.options,
-        })
-        source = config.source.model_copy(update={
-            "password": SecretStr(self.password), "password_file": None,
-            "ca_bundle": config.source.ca_bundle.resolve() if config.source.ca_bundle else None,
-        })
+        sink = config.sink.model_copy(
+            update={
+                "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
+                "storage_options": self.data.options,
+            }
+        )
+        source = config.source.model_copy(
+            update={
+                "password": SecretStr(self.password),
+                "password_file": None,
+                "ca_bundle": config.source.ca_bundle.resolve() if config.source.ca_bundle else None,
+            }
+        )
         return config.model_copy(update={"sink": sink, "source": source})

@@ -76,8 +76,11 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
 def to_table(series: Series, pieces: list[WindowData], source: str, by_object: bool = False) -> pa.Table:
     """One table for many windows, built column-wise, sorted by ((object_id,) param_id, ts)."""
     schema = SCHEMAS[Series(series)]
-    order = (lambda p: (p.window.object_id, p.window.param_id, p.window.start)) if by_object else \
-        (lambda p: (p.window.param_id, p.window.start))
+    order = (
+        (lambda p: (p.window.object_id, p.window.param_id, p.window.start))
+        if by_object
+        else (lambda p: (p.window.param_id, p.window.start))
+    )
     pieces = sorted((p for p in pieces if len(p)), key=order)
     if not pieces:
         return schema.empty_table()

@@ -66,8 +66,14 @@ def _move(storage: Storage, build: Build, layout: Layout, folder: str, name: str
     storage.remove(f"{folder}/{name}")
 
 
-def _feed(rows: pa.Table, storage: Storage, build: Build, layout: Layout, folder: str,
-          targets: dict[int, FileRewrite]) -> None:
+def _feed(
+    rows: pa.Table,
+    storage: Storage,
+    build: Build,
+    layout: Layout,
+    folder: str,
+    targets: dict[int, FileRewrite],
+) -> None:
     if not rows.num_rows:
         return
     buckets = np.array([layout.bucket(int(p)) for p in param_ids(rows)])

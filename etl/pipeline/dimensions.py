@@ -44,7 +44,7 @@ class Rows:
         taken = 0
         while taken < len(records):  # pages of exactly PAGE records, however the lists come
             room = PAGE - len(self._pending)
-            self._pending.extend(records[taken:taken + room])
+            self._pending.extend(records[taken : taken + room])
             taken += room
             if len(self._pending) >= PAGE:
                 self._flush()
@@ -78,8 +78,12 @@ class Rows:
         for path, _ in self._pages:
             with pa.memory_map(path) as mapped:
                 table = pa.ipc.open_file(mapped).read_all()
-            columns = [records.conform(table.column(field.name), field.type) if field.name in table.column_names
-                       else pa.nulls(table.num_rows, field.type) for field in schema]
+            columns = [
+                records.conform(table.column(field.name), field.type)
+                if field.name in table.column_names
+                else pa.nulls(table.num_rows, field.type)
+                for field in schema
+            ]
             page = pa.Table.from_arrays(columns, schema=schema)
             yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
 
@@ -89,7 +93,8 @@ class Rows:
         schema = self.schema()
         full = pa.schema([pa.field("source", pa.string()), *schema])
         return pa.RecordBatchReader.from_batches(
-            full, (batch for page in self.pages(schema, source) for batch in page.to_batches()))
+            full, (batch for page in self.pages(schema, source) for batch in page.to_batches())
+        )
 
     def write(self, storage: Storage, fmt: FileFormat, rel: str, source: str) -> None:
         """One file of every page, swapped in whole."""
@@ -99,11 +104,15 @@ class Rows:
             schema = self.schema()
             flat = fmt.extension == ".csv"  # CSV holds no lists or records: JSON text there
             if flat:
-                schema = pa.schema([pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema])
+                schema = pa.schema(
+                    [pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema]
+                )
             with storage.errors("write", rel):
                 # Row groups of about ROW_GROUP records: a wide fleet's table is not gathered into 8 MB
                 # ones while slabs run beside it.
-                writer = fmt.writer(output, pa.schema([pa.field("source", pa.string()), *schema]), group_bytes=1)
+                writer = fmt.writer(
+                    output, pa.schema([pa.field("source", pa.string()), *schema]), group_bytes=1
+                )
                 group: list[pa.Table] = []
                 for page in self.pages(schema, source):
                     group.append(page)
@@ -126,22 +135,35 @@ class Rows:
             self._folder, self._pages = None, []
 
 
-async def collect(client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> dict[str, Rows]:
+async def collect(
+    client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
+) -> dict[str, Rows]:
     """Every dimension table: objects and parameters as discovery listed them, the rest fetched here."""
     units, commands, devices = Rows("units"), Rows("commands"), set()
     for start in range(0, len(object_ids), AT_ONCE):
-        chunk = object_ids[start:start + AT_ONCE]
-        for object_id, found in zip(chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True):
+        chunk = object_ids[start : start + AT_ONCE]
+        for object_id, found in zip(
+            chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True
+        ):
             units.add([{"object_id": object_id, **u} for u in found])
-            devices.update(int(u["deviceconnect"]["device"]["id"]) for u in found
-                           if isinstance(u.get("deviceconnect"), dict) and isinstance(u["deviceconnect"].get("device"), dict))
+            devices.update(
+                int(u["deviceconnect"]["device"]["id"])
+                for u in found
+                if isinstance(u.get("deviceconnect"), dict)
+                and isinstance(u["deviceconnect"].get("device"), dict)
+            )
     device_ids = sorted(devices)
     for start in range(0, len(device_ids), AT_ONCE):
-        chunk = device_ids[start:start + AT_ONCE]
+        chunk = device_ids[start : start + AT_ONCE]
         for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
             commands.add([c.raw() for c in batch])
-    lookups = dict(zip(("zones", "classifiers", "room_types", "rooms"), await asyncio.gather(
-        client.zones(), client.classifiers(), client.room_types(), client.rooms()), strict=True))
+    lookups = dict(
+        zip(
+            ("zones", "classifiers", "room_types", "rooms"),
+            await asyncio.gather(client.zones(), client.classifiers(), client.room_types(), client.rooms()),
+            strict=True,
+        )
+    )
     tables = {"objects": objects, "units": units, "parameters": parameters, "commands": commands}
     for name, found in lookups.items():
         tables[name] = Rows(name)

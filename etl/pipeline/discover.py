@@ -59,9 +59,14 @@ class _Selection:
         self.rows = Rows("parameters")
 
     def take(self, page: list[Parameter]) -> None:
-        page = [p for p in page if p.kind in self.kinds and p.id not in self.exclude
-                and (self.ids is None or p.id in self.ids)
-                and (self.tags is None or self.tags & set(p.meta.get("tags") or []))]
+        page = [
+            p
+            for p in page
+            if p.kind in self.kinds
+            and p.id not in self.exclude
+            and (self.ids is None or p.id in self.ids)
+            and (self.tags is None or self.tags & set(p.meta.get("tags") or []))
+        ]
         fresh = self.seen.new(np.fromiter((p.id for p in page), np.int64, len(page)))
         page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
         ids, objects, kinds = self.found
@@ -103,19 +108,21 @@ class _Seen:
 async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
     `limit` silently): the listing ends at an empty page."""
+
     async def chunk(ids: list[int]) -> None:
         offset = 0
         while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
             offset += len(page)
             selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
 
-    chunks = [object_ids[i:i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
+    chunks = [object_ids[i : i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
     for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
-        await asyncio.gather(*(chunk(c) for c in chunks[first:first + SEARCHES_AT_ONCE]))
+        await asyncio.gather(*(chunk(c) for c in chunks[first : first + SEARCHES_AT_ONCE]))
 
 
-async def _per_object(client: MonitoringClient, object_ids: list[int], kinds: set[str],
-                      selection: _Selection | None = None) -> list[Parameter]:
+async def _per_object(
+    client: MonitoringClient, object_ids: list[int], kinds: set[str], selection: _Selection | None = None
+) -> list[Parameter]:
     lists = []
     if {"physical", "signal"} & kinds:
         lists.append(client.physical_params)

@@ -51,8 +51,9 @@ class _Admission:
         self.changed = asyncio.Condition()
 
     def _room(self, size: int) -> bool:
-        return self.slabs < self.executor.in_flight or \
-            (self.slabs < MAX_SLABS and self.windows + size <= self.executor.windows)
+        return self.slabs < self.executor.in_flight or (
+            self.slabs < MAX_SLABS and self.windows + size <= self.executor.windows
+        )
 
     async def enter(self, size: int) -> None:
         async with self.changed:
@@ -67,8 +68,9 @@ class _Admission:
             self.changed.notify_all()
 
 
-async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail,
-                  stop: asyncio.Event) -> None:
+async def execute(
+    executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event
+) -> None:
     admission = _Admission(executor)
 
     async def one(job: SlabJob) -> None:
@@ -99,9 +101,12 @@ async def execute(executor: Executor, jobs: Iterator[SlabJob], commit: Commit, f
 def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) -> Executor:
     """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
     extract = build.config.extract
-    return Executor("local", extract.slabs_in_flight,
-                    lambda job: process_slab(job, client, build.slab_writer(job.slab), stop),
-                    windows=4 * extract.concurrency)
+    return Executor(
+        "local",
+        extract.slabs_in_flight,
+        lambda job: process_slab(job, client, build.slab_writer(job.slab), stop),
+        windows=4 * extract.concurrency,
+    )
 
 
 @asynccontextmanager

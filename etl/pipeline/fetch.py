@@ -50,7 +50,9 @@ def _where(data: Points | Candles, keep: np.ndarray) -> Points | Candles:
     return type(data)(**{f: getattr(data, f)[keep] for f in data.__dataclass_fields__})
 
 
-async def fetch_window(client: MonitoringClient, window: Window, max_points: int, counters: Counter) -> Points | Candles:
+async def fetch_window(
+    client: MonitoringClient, window: Window, max_points: int, counters: Counter
+) -> Points | Candles:
     """Every point the server has in the window, as it sent them (the point at `end` included: the bounds
     are inclusive). `counters`: requests; continuations, the requests spent on answers that may have
     been cut (wider spans asked to rule a cap out, and the rest asked from an answer's last stamp);
@@ -89,8 +91,10 @@ async def _fetch(
         if verdict is Verdict.SUSPECT:
             async with client.caps.lock(kind, series):
                 verdict = client.caps.verdict(kind, series, points, count)  # what others learned meanwhile
-                if verdict is Verdict.COMPLETE or verdict is Verdict.SUSPECT and await _cap_is_above(
-                    client, window, start, end, count, points, counters
+                if (
+                    verdict is Verdict.COMPLETE
+                    or verdict is Verdict.SUSPECT
+                    and await _cap_is_above(client, window, start, end, count, points, counters)
                 ):
                     return parts
         if verdict is Verdict.FULL:
@@ -113,8 +117,11 @@ async def _series(
         try:
             return await client.series(window.param_id, window.kind, window.series, start, end, count=count)
         except RequestRejected as exc:
-            if exc.status != 400 or count is None or (count := client.caps.refused(window.kind, window.series,
-                                                                                     count)) is None:
+            if (
+                exc.status != 400
+                or count is None
+                or (count := client.caps.refused(window.kind, window.series, count)) is None
+            ):
                 raise
             counters["requests"] += 1
 
@@ -128,7 +135,12 @@ def _wider(series: Series, start: int, end: int) -> int:
 
 
 async def _cap_is_above(
-    client: MonitoringClient, window: Window, start: int, end: int, count: int | None, points: int,
+    client: MonitoringClient,
+    window: Window,
+    start: int,
+    end: int,
+    count: int | None,
+    points: int,
     counters: Counter,
 ) -> bool:
     """Whether a wider span ending at `end` holds more than `points` points: then the server's cap is
@@ -143,13 +155,22 @@ async def _cap_is_above(
 
 
 async def _pieces(
-    client: MonitoringClient, window: Window, start: int, end: int, pieces: int, max_points: int, counters: Counter,
+    client: MonitoringClient,
+    window: Window,
+    start: int,
+    end: int,
+    pieces: int,
+    max_points: int,
+    counters: Counter,
     seen: int,
 ) -> list[Points | Candles]:
     """[start, end] in `pieces` spans fetched at once; each keeps its points before the next one's start."""
     bounds = [start + (end - start) * i // pieces for i in range(pieces)] + [end]
     fetched = await asyncio.gather(
-        *(_fetch(client, window, lo, hi, max_points, counters) for lo, hi in zip(bounds, bounds[1:], strict=False))
+        *(
+            _fetch(client, window, lo, hi, max_points, counters)
+            for lo, hi in zip(bounds, bounds[1:], strict=False)
+        )
     )
     out = []
     for i, parts in enumerate(fetched):

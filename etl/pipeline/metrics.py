@@ -45,18 +45,29 @@ def write(path: str, summary: dict, source: str, exit_code: int) -> None:
     gauge(f"{PREFIX}_parameters", "Parameters the last run exported", summary.get("parameters", 0))
     for series, figures in sorted((summary.get("series") or {}).items()):
         gauge(f"{PREFIX}_points", "Points written by the last run", figures["points"], series=series)
-        gauge(f"{PREFIX}_windows", "Windows fetched and written by the last run", figures["windows"], series=series)
+        gauge(
+            f"{PREFIX}_windows",
+            "Windows fetched and written by the last run",
+            figures["windows"],
+            series=series,
+        )
     gauge(f"{PREFIX}_requests", "Requests sent by the last run", summary.get("requests", 0))
     gauge(f"{PREFIX}_retries", "Requests retried by the last run", summary.get("retries", 0))
     for reason, count in sorted((summary.get("retries_by_reason") or {}).items()):
         gauge(f"{PREFIX}_retries_by_reason", "Retries of the last run, by reason", count, reason=reason)
     gauge(f"{PREFIX}_relogins", "Re-sign-ins of the last run (ended sessions)", summary.get("relogins", 0))
-    gauge(f"{PREFIX}_failed_windows", "Windows that failed in the last run (fetched again next time)",
-          summary.get("failed_window_count", 0))
+    gauge(
+        f"{PREFIX}_failed_windows",
+        "Windows that failed in the last run (fetched again next time)",
+        summary.get("failed_window_count", 0),
+    )
     quality = summary.get("quality") or {}
     gauge("etl_quality_rows", "Parameter-days whose quality rows the last run wrote", quality.get("rows", 0))
-    gauge("etl_quality_lowest_completeness", "Lowest completeness (0-1) among the parameter-days the last run "
-          "wrote", quality.get("lowest_completeness"))
+    gauge(
+        "etl_quality_lowest_completeness",
+        "Lowest completeness (0-1) among the parameter-days the last run wrote",
+        quality.get("lowest_completeness"),
+    )
     try:
         write_to_textfile(path, registry)
     except OSError as exc:

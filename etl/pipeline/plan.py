@@ -54,13 +54,17 @@ class Fleet:
 
     def __init__(self, params: Params, buckets: int) -> None:
         self.ids, self.objects, self.kinds = params.id, params.object_id, params.kind
-        self.buckets = np.fromiter((bucket_of(i, buckets) for i in self.ids.tolist()), np.int64, len(self.ids))
+        self.buckets = np.fromiter(
+            (bucket_of(i, buckets) for i in self.ids.tolist()), np.int64, len(self.ids)
+        )
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
-def needed(coverage: Coverage, series: Series, ids: np.ndarray, options: PlanOptions) -> tuple[np.ndarray, ...]:
+def needed(
+    coverage: Coverage, series: Series, ids: np.ndarray, options: PlanOptions
+) -> tuple[np.ndarray, ...]:
     """(param_id, start, end) to fetch for each parameter in `ids` (sorted): the window minus what is
     covered, plus the overlap stretch behind a high-water mark inside the window; sorted, merged."""
     ws, we = options.start, options.end
@@ -78,10 +82,22 @@ def needed(coverage: Coverage, series: Series, ids: np.ndarray, options: PlanOpt
     between = ~final  # a row and the next one of the same parameter: the gap from one to the other
     untouched = ids[~np.isin(ids, cp)]
     gap_p = np.concatenate([untouched, cp[first & (cs > ws)], cp[between], cp[final & (ce < we)]])
-    gap_s = np.concatenate([np.full(len(untouched), ws), np.full(int((first & (cs > ws)).sum()), ws),
-                            ce[between], ce[final & (ce < we)]])
-    gap_e = np.concatenate([np.full(len(untouched), we), cs[first & (cs > ws)], cs[1:][between[:-1]] if len(cs) else cs,
-                            np.full(int((final & (ce < we)).sum()), we)])
+    gap_s = np.concatenate(
+        [
+            np.full(len(untouched), ws),
+            np.full(int((first & (cs > ws)).sum()), ws),
+            ce[between],
+            ce[final & (ce < we)],
+        ]
+    )
+    gap_e = np.concatenate(
+        [
+            np.full(len(untouched), we),
+            cs[first & (cs > ws)],
+            cs[1:][between[:-1]] if len(cs) else cs,
+            np.full(int((final & (ce < we)).sum()), we),
+        ]
+    )
     if options.overlap:
         # Late points land just behind the last high-water mark: read that stretch again.
         lagging = (high_water > ws) & (high_water < we) & np.isin(high_water_ids, gap_p)
@@ -92,8 +108,15 @@ def needed(coverage: Coverage, series: Series, ids: np.ndarray, options: PlanOpt
 
 
 class Plan:
-    def __init__(self, fleet: Fleet, coverage: Coverage, options: PlanOptions, series: list[Series],
-                 spans: dict[Series, Spans], by_object: bool = False) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        coverage: Coverage,
+        options: PlanOptions,
+        series: list[Series],
+        spans: dict[Series, Spans],
+        by_object: bool = False,
+    ) -> None:
         self.fleet = fleet
         self.spans = spans
         self.by_object = by_object
@@ -104,7 +127,9 @@ class Plan:
     def _rows(self, pids: np.ndarray) -> np.ndarray:
         return np.searchsorted(self.fleet.ids, pids)
 
-    def _summarize(self, series: Series, pids: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> dict[str, int]:
+    def _summarize(
+        self, series: Series, pids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> dict[str, int]:
         spans = self.spans[series]
         first, last = starts // spans.span, (ends - 1) // spans.span
         buckets = self.fleet.buckets[self._rows(pids)]
@@ -127,25 +152,33 @@ class Plan:
         """Every slab, in time order (then series, then bucket). The work is handed out once: each
         series' arrays are let go with its last slab (a wide fleet's raw days outlast its weeks)."""
         needed, self.needed = self.needed, {}
-        streams = [self._slabs_of(series, order, *needed.pop(series)) for order, series in enumerate(self.series)
-                   if series in needed]
+        streams = [
+            self._slabs_of(series, order, *needed.pop(series))
+            for order, series in enumerate(self.series)
+            if series in needed
+        ]
         for _, _, _, slab in heapq.merge(*streams, key=lambda item: item[:3]):
             yield slab
 
-    def _slabs_of(self, series: Series, order: int, pids: np.ndarray, starts: np.ndarray,
-                  ends: np.ndarray) -> Iterator[tuple[int, int, int, Slab]]:
+    def _slabs_of(
+        self, series: Series, order: int, pids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> Iterator[tuple[int, int, int, Slab]]:
         spans = self.spans[series]
         if not len(pids):
             return
         # The spans with any work: the union of each interval's spans.
-        _, first, stop = union(np.zeros(len(pids), np.int64), starts // spans.span, (ends - 1) // spans.span + 1)
+        _, first, stop = union(
+            np.zeros(len(pids), np.int64), starts // spans.span, (ends - 1) // spans.span + 1
+        )
         for lo, hi in zip(first.tolist(), stop.tolist(), strict=True):
             for index in range(lo, hi):
                 span_start = index * spans.span
                 for slab in self._slabs_at(series, (pids, starts, ends), span_start, span_start + spans.span):
                     yield span_start, order, slab.bucket, slab
 
-    def _slabs_at(self, series: Series, work: tuple[np.ndarray, ...], span_start: int, span_end: int) -> Iterator[Slab]:
+    def _slabs_at(
+        self, series: Series, work: tuple[np.ndarray, ...], span_start: int, span_end: int
+    ) -> Iterator[Slab]:
         pids, starts, ends = work
         hit = np.flatnonzero((starts < span_end) & (ends > span_start))
         buckets = self.fleet.buckets[self._rows(pids[hit])]
@@ -170,5 +203,8 @@ class Plan:
 
 
 def spans_for(raw_window: int, aggregate_window: int) -> dict[Series, Spans]:
-    return {Series.RAW: Spans(DAY_MS, raw_window), Series.AVERAGE: Spans(aggregate_window, aggregate_window),
-            Series.CANDLES: Spans(aggregate_window, aggregate_window)}
+    return {
+        Series.RAW: Spans(DAY_MS, raw_window),
+        Series.AVERAGE: Spans(aggregate_window, aggregate_window),
+        Series.CANDLES: Spans(aggregate_window, aggregate_window),
+    }

@@ -22,8 +22,12 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self._bar = Bar(
-                TextColumn("windows"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[points]} points"),
-                TimeRemainingColumn(), transient=True,
+                TextColumn("windows"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[points]} points"),
+                TimeRemainingColumn(),
+                transient=True,
             )
             self._task = self._bar.add_task("", total=total_windows, points=0)
             self._bar.start()

@@ -87,7 +87,9 @@ def unify(name: str, kinds: set[pa.DataType]) -> pa.DataType:
     if len(kinds) == 1:
         return kinds.pop()
     try:
-        merged = pa.unify_schemas([pa.schema([pa.field(name, k)]) for k in kinds], promote_options="permissive")
+        merged = pa.unify_schemas(
+            [pa.schema([pa.field(name, k)]) for k in kinds], promote_options="permissive"
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return pa.string()
     kind = merged.field(name).type

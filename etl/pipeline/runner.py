@@ -91,8 +91,9 @@ class RunSummary:
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
         if lowest is not None:
-            self.lowest_completeness = lowest if self.lowest_completeness is None \
-                else min(self.lowest_completeness, lowest)
+            self.lowest_completeness = (
+                lowest if self.lowest_completeness is None else min(self.lowest_completeness, lowest)
+            )
 
     def as_dict(self) -> dict:
         counters = dict(self.warnings)
@@ -138,7 +139,9 @@ class Runner:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
-        self.committed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # coverage rows of committed slabs
+        self.committed: list[
+            tuple[np.ndarray, np.ndarray, np.ndarray]
+        ] = []  # coverage rows of committed slabs
         self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
 
     def _window(self) -> tuple[int, int]:
@@ -155,11 +158,15 @@ class Runner:
         if kind == "local":
             return None
         if self.config.sink.lake:
-            raise ConfigError(f"sink.format {self.config.sink.format} runs slabs with the local executor only "
-                              "(each table commit carries a version counted in this process)")
+            raise ConfigError(
+                f"sink.format {self.config.sink.format} runs slabs with the local executor only "
+                "(each table commit carries a version counted in this process)"
+            )
         address = self.options.scheduler or self.config.executor.address
         if not address:
-            raise ConfigError("the dask executor needs --scheduler ADDRESS (or executor.address in the config)")
+            raise ConfigError(
+                "the dask executor needs --scheduler ADDRESS (or executor.address in the config)"
+            )
         return address
 
     async def run(self) -> RunSummary:
@@ -175,8 +182,9 @@ class Runner:
         except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
             stopped = isinstance(exc, Interrupted | KeyboardInterrupt | asyncio.CancelledError)
             self.summary.status = "interrupted" if stopped else "failed"
-            self.summary.error = redact.redact(str(exc) if isinstance(exc, EtlError) else
-                                               f"{type(exc).__name__}: {exc}".removesuffix(": "))
+            self.summary.error = redact.redact(
+                str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
+            )
             raise
         finally:
             self.summary.seconds = time.monotonic() - started
@@ -212,17 +220,25 @@ class Runner:
             mine = found.params.of_shard(shard)
             summary.objects, summary.parameters = len(found.object_ids), len(mine)
             extract = self.config.extract
-            plan = Plan(Fleet(mine, self.config.sink.buckets), coverage,
-                        PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
-                        self.config.series, spans_for(extract.raw_window, extract.aggregate_window),
-                        by_object="object_id" in self.config.sink.partition_by)
+            plan = Plan(
+                Fleet(mine, self.config.sink.buckets),
+                coverage,
+                PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
+                self.config.series,
+                spans_for(extract.raw_window, extract.aggregate_window),
+                by_object="object_id" in self.config.sink.partition_by,
+            )
             summary.planned = plan.summary()
             if self.options.dry_run:
                 return
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = asyncio.ensure_future(
-                self._dimensions(client, found.object_ids, found.objects, found.parameters)) \
-                if self.config.dimensions else None
+            snapshot = (
+                asyncio.ensure_future(
+                    self._dimensions(client, found.object_ids, found.objects, found.parameters)
+                )
+                if self.config.dimensions
+                else None
+            )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
             try:
                 async with self._executor(client, self.scheduler) as executor:
@@ -254,7 +270,9 @@ class Runner:
             async with dask_executor(scheduler) as executor:
                 yield executor
 
-    async def _dimensions(self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows) -> None:
+    async def _dimensions(
+        self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
+    ) -> None:
         tables = await dimensions.collect(client, object_ids, objects, parameters)
         await asyncio.to_thread(self.build.write_dimensions, tables)
 
@@ -278,7 +296,9 @@ class Runner:
         commit_lock = asyncio.Lock()
         loop = asyncio.get_running_loop()
         # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
-        signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+        signals = (
+            (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+        )
 
         def on_signal(signum: int) -> None:
             if not self.interrupted:

@@ -78,8 +78,9 @@ class SlabResult:
 class _Fetcher:
     """Fetches a slab's windows in order, at most `ahead` of them before the writer takes them."""
 
-    def __init__(self, client: MonitoringClient, windows: Windows, max_points: int, ahead: int,
-                 counters: Counter) -> None:
+    def __init__(
+        self, client: MonitoringClient, windows: Windows, max_points: int, ahead: int, counters: Counter
+    ) -> None:
         self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
@@ -93,7 +94,9 @@ class _Fetcher:
         self.launched.set()
 
     async def _one(self, window: Window) -> WindowData:
-        return clean(window, await fetch_window(self.client, window, self.max_points, self.counters), self.counters)
+        return clean(
+            window, await fetch_window(self.client, window, self.max_points, self.counters), self.counters
+        )
 
     async def launch(self) -> None:
         try:
@@ -121,8 +124,9 @@ class _Fetcher:
             self.room.release()
 
 
-async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWriter,
-                       stop: asyncio.Event | None = None) -> SlabResult:
+async def process_slab(
+    job: SlabJob, client: MonitoringClient, writer: SlabWriter, stop: asyncio.Event | None = None
+) -> SlabResult:
     """Fetch the slab's windows and write those that succeed; failed ones stay open."""
     slab, extract = job.slab, job.config.extract
     result = SlabResult(slab.series, windows=len(slab.windows))
@@ -152,9 +156,13 @@ async def process_slab(job: SlabJob, client: MonitoringClient, writer: SlabWrite
                     written.append(index)
                 elif isinstance(outcome, Exception):
                     # Each error class says whether fetching more is pointless; anything else is a bug.
-                    failure = WindowFailure(slab.windows[index], str(outcome),
-                                            getattr(outcome, "exit_code", ExitCode.INTERNAL),
-                                            getattr(outcome, "fatal", True), outcome)
+                    failure = WindowFailure(
+                        slab.windows[index],
+                        str(outcome),
+                        getattr(outcome, "exit_code", ExitCode.INTERNAL),
+                        getattr(outcome, "fatal", True),
+                        outcome,
+                    )
                     result.failures.append(failure)
                     if failure.fatal:
                         fetcher.halt()  # fetch no more; what is fetched is still written

@@ -49,7 +49,9 @@ def _group_starts(groups: np.ndarray, n: int) -> np.ndarray:
     return np.searchsorted(groups, np.arange(n), side="left")
 
 
-def _group_reduce(ufunc: np.ufunc, values: np.ndarray, groups: np.ndarray, n: int, empty: float) -> np.ndarray:
+def _group_reduce(
+    ufunc: np.ufunc, values: np.ndarray, groups: np.ndarray, n: int, empty: float
+) -> np.ndarray:
     """ufunc.reduce over each group of contiguous values (groups ascending); `empty` for groups with none."""
     out = np.full(n, empty, np.float64)
     if not len(values):
@@ -76,8 +78,9 @@ def infer_periods(spacings: np.ndarray, groups: np.ndarray, n: int) -> np.ndarra
     sample = (np.arange(len(groups)) - starts[groups]) % stride[groups] == 0
     # One sort of (group, spacing) packed in an int64 (spacings of a day fit in 32 bits): a lexsort's
     # result at a fraction of its time.
-    packed = np.sort((groups[sample].astype(np.int64) << 32)
-                     | np.minimum(spacings[sample], 0xFFFFFFFF).astype(np.int64))
+    packed = np.sort(
+        (groups[sample].astype(np.int64) << 32) | np.minimum(spacings[sample], 0xFFFFFFFF).astype(np.int64)
+    )
     ordered = (packed & 0xFFFFFFFF).astype(np.float64)
     starts = _group_starts(packed >> 32, n)
     counts = np.diff(np.r_[starts, len(packed)])
@@ -103,8 +106,9 @@ def infer_period(ts: np.ndarray) -> float | None:
     return float(infer_periods(spacings, np.zeros(len(spacings), np.int64), 1)[0])
 
 
-def day_rows(rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]], source: str,
-             window: tuple[int, int]) -> pa.Table:
+def day_rows(
+    rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]], source: str, window: tuple[int, int]
+) -> pa.Table:
     """The quality rows (QUALITY_SCHEMA, by param_id) of the parameters in `ranges`, whose every raw row
     of one UTC day is in `rows` (sorted by param_id, ts; rows of other parameters are ignored).
     `params`: each parameter's object and kind; `window`: the run's [start, end)."""
@@ -120,8 +124,11 @@ def day_rows(rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]],
     mine = np.isin(pids, ids)
     pids = pids[mine]
     ts = ts_ms(rows)[mine] if rows.num_rows else np.empty(0, np.int64)
-    values = rows.column("value").combine_chunks().to_numpy(zero_copy_only=False)[mine] if rows.num_rows \
+    values = (
+        rows.column("value").combine_chunks().to_numpy(zero_copy_only=False)[mine]
+        if rows.num_rows
         else np.empty(0, np.float64)
+    )
     group = np.searchsorted(ids, pids)
     points = np.bincount(group, minlength=n)
     has = points > 0
@@ -190,7 +197,11 @@ class QualityTracker:
 
     def __init__(self, windows: Windows, source: str, window: tuple[int, int]) -> None:
         order = np.argsort(windows.param_id, kind="stable")
-        self._ids, self._objects, self._kinds = windows.param_id[order], windows.object_id[order], windows.kind[order]
+        self._ids, self._objects, self._kinds = (
+            windows.param_id[order],
+            windows.object_id[order],
+            windows.kind[order],
+        )
         self.source = source
         self.window = window
         self.parts: list[pa.Table] = []  # compacted, then the latest small ones
@@ -209,8 +220,15 @@ class QualityTracker:
         ids = np.unique(ids)
         at = np.minimum(np.searchsorted(self._ids, ids), max(len(self._ids) - 1, 0))
         known = self._ids[at] == ids if len(self._ids) else np.zeros(len(ids), bool)
-        return {p: (o, PARAM_KINDS[k].value) for p, o, k in zip(
-            ids[known].tolist(), self._objects[at][known].tolist(), self._kinds[at][known].tolist(), strict=True)}
+        return {
+            p: (o, PARAM_KINDS[k].value)
+            for p, o, k in zip(
+                ids[known].tolist(),
+                self._objects[at][known].tolist(),
+                self._kinds[at][known].tolist(),
+                strict=True,
+            )
+        }
 
     def result(self, by_object: bool) -> tuple[pa.Table, Windows]:
         """The rows in write order, and the (parameter, day) windows they replace."""
@@ -220,9 +238,12 @@ class QualityTracker:
         keys = [("object_id", "ascending")] if by_object else []
         table = table.sort_by([*keys, ("param_id", "ascending"), (QUALITY_TIME_KEY, "ascending")])
         days = ts_ms(table, QUALITY_TIME_KEY)
-        kinds = pc.index_in(table.column("kind"), pa.array([k.value for k in PARAM_KINDS])).to_numpy(zero_copy_only=False)
-        return table, Windows(Series.RAW, param_ids(table), table.column("object_id").to_numpy(), kinds,
-                              days, days + DAY_MS)
+        kinds = pc.index_in(table.column("kind"), pa.array([k.value for k in PARAM_KINDS])).to_numpy(
+            zero_copy_only=False
+        )
+        return table, Windows(
+            Series.RAW, param_ids(table), table.column("object_id").to_numpy(), kinds, days, days + DAY_MS
+        )
 
     @property
     def rows(self) -> int:
@@ -230,8 +251,11 @@ class QualityTracker:
 
     @property
     def lowest_completeness(self) -> float | None:
-        lows = [float(np.nanmin(c)) for p in self.parts
-                if len(c := p.column("completeness").to_numpy(zero_copy_only=False)) and not np.isnan(c).all()]
+        lows = [
+            float(np.nanmin(c))
+            for p in self.parts
+            if len(c := p.column("completeness").to_numpy(zero_copy_only=False)) and not np.isnan(c).all()
+        ]
         return min(lows) if lows else None
 
 
@@ -242,8 +266,15 @@ class QualitySlabWriter(SlabWriter):
     """A raw slab's writer that also writes the quality rows of the parameters it wrote, once its own
     files are swapped in (the coordinator checkpoints the slab after both)."""
 
-    def __init__(self, storage: Storage, fmt: FileFormat, layout: Layout, bucket: int, quality: Layout,
-                 tracker: QualityTracker) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        fmt: FileFormat,
+        layout: Layout,
+        bucket: int,
+        quality: Layout,
+        tracker: QualityTracker,
+    ) -> None:
         super().__init__(storage, fmt, layout, bucket, tracker)
         self.tracker = tracker
         self.quality = SlabWriter(storage, fmt, quality, bucket)

@@ -30,8 +30,9 @@ class SlabWriter:
     `finish` swaps each file in, except that partitions of objects already passed are finished early
     (the slab's later batches cannot touch them) so open files stay few."""
 
-    def __init__(self, storage: Storage, fmt: FileFormat, layout: Layout, bucket: int,
-                 observer: Observer | None = None) -> None:
+    def __init__(
+        self, storage: Storage, fmt: FileFormat, layout: Layout, bucket: int, observer: Observer | None = None
+    ) -> None:
         self.storage, self.fmt, self.layout, self.bucket = storage, fmt, layout, bucket
         self.observer = observer
         self.open: dict[str, FileRewrite] = {}
@@ -42,8 +43,13 @@ class SlabWriter:
     def _folders(self, window: Window) -> list[tuple[int, str]]:
         """(sort key, partition folder) of every partition the window touches."""
         days = range(window.start // DAY_MS, (window.end - 1) // DAY_MS + 1)
-        return [((window.object_id if self.layout.by_object else 0, day), self.layout.partition(day, window.object_id))
-                for day in days]
+        return [
+            (
+                (window.object_id if self.layout.by_object else 0, day),
+                self.layout.partition(day, window.object_id),
+            )
+            for day in days
+        ]
 
     def write(self, table: pa.Table, windows: list[Window]) -> None:
         """The rows of fetched windows (sorted in write order) and the windows (rows may be none)."""
@@ -55,15 +61,18 @@ class SlabWriter:
         for folder, (key, fed) in sorted(by_folder.items(), key=lambda item: item[1][0]):
             rows = table if keys is None else table.filter(pa.array(keys == key[0] * _DAYS + key[1]))
             if folder not in self.open:
-                self.open[folder] = FileRewrite(self.storage, self.fmt, self.layout,
-                                                self.layout.file(folder, self.bucket), self.observer)
+                self.open[folder] = FileRewrite(
+                    self.storage, self.fmt, self.layout, self.layout.file(folder, self.bucket), self.observer
+                )
             ranges = Ranges.of(fed)
             self.open[folder].feed(rows, ranges)
             self.fed[folder].append(ranges)
         self.points += table.num_rows
         if self.layout.by_object and windows:
             passed = max(w.object_id for w in windows)  # later batches hold this object or later ones
-            for folder in [f for f in self.open if int(self.layout.partition_values(f)["object_id"]) < passed]:
+            for folder in [
+                f for f in self.open if int(self.layout.partition_values(f)["object_id"]) < passed
+            ]:
                 self._finish(folder)
 
     def _row_keys(self, table: pa.Table) -> np.ndarray:
@@ -75,7 +84,11 @@ class SlabWriter:
         ranges = concat(self.fed.pop(folder))
         for name in self.storage.listdir(folder):
             key = self.layout.data_key(name)
-            if key is not None and self.layout.may_hold_ours(key) and f"{folder}/{name}" != self.open[folder].rel:
+            if (
+                key is not None
+                and self.layout.may_hold_ours(key)
+                and f"{folder}/{name}" != self.open[folder].rel
+            ):
                 other = FileRewrite(self.storage, self.fmt, self.layout, f"{folder}/{name}")
                 try:
                     for low, high in _chunks(ranges.param_id):
@@ -107,7 +120,9 @@ class SlabWriter:
 def _chunks(ids: np.ndarray, size: int = 4096) -> list[tuple[int, int]]:
     """Parameter-id bounds of successive groups of ranges (one feed each, so a cleaning stays bounded)."""
     unique = np.unique(ids)
-    return [(int(unique[i]), int(unique[min(i + size, len(unique)) - 1])) for i in range(0, len(unique), size)]
+    return [
+        (int(unique[i]), int(unique[min(i + size, len(unique)) - 1])) for i in range(0, len(unique), size)
+    ]
 
 
 __all__ = ["SlabWriter", "param_ids"]

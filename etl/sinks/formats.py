@@ -41,8 +41,12 @@ def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     """The file's columns in the schema's order and types; a column the file lacks (written by an older
     version) comes back null, for the caller to fill."""
     try:
-        columns = [table.column(f.name).cast(f.type) if f.name in table.column_names
-                   else pa.nulls(table.num_rows, f.type) for f in schema]
+        columns = [
+            table.column(f.name).cast(f.type)
+            if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type)
+            for f in schema
+        ]
         return pa.Table.from_arrays(columns, schema=schema)
     except pa.ArrowException as exc:
         raise DataError(f"cannot read existing file {where}: {exc}") from None
@@ -80,7 +84,9 @@ class ParquetFormat:
     def _options(self, schema: pa.Schema) -> dict:
         # Dictionaries pay off on few-valued columns (ids, kinds, names), not on timestamps and
         # measured values: there they cost time and bytes (a 150k-row slab: 2.5x slower, 1.6x larger).
-        keyed = [f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))]
+        keyed = [
+            f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))
+        ]
         return {"compression": self.compression, "use_dictionary": keyed}
 
     def encode(self, table: pa.Table) -> bytes:
@@ -110,7 +116,9 @@ class ParquetFormat:
 class _ParquetWriter(_Buffered):
     def __init__(self, path: str, schema: pa.Schema, options: dict, group_bytes: int) -> None:
         self._writer = pq.ParquetWriter(path, schema, **options)
-        super().__init__(lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS), group_bytes)
+        super().__init__(
+            lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS), group_bytes
+        )
 
     def close(self) -> None:
         self._drain()
@@ -119,8 +127,10 @@ class _ParquetWriter(_Buffered):
 
 def _csv_plain(table: pa.Table) -> pa.Table:
     """Timestamps as ISO 8601 UTC with milliseconds (2026-11-01T00:00:00.000Z)."""
-    columns = [pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ") if pa.types.is_timestamp(col.type) else col
-               for col in table.columns]
+    columns = [
+        pc.strftime(col, format="%Y-%m-%dT%H:%M:%SZ") if pa.types.is_timestamp(col.type) else col
+        for col in table.columns
+    ]
     return pa.table(columns, names=table.column_names)
 
 
@@ -163,8 +173,11 @@ class CsvFormat:
 
     def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]:
         try:
-            reader = pcsv.open_csv(handle, read_options=pcsv.ReadOptions(block_size=1 << 22),
-                                   convert_options=self._convert(schema))
+            reader = pcsv.open_csv(
+                handle,
+                read_options=pcsv.ReadOptions(block_size=1 << 22),
+                convert_options=self._convert(schema),
+            )
             for batch in reader:
                 yield _conform(pa.Table.from_batches([batch]), schema, where)
         except pa.ArrowException as exc:

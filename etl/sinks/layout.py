@@ -45,7 +45,7 @@ class FileKey:
     def parse(cls, name: str, extension: str) -> FileKey | None:
         if not name.startswith("part-") or not name.endswith(extension):
             return None
-        stem = name[len("part-"): -len(extension)]
+        stem = name[len("part-") : -len(extension)]
         if stem == "0" or (old_shard := Shard.from_label(stem)):  # one file per writer, no source
             return cls(None, None if stem == "0" else old_shard, None, None)
         match = _NAME.fullmatch(stem)
@@ -60,9 +60,19 @@ class Layout:
     `schema` and the `time_key` column its rows are sorted and replaced by, e.g. the quality dataset's
     `day`), which `series` then describes."""
 
-    def __init__(self, series: Series, partition_by: list[str], extension: str, source: str,
-                 shard: Shard | None = None, buckets: int = 4, *, name: str | None = None,
-                 schema: pa.Schema | None = None, time_key: str = "ts") -> None:
+    def __init__(
+        self,
+        series: Series,
+        partition_by: list[str],
+        extension: str,
+        source: str,
+        shard: Shard | None = None,
+        buckets: int = 4,
+        *,
+        name: str | None = None,
+        schema: pa.Schema | None = None,
+        time_key: str = "ts",
+    ) -> None:
         self.series = Series(series)
         self.name = name or self.series.value
         self.partition_by = tuple(partition_by)

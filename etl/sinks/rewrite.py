@@ -95,8 +95,9 @@ def _merge(old: pa.Table, new: pa.Table, key: str = "ts") -> pa.Table:
 
 
 class FileRewrite:
-    def __init__(self, storage: Storage, fmt: FileFormat, layout: Layout, rel: str,
-                 observer: Observer | None = None) -> None:
+    def __init__(
+        self, storage: Storage, fmt: FileFormat, layout: Layout, rel: str, observer: Observer | None = None
+    ) -> None:
         self.storage, self.fmt, self.layout, self.rel = storage, fmt, layout, rel
         self.folder = rel.rsplit("/", 1)[0]
         self.key = layout.time_key
@@ -108,8 +109,11 @@ class FileRewrite:
     def _open(self) -> None:
         self.version = self.storage.open_version(self.rel)
         handle = self.version.handle
-        self._old: Iterator[pa.Table] = iter(()) if handle is None else \
-            self.fmt.batches(handle, self.layout.schema, self.storage.display(self.rel))
+        self._old: Iterator[pa.Table] = (
+            iter(())
+            if handle is None
+            else self.fmt.batches(handle, self.layout.schema, self.storage.display(self.rel))
+        )
         self._old_buf = self.layout.schema.empty_table()
         self._old_done = handle is None
         self._last_old = -1  # the last parameter id read from the old file: they must ascend
@@ -132,7 +136,9 @@ class FileRewrite:
             self.fed.append(ranges)
         if new.num_rows:
             self._new_buf = pa.concat_tables([self._new_buf, new]) if self._new_buf.num_rows else new
-        top = max(int(ranges.param_id[-1]) if len(ranges) else -1, int(param_ids(new)[-1]) if new.num_rows else -1)
+        top = max(
+            int(ranges.param_id[-1]) if len(ranges) else -1, int(param_ids(new)[-1]) if new.num_rows else -1
+        )
         self._advance(top)
 
     def _next_old(self) -> pa.Table | None:
@@ -143,8 +149,10 @@ class FileRewrite:
         batch = self.layout.fill_partition_columns(batch, self.folder)
         pids = param_ids(batch)
         if len(pids) and (pids[0] < self._last_old or (np.diff(pids) < 0).any()):
-            raise DataError(f"existing file {self.storage.display(self.rel)} is not sorted by parameter id; "
-                            "it was not written by etl")
+            raise DataError(
+                f"existing file {self.storage.display(self.rel)} is not sorted by parameter id; "
+                "it was not written by etl"
+            )
         if len(pids):
             self._last_old = int(pids[-1])
         return batch
@@ -183,7 +191,7 @@ class FileRewrite:
         if new.num_rows:
             cut = int(np.searchsorted(param_ids(new), upto, side="right"))
             new, self._new_buf = new.slice(0, cut), new.slice(cut)
-        replaced = concat(r.between(self._emitted + 1, upto) for r in self.fed[self._pending:])
+        replaced = concat(r.between(self._emitted + 1, upto) for r in self.fed[self._pending :])
         self._emitted = max(self._emitted, upto)
         while self._pending < len(self.fed) and self.fed[self._pending].param_id[-1] <= self._emitted:
             self._pending += 1  # feeds ascend: this one is written, later emits need not look at it

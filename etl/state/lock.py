@@ -67,7 +67,9 @@ class RunLock:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "unknown"
-                raise LockedError(f"another run holds the state lock {path} ({holder}); wait for it to finish") from None
+                raise LockedError(
+                    f"another run holds the state lock {path} ({holder}); wait for it to finish"
+                ) from None
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(self._owner()).encode(), 0)
             yield
@@ -99,7 +101,9 @@ class RunLock:
 
         def renew(current: bytes | None) -> bytes:
             if self._held(current).get("token") != token:
-                raise LockedError(f"lost the state lock {where} to another run (this one stalled past its lease)")
+                raise LockedError(
+                    f"lost the state lock {where} to another run (this one stalled past its lease)"
+                )
             return take(current)
 
         self.storage.update(LOCK_FILE, take)
@@ -108,7 +112,9 @@ class RunLock:
             # land, then read back (best effort: such stores offer nothing stronger).
             time.sleep(LEASE_SETTLE)
             if self._held(self.storage.read(LOCK_FILE)).get("token") != token:
-                raise LockedError(f"another run took the state lock {where} at the same time; wait for it to finish")
+                raise LockedError(
+                    f"another run took the state lock {where} at the same time; wait for it to finish"
+                )
         self.lost = None
         stop = threading.Event()
 
@@ -130,6 +136,8 @@ class RunLock:
             stop.set()
             renewer.join()
             try:
-                self.storage.update(LOCK_FILE, lambda cur: None if self._held(cur).get("token") == token else KEEP)
+                self.storage.update(
+                    LOCK_FILE, lambda cur: None if self._held(cur).get("token") == token else KEEP
+                )
             except StorageError as exc:
                 log.warning("could not release the state lock (it expires by itself): %s", exc)

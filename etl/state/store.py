@@ -84,7 +84,9 @@ class Coverage:
 
     __slots__ = ("key", "start", "end")
 
-    def __init__(self, key: np.ndarray = _EMPTY, start: np.ndarray = _EMPTY, end: np.ndarray = _EMPTY) -> None:
+    def __init__(
+        self, key: np.ndarray = _EMPTY, start: np.ndarray = _EMPTY, end: np.ndarray = _EMPTY
+    ) -> None:
         self.key, self.start, self.end = key, start, end
 
     @classmethod
@@ -102,8 +104,11 @@ class Coverage:
             return
         windows = list(windows)
         if windows:
-            self.add_arrays(np.array([_key(w.param_id, w.series) for w in windows], np.int64),
-                            np.array([w.start for w in windows], np.int64), np.array([w.end for w in windows], np.int64))
+            self.add_arrays(
+                np.array([_key(w.param_id, w.series) for w in windows], np.int64),
+                np.array([w.start for w in windows], np.int64),
+                np.array([w.end for w in windows], np.int64),
+            )
 
     def add_arrays(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
         """Merge new intervals in; only the keys they touch are re-merged."""
@@ -113,7 +118,9 @@ class Coverage:
         np.add.at(marks, lo, 1)
         np.add.at(marks, hi, -1)
         inside = np.cumsum(marks[:-1]) > 0
-        merged = union(np.r_[self.key[inside], key], np.r_[self.start[inside], start], np.r_[self.end[inside], end])
+        merged = union(
+            np.r_[self.key[inside], key], np.r_[self.start[inside], start], np.r_[self.end[inside], end]
+        )
         rest = ~inside
         all_key = np.r_[self.key[rest], merged[0]]
         order = np.argsort(all_key, kind="stable")  # a key's rows all come from one side, in order
@@ -154,14 +161,21 @@ class Coverage:
         for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(self.key)], strict=True):
             key = int(self.key[lo])
             spans = list(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(), strict=True))
-            yield {"param_id": key // 4, "series": SERIES[key % 4].value, "high_water": iso(spans[-1][1]),
-                   "intervals": len(spans), "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in spans)}
+            yield {
+                "param_id": key // 4,
+                "series": SERIES[key % 4].value,
+                "high_water": iso(spans[-1][1]),
+                "intervals": len(spans),
+                "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in spans),
+            }
 
     # -- on disk ---------------------------------------------------------------------------------------
 
     def to_parquet(self, marks: dict[str, int] | None = None) -> bytes:
         """`marks`: the lake tables' commit versions the coverage includes (kept in the file's metadata)."""
-        series = pa.DictionaryArray.from_arrays(pa.array(self.key % 4, pa.int8()), pa.array([s.value for s in SERIES]))
+        series = pa.DictionaryArray.from_arrays(
+            pa.array(self.key % 4, pa.int8()), pa.array([s.value for s in SERIES])
+        )
         table = pa.table({"param_id": self.key // 4, "series": series, "start": self.start, "end": self.end})
         if marks:
             table = table.replace_schema_metadata({_MARKS: orjson.dumps(marks)})
@@ -172,12 +186,17 @@ class Coverage:
     @classmethod
     def from_parquet(cls, data: bytes) -> Coverage:
         table = pq.read_table(io.BytesIO(data))
-        codes = pc.index_in(table.column("series").cast(pa.string()), value_set=pa.array([s.value for s in SERIES]))
+        codes = pc.index_in(
+            table.column("series").cast(pa.string()), value_set=pa.array([s.value for s in SERIES])
+        )
         if codes.null_count:
             raise ValueError("unknown series name")
         codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
-        return cls.of(table.column("param_id").to_numpy() * 4 + codes, table.column("start").to_numpy(),
-                      table.column("end").to_numpy())
+        return cls.of(
+            table.column("param_id").to_numpy() * 4 + codes,
+            table.column("start").to_numpy(),
+            table.column("end").to_numpy(),
+        )
 
 
 def _marks_of(data: bytes) -> dict[str, int]:
@@ -190,15 +209,21 @@ def segment(windows: Windows | list[Window], mark: tuple[str, int] | None = None
     and for a lake table the (table, version) of the commit that holds them."""
     groups = []
     for series in sorted(SERIES):  # by name, as earlier segments were
-        mine = windows if isinstance(windows, Windows) else Windows.of(series, (w for w in windows if w.series == series))
+        mine = (
+            windows
+            if isinstance(windows, Windows)
+            else Windows.of(series, (w for w in windows if w.series == series))
+        )
         if mine.series != series or not len(mine):
             continue
         order = np.lexsort((mine.param_id, mine.end, mine.start))
         starts, ends, ids = mine.start[order], mine.end[order], mine.param_id[order]
         cuts = np.flatnonzero((starts[1:] != starts[:-1]) | (ends[1:] != ends[:-1])) + 1
         heads = np.r_[0, cuts]
-        groups += [[series.value, a, b, p.tolist()] for a, b, p in
-                   zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)]
+        groups += [
+            [series.value, a, b, p.tolist()]
+            for a, b, p in zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)
+        ]
     body = {"version": 2, "windows": groups}
     if mark is not None:
         body["lake"] = list(mark)
@@ -207,8 +232,11 @@ def segment(windows: Windows | list[Window], mark: tuple[str, int] | None = None
 
 def windows_of(data: bytes) -> list[Window]:
     """A segment's windows back (object and kind are not kept: they do not matter to coverage)."""
-    return [Window(p, 0, ParamKind.PHYSICAL, Series(s), a, b) for s, a, b, params in orjson.loads(data)["windows"]
-            for p in params]
+    return [
+        Window(p, 0, ParamKind.PHYSICAL, Series(s), a, b)
+        for s, a, b, params in orjson.loads(data)["windows"]
+        for p in params
+    ]
 
 
 def advance(marks: dict[str, int], seen: dict[str, set[int]]) -> dict[str, int]:
@@ -258,8 +286,10 @@ class StateStore:
             yield
 
     def _damaged(self, rel: str, exc: BaseException) -> StorageError:
-        return StorageError(f"checkpoint file {self.storage.display(rel)} is damaged ({exc}); "
-                            "move it away or run 'etl state reset'")
+        return StorageError(
+            f"checkpoint file {self.storage.display(rel)} is damaged ({exc}); "
+            "move it away or run 'etl state reset'"
+        )
 
     def load(self) -> Coverage:
         for _ in range(3):
@@ -271,7 +301,9 @@ class StateStore:
     def _load(self) -> Coverage | None:
         """None when a file listed went away meanwhile (a running job folded its log): read again."""
         self._bases = sorted(int(m.group(1)) for n in self.storage.listdir("") if (m := _BASE.fullmatch(n)))
-        self._segments = sorted(int(m.group(1)) for n in self.storage.listdir("log") if (m := _SEGMENT.fullmatch(n)))
+        self._segments = sorted(
+            int(m.group(1)) for n in self.storage.listdir("log") if (m := _SEGMENT.fullmatch(n))
+        )
         base = self._bases[-1] if self._bases else 0
         coverage = Coverage()
         marks: dict[str, int] = {}

@@ -69,9 +69,14 @@ def storage_options(url: str, options: dict[str, Any] | None) -> dict[str, Any]:
     """The fsspec options of a URL. For s3:// the standard AWS_ENDPOINT_URL(_S3) variable is passed on
     explicitly: recent botocore reads it itself, older botocore and pyarrow's S3 filesystem do not."""
     options = dict(options or {})
-    redact.register(*(str(v) for k, v in options.items() if isinstance(v, str) and k.lower().endswith(_SECRET_OPTIONS)))
-    if url.startswith(("s3://", "s3a://")) and "endpoint_url" not in options \
-            and "endpoint_url" not in options.get("client_kwargs", {}):
+    redact.register(
+        *(str(v) for k, v in options.items() if isinstance(v, str) and k.lower().endswith(_SECRET_OPTIONS))
+    )
+    if (
+        url.startswith(("s3://", "s3a://"))
+        and "endpoint_url" not in options
+        and "endpoint_url" not in options.get("client_kwargs", {})
+    ):
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             options["endpoint_url"] = endpoint
@@ -95,7 +100,9 @@ class Storage:
         self.local = isinstance(self.fs, LocalFileSystem)
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         self.s3 = "s3" in protocols
-        self._endpoint = str(self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url"))
+        self._endpoint = str(
+            self.options.get("endpoint_url") or self.options.get("client_kwargs", {}).get("endpoint_url")
+        )
 
     @property
     def conditional(self) -> bool:
@@ -270,7 +277,9 @@ class Storage:
 
     # -- read-modify-write of small files ----------------------------------------------------------
 
-    def update(self, rel: str, change: Callable[[bytes | None], bytes | None | object], attempts: int = 8) -> object:
+    def update(
+        self, rel: str, change: Callable[[bytes | None], bytes | None | object], attempts: int = 8
+    ) -> object:
         """Replace `rel` by change(current bytes or None). change returns new bytes, None to delete,
         or KEEP. No concurrent `update` of the same file is lost: locally the folder is flocked;
         on S3 the write is conditional on the version read (retried with a fresh read on conflict).
@@ -308,8 +317,11 @@ class Storage:
         try:
             return self._s3(s3.put_if, rel, body, etag, self.conditional)
         except s3.ConditionsUnsupported:
-            log.warning("%s does not support conditional writes: concurrent writers of one file "
-                        "(shards of different layouts, two runs of one state) are not protected", self.url)
+            log.warning(
+                "%s does not support conditional writes: concurrent writers of one file "
+                "(shards of different layouts, two runs of one state) are not protected",
+                self.url,
+            )
             _UNCONDITIONAL.add(self._endpoint)
             if hasattr(body, "seek"):
                 body.seek(0)
@@ -354,7 +366,7 @@ class Storage:
             except FileNotFoundError:
                 return []
         prefix = self.root + "/"
-        return sorted(f[len(prefix):] if f.startswith(prefix) else f for f in found)
+        return sorted(f[len(prefix) :] if f.startswith(prefix) else f for f in found)
 
     def check_writable(self) -> None:
         """Fail before fetching anything if the location cannot be written."""
@@ -368,7 +380,8 @@ class Storage:
         if not self.local:
             return 0
         leftovers = [
-            f for f in self.find()
+            f
+            for f in self.find()
             if tempfiles.is_temp(f.rsplit("/", 1)[-1]) and tempfiles.abandoned(self.full(f))
         ]
         for rel in leftovers:

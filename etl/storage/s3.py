@@ -39,8 +39,9 @@ async def download(fs: Any, bucket: str, key: str, spool: str) -> str | None:
         answer["Body"].close()
 
 
-async def put_if(fs: Any, bucket: str, key: str, body: bytes | IO[bytes] | None, etag: str | None,
-                 conditional: bool) -> bool:
+async def put_if(
+    fs: Any, bucket: str, key: str, body: bytes | IO[bytes] | None, etag: str | None, conditional: bool
+) -> bool:
     """Write (None: delete) if the object is still the version `etag` names (None: absent). False when it
     is not."""
     condition = ({"IfMatch": etag} if etag else {"IfNoneMatch": "*"}) if conditional else {}
@@ -70,5 +71,8 @@ def _precondition_failed(exc: OSError) -> bool:
     response = getattr(exc.__cause__, "response", None) or {}
     code = response.get("Error", {}).get("Code")
     # 409 ConditionalRequestConflict: two conditional writes raced on AWS; the loser may retry.
-    return _status(exc) in (409, 412) or code in ("PreconditionFailed", "ConditionalRequestConflict") \
+    return (
+        _status(exc) in (409, 412)
+        or code in ("PreconditionFailed", "ConditionalRequestConflict")
         or (exc.errno == errno.EINVAL and "pre-condition" in str(exc).lower())
+    )

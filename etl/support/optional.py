@@ -10,10 +10,16 @@ from etl.errors import ConfigError
 
 # Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
 # the two equal).
-REQUIREMENTS = {"distributed": "dask[distributed]>=2024.4", "s3fs": "s3fs>=2024.2", "matplotlib": "matplotlib>=3.8,<4"}
+REQUIREMENTS = {
+    "distributed": "dask[distributed]>=2024.4",
+    "s3fs": "s3fs>=2024.2",
+    "matplotlib": "matplotlib>=3.8,<4",
+}
 # Module -> the requirement of the `lake` extra (sink.format delta / iceberg).
-LAKE_REQUIREMENTS = {"deltalake": "deltalake>=1.1,<2",
-                     "pyiceberg": "pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.9,<1"}
+LAKE_REQUIREMENTS = {
+    "deltalake": "deltalake>=1.1,<2",
+    "pyiceberg": "pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.9,<1",
+}
 
 
 def require(module: str, feature: str) -> ModuleType:
@@ -28,8 +34,9 @@ def require(module: str, feature: str) -> ModuleType:
     version = getattr(imported, "__version__", "")
     minimum = re.search(r">=([\d.]+)", requirement).group(1)
     if version and _release(version) < _release(minimum):
-        raise ConfigError(f"{feature} needs {requirement}, found {module} {version}: "
-                          f"pip install --upgrade '{requirement}'")
+        raise ConfigError(
+            f"{feature} needs {requirement}, found {module} {version}: pip install --upgrade '{requirement}'"
+        )
     return imported
 
 

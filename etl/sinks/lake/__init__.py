@@ -54,7 +54,7 @@ class Lake:
         if self.sink.format == "delta":
             return [n for n in self.storage.listdir(DIMENSIONS_FOLDER)]
         prefix = f"{DIMENSIONS_FOLDER}_"
-        return [t[-1][len(prefix):] for t in self._catalog.list_tables("etl") if t[-1].startswith(prefix)]
+        return [t[-1][len(prefix) :] for t in self._catalog.list_tables("etl") if t[-1].startswith(prefix)]
 
 
 def app_id(source: str, shard: Shard | None) -> str:

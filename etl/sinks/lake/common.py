@@ -49,7 +49,9 @@ class Checkpoint:
         if APP not in properties or WINDOWS not in properties:
             return None
         windows = windows_of(zlib.decompress(base64.b64decode(properties[WINDOWS])))
-        return cls(str(properties[APP]), int(properties[VERSION]), str(properties.get(RUN, "")), tuple(windows))
+        return cls(
+            str(properties[APP]), int(properties[VERSION]), str(properties.get(RUN, "")), tuple(windows)
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,9 @@ class LakeTable(ABC):
     def exists(self) -> bool: ...
 
     @abstractmethod
-    def _commit(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]) -> None:
+    def _commit(
+        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
+    ) -> None:
         """Delete what `replace` matches and append `rows`, in one commit carrying `properties`."""
 
     @abstractmethod
@@ -136,8 +140,12 @@ class LakeTable(ABC):
         found = self.history(app, 0)
         return found[-1].version if found else 0
 
-    def replace(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace,
-                checkpoint: tuple[str, str, tuple[Window, ...]] | None = None) -> int | None:
+    def replace(
+        self,
+        rows: pa.Table | pa.RecordBatchReader,
+        replace: Replace,
+        checkpoint: tuple[str, str, tuple[Window, ...]] | None = None,
+    ) -> int | None:
         """One commit; with a checkpoint (app, run, windows) it gets the app's next version, returned."""
         with table_lock(self.uri):
             if checkpoint is None:

@@ -29,15 +29,23 @@ def delta_options(storage: Storage) -> dict[str, str]:
     if storage.local:
         return {}
     options: dict[str, Any] = {"conditional_put": "etag"}  # commits are PUT-if-absent: no unsafe rename
-    endpoint = storage.options.get("endpoint_url") or storage.options.get("client_kwargs", {}).get("endpoint_url")
+    endpoint = storage.options.get("endpoint_url") or storage.options.get("client_kwargs", {}).get(
+        "endpoint_url"
+    )
     if endpoint:
         options["aws_endpoint_url"] = endpoint
         if str(endpoint).startswith("http://"):
             options["aws_allow_http"] = "true"
-    for ours, theirs in (("key", "aws_access_key_id"), ("secret", "aws_secret_access_key"), ("token", "aws_session_token")):
+    for ours, theirs in (
+        ("key", "aws_access_key_id"),
+        ("secret", "aws_secret_access_key"),
+        ("token", "aws_session_token"),
+    ):
         if storage.options.get(ours):
             options[theirs] = storage.options[ours]
-    region = storage.options.get("client_kwargs", {}).get("region_name") or os.environ.get("AWS_DEFAULT_REGION")
+    region = storage.options.get("client_kwargs", {}).get("region_name") or os.environ.get(
+        "AWS_DEFAULT_REGION"
+    )
     if region:
         options.setdefault("aws_region", region)
     return {k: str(v) for k, v in options.items()}
@@ -56,16 +64,22 @@ def predicate(replace: Replace) -> str:
     if replace.source is not None:
         return "source = '" + replace.source.replace("'", "''") + "'"
     key = replace.time_key
-    return " OR ".join(
-        f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
-        f" AND param_id IN ({','.join(map(str, ids))}))"
-        for a, b, ids in replace.groups) or "false"
+    return (
+        " OR ".join(
+            f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
+            f" AND param_id IN ({','.join(map(str, ids))}))"
+            for a, b, ids in replace.groups
+        )
+        or "false"
+    )
 
 
 class DeltaTable(LakeTable):
     kind: ClassVar[str] = "delta"
 
-    def __init__(self, storage: Storage, rel: str, partition_by: tuple[str, ...], time_key: str | None) -> None:
+    def __init__(
+        self, storage: Storage, rel: str, partition_by: tuple[str, ...], time_key: str | None
+    ) -> None:
         super().__init__(rel, partition_by, time_key)
         self.deltalake = require("deltalake", "sink.format delta")
         self.storage, self.rel = storage, rel
@@ -80,7 +94,9 @@ class DeltaTable(LakeTable):
         try:
             return self.deltalake.DeltaTable(self.uri, storage_options=self.options)
         except Exception as exc:  # noqa: BLE001 - delta-rs raises its own classes, and OSError
-            raise StorageError(f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}") from None
+            raise StorageError(
+                f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}"
+            ) from None
 
     def exists(self) -> bool:
         # Asked once until true: delta-rs holds the GIL through this call's requests, which would stall
@@ -89,20 +105,29 @@ class DeltaTable(LakeTable):
             self._exists = self.deltalake.DeltaTable.is_deltatable(self.uri, storage_options=self.options)
         return self._exists
 
-    def _commit(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]) -> None:
+    def _commit(
+        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
+    ) -> None:
         dl = self.deltalake
         txns = [dl.Transaction(properties["etl.app"], int(properties["etl.version"]))] if properties else None
         new = not self.exists()
         try:
             dl.write_deltalake(
-                self.uri, rows, mode="append" if new else "overwrite",
+                self.uri,
+                rows,
+                mode="append" if new else "overwrite",
                 predicate=None if new else predicate(replace),
-                partition_by=list(self.partition_by) or None, storage_options=self.options,
+                partition_by=list(self.partition_by) or None,
+                storage_options=self.options,
                 writer_properties=dl.WriterProperties(compression="ZSTD"),
-                commit_properties=dl.CommitProperties(custom_metadata=properties or None, app_transactions=txns),
+                commit_properties=dl.CommitProperties(
+                    custom_metadata=properties or None, app_transactions=txns
+                ),
             )
         except Exception as exc:  # noqa: BLE001 - one line, the table named; never a traceback
-            raise StorageError(f"cannot commit to the Delta table {self.uri}: {str(exc).splitlines()[0]}") from None
+            raise StorageError(
+                f"cannot commit to the Delta table {self.uri}: {str(exc).splitlines()[0]}"
+            ) from None
 
     def latest(self, app: str) -> int:
         # The application transaction is part of the table's snapshot: no need to read the history.

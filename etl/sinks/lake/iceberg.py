@@ -53,7 +53,9 @@ def catalog(storage: Storage, uri: str | None) -> Any:
         found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
     except Exception as exc:  # noqa: BLE001 - one line naming the catalog, never its credentials
-        raise StorageError(f"cannot open the Iceberg catalog ({props['type']}): {str(exc).splitlines()[0]}") from None
+        raise StorageError(
+            f"cannot open the Iceberg catalog ({props['type']}): {str(exc).splitlines()[0]}"
+        ) from None
     return found
 
 
@@ -63,8 +65,10 @@ def expression(replace: Replace):
     if replace.source is not None:
         return EqualTo("source", replace.source)
     key = replace.time_key
-    parts = [And(GreaterThanOrEqual(key, _iso(a)), LessThan(key, _iso(b)), In("param_id", set(ids)))
-             for a, b, ids in replace.groups]
+    parts = [
+        And(GreaterThanOrEqual(key, _iso(a)), LessThan(key, _iso(b)), In("param_id", set(ids)))
+        for a, b, ids in replace.groups
+    ]
     return reduce(Or, parts) if parts else AlwaysFalse()
 
 
@@ -80,8 +84,9 @@ def _properties(snapshot) -> dict[str, str]:
 class IcebergTable(LakeTable):
     kind: ClassVar[str] = "iceberg"
 
-    def __init__(self, catalog_: Any, storage: Storage, name: str, partition_by: tuple[str, ...],
-                 time_key: str | None) -> None:
+    def __init__(
+        self, catalog_: Any, storage: Storage, name: str, partition_by: tuple[str, ...], time_key: str | None
+    ) -> None:
         super().__init__(name, partition_by, time_key)
         self.catalog, self.storage = catalog_, storage
         self.identifier = (NAMESPACE, name.replace("/", "_"))
@@ -97,8 +102,9 @@ class IcebergTable(LakeTable):
         try:
             return self.catalog.load_table(self.identifier)
         except Exception as exc:  # noqa: BLE001
-            raise StorageError(f"cannot open the Iceberg table {'.'.join(self.identifier)}: "
-                               f"{str(exc).splitlines()[0]}") from None
+            raise StorageError(
+                f"cannot open the Iceberg table {'.'.join(self.identifier)}: {str(exc).splitlines()[0]}"
+            ) from None
 
     def _create(self, schema: pa.Schema):
         from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -112,7 +118,9 @@ class IcebergTable(LakeTable):
         txn.commit_transaction()
         return self._load()
 
-    def _commit(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]) -> None:
+    def _commit(
+        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
+    ) -> None:
         from pyiceberg.exceptions import TableAlreadyExistsError
 
         rows = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
@@ -129,8 +137,9 @@ class IcebergTable(LakeTable):
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
-            raise StorageError(f"cannot commit to the Iceberg table {'.'.join(self.identifier)}: "
-                               f"{str(exc).splitlines()[0]}") from None
+            raise StorageError(
+                f"cannot commit to the Iceberg table {'.'.join(self.identifier)}: {str(exc).splitlines()[0]}"
+            ) from None
 
     def history(self, app: str, after: int) -> list[Checkpoint]:
         if not self.exists():
@@ -158,8 +167,12 @@ class IcebergTable(LakeTable):
         if any(task.delete_files for task in tasks):  # merge-on-read deletes of another writer: read them
             return ds.dataset(table.scan().to_arrow())
         schema = table.schema().as_arrow()
-        return ds.dataset([self._path(t.file.file_path) for t in tasks], schema=schema, format="parquet",
-                          filesystem=None if self.storage.local else self.storage.fs)
+        return ds.dataset(
+            [self._path(t.file.file_path) for t in tasks],
+            schema=schema,
+            format="parquet",
+            filesystem=None if self.storage.local else self.storage.fs,
+        )
 
     def compact(self) -> int:
         """pyiceberg has no data-file rewrite action: each partition of several files is rewritten into
@@ -177,7 +190,10 @@ class IcebergTable(LakeTable):
             if not self.time_key:  # a dimension table: unpartitioned, one file per snapshot already
                 continue
             day = key[0]  # days since the epoch (the day transform)
-            where = And(GreaterThanOrEqual(self.time_key, _iso(day * DAY_MS)), LessThan(self.time_key, _iso((day + 1) * DAY_MS)))
+            where = And(
+                GreaterThanOrEqual(self.time_key, _iso(day * DAY_MS)),
+                LessThan(self.time_key, _iso((day + 1) * DAY_MS)),
+            )
             for column, value in zip(self.partition_by, key[1:], strict=True):
                 where = And(where, EqualTo(column, value))
             rows = table.scan(row_filter=where).to_arrow()
@@ -191,8 +207,11 @@ class IcebergTable(LakeTable):
         files that no remaining snapshot references and that are older than the retention too."""
         table = self._load()
         cutoff = int(datetime.now(tz=UTC).timestamp() * 1000) - retain_ms
-        old = [s.snapshot_id for s in table.snapshots()
-               if s.timestamp_ms < cutoff and s.snapshot_id != table.current_snapshot().snapshot_id]
+        old = [
+            s.snapshot_id
+            for s in table.snapshots()
+            if s.timestamp_ms < cutoff and s.snapshot_id != table.current_snapshot().snapshot_id
+        ]
         if old:
             table.maintenance.expire_snapshots().by_ids(old).commit()
             table = self._load()

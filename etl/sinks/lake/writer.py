@@ -35,8 +35,13 @@ log = logging.getLogger(__name__)
 class LakeSlabWriter:
     """The SlabWriter of a lake table: `write` spools, `finish` commits, `abort` forgets."""
 
-    def __init__(self, table: LakeTable, layout: Layout, checkpoint: tuple[str, str],
-                 quality: tuple[LakeTable, QualityTracker] | None = None) -> None:
+    def __init__(
+        self,
+        table: LakeTable,
+        layout: Layout,
+        checkpoint: tuple[str, str],
+        quality: tuple[LakeTable, QualityTracker] | None = None,
+    ) -> None:
         self.table, self.layout = table, layout
         self.app, self.run = checkpoint
         self.quality = quality
@@ -69,7 +74,9 @@ class LakeSlabWriter:
                 rows = pa.ipc.open_file(mapped).read_all()
                 if self.quality is not None:
                     self._commit_quality(rows)
-                version = self.table.replace(rows, Replace.of(self.windows), (self.app, self.run, tuple(self.windows)))
+                version = self.table.replace(
+                    rows, Replace.of(self.windows), (self.app, self.run, tuple(self.windows))
+                )
             self.committed = (self.table.name, version)
             return [self.table.name]
         finally:
@@ -128,8 +135,11 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
             coverage.add(checkpoint.windows)
             recovered += 1
     if recovered:
-        log.warning("recovered %d slab checkpoint(s) from the tables' commits (a run stopped between a table "
-                    "commit and its state entry)", recovered)
+        log.warning(
+            "recovered %d slab checkpoint(s) from the tables' commits (a run stopped between a table "
+            "commit and its state entry)",
+            recovered,
+        )
     return recovered
 
 
