@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import itertools
-from collections.abc import AsyncIterator, Iterable
+import ssl
+import threading
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import httpx
+
+from etl.client.auth import SignIn
 from etl.client.caps import AnswerCaps
 from etl.client.models import (
     Candles,
@@ -22,7 +26,7 @@ from etl.client.models import (
     Points,
     User,
 )
-from etl.client.retry import ClientStats
+from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_points, parse_candles, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
@@ -93,9 +97,35 @@ class MonitoringClient:
     as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
     series answers tell about the server's silent cap on points per answer (see `etl.client.caps`)."""
 
-    def __init__(self, base_url: str, username: str, password: str, **options: Any) -> None:
-        """`options`: those of `Session` (sign_in, timeout, retry, max_in_flight, verify, transport, stats)."""
-        self.session = Session(base_url, username, password, **options)
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        sign_in: SignIn = "query",
+        timeout: httpx.Timeout | float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = 16,
+        verify: bool | ssl.SSLContext = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        stats: ClientStats | None = None,
+    ) -> None:
+        """`base_url`: host and base path (`https://HOST/sem-restservices`). `max_in_flight` bounds the
+        requests in flight; `retry` is the policy after a failure; `verify` the TLS trust (a context for a
+        private CA); `transport` replaces the network (tests, recorded answers)."""
+        self.session = Session(
+            base_url,
+            username,
+            password,
+            sign_in=sign_in,
+            timeout=timeout,
+            retry=retry,
+            max_in_flight=max_in_flight,
+            verify=verify,
+            transport=transport,
+            stats=stats,
+        )
         self.caps = AnswerCaps()
 
     @property
@@ -329,27 +359,111 @@ class MonitoringClient:
         return list(await self._post("/room", objectId=object_id, sensorLocationId=sensor_location_id))
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _blocking(
+    method: Callable[Concatenate[MonitoringClient, P], Coroutine[Any, Any, R]],
+) -> Callable[Concatenate[SyncMonitoringClient, P], R]:
+    """`MonitoringClient.method`, run to completion on the facade's own event loop."""
+
+    def blocking(self: SyncMonitoringClient, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._run(method(self._client, *args, **kwargs))
+
+    functools.update_wrapper(blocking, method)
+    return blocking
+
+
 class SyncMonitoringClient:
-    """Blocking facade for scripts and the CLI: the same methods, without `await`."""
+    """Blocking facade for scripts and notebooks: the same methods as `MonitoringClient`, without
+    `await`. Its requests run on an event loop of its own, in a thread, so it also works where a loop is
+    already running (Jupyter)."""
 
-    def __init__(self, *args: Any, client: MonitoringClient | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        username: str,
+        password: str,
+        *,
+        sign_in: SignIn = "query",
+        timeout: httpx.Timeout | float = 30.0,
+        retry: RetryPolicy | None = None,
+        max_in_flight: int = 16,
+        verify: bool | ssl.SSLContext = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+        stats: ClientStats | None = None,
+    ) -> None:
         self._loop = asyncio.new_event_loop()
-        self._client = client or MonitoringClient(*args, **kwargs)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="etl-sync-client", daemon=True)
+        self._thread.start()
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if not inspect.iscoroutinefunction(attr):
-            return attr
+        async def make() -> MonitoringClient:  # the session's locks belong to the facade's loop
+            return MonitoringClient(
+                base_url,
+                username,
+                password,
+                sign_in=sign_in,
+                timeout=timeout,
+                retry=retry,
+                max_in_flight=max_in_flight,
+                verify=verify,
+                transport=transport,
+                stats=stats,
+            )
 
-        @functools.wraps(attr)
-        def blocking(*args: Any, **kwargs: Any) -> Any:
-            return self._loop.run_until_complete(attr(*args, **kwargs))
+        self._client = self._run(make())
 
-        return blocking
+    def _run(self, coroutine: Coroutine[Any, Any, R]) -> R:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    @property
+    def stats(self) -> ClientStats:
+        return self._client.stats
+
+    @property
+    def caps(self) -> AnswerCaps:
+        return self._client.caps
+
+    sign_in = _blocking(MonitoringClient.sign_in)
+    objects_short = _blocking(MonitoringClient.objects_short)
+    objects = _blocking(MonitoringClient.objects)
+    object = _blocking(MonitoringClient.object)
+    units = _blocking(MonitoringClient.units)
+    physical_params = _blocking(MonitoringClient.physical_params)
+    calculated_params = _blocking(MonitoringClient.calculated_params)
+    object_physical_params = _blocking(MonitoringClient.object_physical_params)
+    object_calculated_params = _blocking(MonitoringClient.object_calculated_params)
+    object_params = _blocking(MonitoringClient.object_params)
+    search_params = _blocking(MonitoringClient.search_params)
+    measure_raw = _blocking(MonitoringClient.measure_raw)
+    measure_average = _blocking(MonitoringClient.measure_average)
+    measure_candles = _blocking(MonitoringClient.measure_candles)
+    calc_raw = _blocking(MonitoringClient.calc_raw)
+    calc_average = _blocking(MonitoringClient.calc_average)
+    calc_candles = _blocking(MonitoringClient.calc_candles)
+    signal = _blocking(MonitoringClient.signal)
+    measure_average_alt = _blocking(MonitoringClient.measure_average_alt)
+    measure_candles_alt = _blocking(MonitoringClient.measure_candles_alt)
+    series = _blocking(MonitoringClient.series)
+    param_status = _blocking(MonitoringClient.param_status)
+    set_value = _blocking(MonitoringClient.set_value)
+    ext_commands = _blocking(MonitoringClient.ext_commands)
+    run_command = _blocking(MonitoringClient.run_command)
+    zones = _blocking(MonitoringClient.zones)
+    classifiers = _blocking(MonitoringClient.classifiers)
+    room_types = _blocking(MonitoringClient.room_types)
+    rooms = _blocking(MonitoringClient.rooms)
 
     def close(self) -> None:
-        self._loop.run_until_complete(self._client.aclose())
-        self._loop.close()
+        if self._loop.is_closed():
+            return
+        try:
+            self._run(self._client.aclose())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
 
     def __enter__(self) -> SyncMonitoringClient:
         return self
