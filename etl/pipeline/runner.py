@@ -30,7 +30,7 @@ from etl.client import ClientStats, MonitoringClient
 from etl.config import Config, load_config
 from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, error_from
 from etl.model import Shard
-from etl.pipeline import dimensions, metrics
+from etl.pipeline import dimensions, maintenance, metrics
 from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
@@ -38,8 +38,10 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
+from etl.sinks.lake.committer import Committer, Landed
 from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
+from etl.storage import spools
 from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms, to_ms
 
@@ -90,6 +92,8 @@ class RunSummary:
     executor: str = "local"
     shard: Shard | None = None
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lake_commits: int = 0  # lake tables: grouped commits of the series tables
+    upkeep: dict | None = None  # lake tables: what the run's maintenance did
     lowest_completeness: float | None = None  # among them
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
@@ -127,6 +131,11 @@ class RunSummary:
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+            **(
+                {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}
+                if self.upkeep is not None or self.lake_commits
+                else {}
+            ),
         }
 
 
@@ -179,7 +188,7 @@ class Runner:
             self.scheduler = self._scheduler()
             if not self.options.dry_run:
                 self.data.check_writable()
-                with self.store.lock():
+                with self.store.lock(), spools.held():
                     await self._run_locked()
             else:
                 await self._run_locked()
@@ -207,7 +216,7 @@ class Runner:
         summary = self.summary
         start, end = self._window()  # a window with nothing in it is refused before any I/O
         if not self.options.dry_run:
-            summary.temp_files_removed = self.data.remove_temp_files()
+            summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
         coverage = self.store.load()
         if self.build.lake is not None and not self.options.dry_run:
             tables = [self.build.lake.series(s) for s in self.config.series]
@@ -254,6 +263,8 @@ class Runner:
                 await snapshot
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
+        if self.build.lake is not None and self.fatal is None and not self.interrupted:
+            summary.upkeep = await asyncio.to_thread(maintenance.upkeep, self.build, end)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -318,10 +329,15 @@ class Runner:
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.stop.set()
+            if result.staged is not None and committer is not None:
+                # Lake tables: the committer commits the slab with its group, then checkpoints them.
+                landed = await committer.submit(result.staged)
+                result.lake, result.files = (landed.table, landed.version), landed.files
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
                 async with commit_lock:
-                    await asyncio.to_thread(self.store.commit, result.done, result.lake)
+                    if result.staged is None:
+                        await asyncio.to_thread(self.store.commit, result.done)
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
                     # copies the whole coverage while other slabs hold their data.
                     self.committed.append(intervals_of(result.done))
@@ -339,12 +355,34 @@ class Runner:
                 self.summary.client.add(result.client)
             progress.advance(result.windows, result.points)
 
+        committer = None
+        if self.build.lake is not None:
+
+            def landed(commit: Landed) -> None:
+                self.summary.lake_commits += 1
+
+            committer = Committer(
+                self.build.lake,
+                self.store,
+                (self.build.app, self.build.run_id),
+                self.config.sink.commit,
+                landed,
+            )
         previous = {signum: signal.getsignal(signum) for signum in signals}
         for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
         try:
-            await execute(executor, self._jobs(executor, plan), commit, fail, self.stop)
+            await execute(
+                executor,
+                self._jobs(executor, plan),
+                commit,
+                fail,
+                self.stop,
+                committer.drain if committer is not None else None,
+            )
         finally:
+            if committer is not None:
+                committer.discard()
             progress.close()
             for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)
