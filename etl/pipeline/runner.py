@@ -170,11 +170,6 @@ class Runner:
         kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
         if kind == "local":
             return None
-        if self.config.sink.lake:
-            raise ConfigError(
-                f"sink.format {self.config.sink.format} runs slabs with the local executor only "
-                "(each table commit carries a version counted in this process)"
-            )
         address = self.options.scheduler or self.config.executor.address
         if not address:
             raise ConfigError(
@@ -357,6 +352,8 @@ class Runner:
 
         committer = None
         if self.build.lake is not None:
+            if executor.remote:  # workers write data files into the tables: they must exist
+                await asyncio.to_thread(self.build.lake.prepare, list(self.config.series))
 
             def landed(commit: Landed) -> None:
                 self.summary.lake_commits += 1

@@ -61,6 +61,17 @@ class Lake:
     def dimension(self, name: str) -> LakeTable:
         return self._table(f"{DIMENSIONS_FOLDER}/{name}", None, False)
 
+    def prepare(self, series: list[Series]) -> None:
+        """The series tables and the quality table made, empty, where missing: Dask workers write data
+        files into them before the run's first commit."""
+        from etl.model import QUALITY_SCHEMA, SCHEMAS
+        from etl.sinks.lake.common import with_date
+
+        for s in series:
+            self.series(s).prepare(with_date(SCHEMAS[Series(s)].empty_table(), "ts").schema)
+        if Series.RAW in series:
+            self.quality().prepare(with_date(QUALITY_SCHEMA.empty_table(), QUALITY_TIME_KEY).schema)
+
     def opened(self) -> list[LakeTable]:
         """The tables this object has made so far (those a run wrote)."""
         return list(self._tables.values())

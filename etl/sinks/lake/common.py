@@ -171,6 +171,19 @@ def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None) -> 
     return picked if limit is None else picked[:limit]
 
 
+def same_rows(stored: pa.Table, rows: pa.Table) -> bool:
+    """Do two tables hold the same rows, whatever their order and the stored column types?"""
+    if stored.num_rows != rows.num_rows or set(stored.column_names) != set(rows.column_names):
+        return False
+    try:
+        rows = rows.select(stored.column_names).cast(stored.schema)
+        nested = (pa.types.is_nested, pa.types.is_dictionary)
+        keys = [(f.name, "ascending") for f in stored.schema if not any(test(f.type) for test in nested)]
+        return stored.sort_by(keys).equals(rows.sort_by(keys))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+
+
 def with_date(table: pa.Table, time_key: str) -> pa.Table:
     """Timestamps in microseconds, and the `date` column (UTC) that partitions a table and that the
     Hive-partitioned datasets carry in their folder names."""
@@ -236,6 +249,10 @@ class LakeTable(ABC):
         table), in one commit carrying `checkpoint`; the data files it added."""
 
     @abstractmethod
+    def prepare(self, schema: pa.Schema) -> None:
+        """Make the table, empty, if it is missing (Dask workers write files into existing tables)."""
+
+    @abstractmethod
     def history(self, app: str, after: int) -> list[Checkpoint]:
         """Our app's checkpoints of version > after that the table still holds, oldest first."""
 
@@ -290,9 +307,24 @@ class LakeTable(ABC):
             return Committed(version, added)
 
     def replace(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace) -> list[str]:
-        """Rows that replace what `replace` matches, without a checkpoint (dimension snapshots)."""
+        """Rows that replace what `replace` matches, without a checkpoint."""
         table = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
         return self.commit(table, replace).files
+
+    def snapshot(self, rows: pa.Table | pa.RecordBatchReader, source: str) -> bool:
+        """A dimension table's rows of `source` replaced by these, unless they hold them already (an
+        hourly run would otherwise add a version per reference table that changes nothing); True if
+        committed."""
+        table = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
+        with table_lock(self.uri):
+            if self.exists() and same_rows(self._rows_of(source), table):
+                return False
+            self.commit(table, Replace(source=source))
+        return True
+
+    def _rows_of(self, source: str) -> pa.Table:
+        """The current version's rows of one source (a dimension table's)."""
+        return self.dataset().to_table(filter=pc.field("source") == source)
 
     # -- reading ---------------------------------------------------------------------------------------
 

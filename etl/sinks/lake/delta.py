@@ -199,7 +199,7 @@ class DeltaTable(LakeTable):
         dl = self.deltalake
         try:
             if not self.exists():
-                return self._create(rows, files, checkpoint)
+                return self._create(rows, checkpoint)
             for attempt in range(2):
                 dt = self._handle()
                 before = _paths(dt)
@@ -239,37 +239,35 @@ class DeltaTable(LakeTable):
             ) from None
         return []
 
-    def _create(
-        self, rows: pa.Table | None, files: Sequence[Any], checkpoint: Checkpoint | None
-    ) -> list[str]:
+    def _create(self, rows: pa.Table | None, checkpoint: Checkpoint | None) -> list[str]:
         dl = self.deltalake
-        if files:
-            from etl.sinks.lake.datafiles import delta_schema
-
-            dl.transaction.create_table_with_add_actions(
-                self.uri,
-                dl.Schema.from_arrow(delta_schema(files[0], self.partition_by)),
-                list(files),
-                mode="append",
-                partition_by=list(self.partition_by) or None,
-                configuration=self.configuration(),
-                storage_options=self.options,
-                commit_properties=self._properties(checkpoint),
-            )
-        else:
-            assert rows is not None
-            dl.write_deltalake(
-                self.uri,
-                rows,
-                mode="append",
-                partition_by=list(self.partition_by) or None,
-                configuration=self.configuration(),
-                storage_options=self.options,
-                writer_properties=dl.WriterProperties(compression="ZSTD"),
-                commit_properties=self._properties(checkpoint),
-            )
+        if rows is None:
+            raise StorageError(f"the Delta table {self.uri} is missing (it is made before workers write)")
+        dl.write_deltalake(
+            self.uri,
+            rows,
+            mode="append",
+            partition_by=list(self.partition_by) or None,
+            configuration=self.configuration(),
+            storage_options=self.options,
+            writer_properties=dl.WriterProperties(compression="ZSTD"),
+            commit_properties=self._properties(checkpoint),
+        )
         self._exists = True
         return sorted(_paths(self._handle()))
+
+    def prepare(self, schema: pa.Schema) -> None:
+        if not self.exists():
+            with contextlib.suppress(self.deltalake.exceptions.DeltaError):  # made meanwhile: fine
+                self.deltalake.DeltaTable.create(
+                    self.uri,
+                    schema,
+                    mode="ignore",
+                    partition_by=list(self.partition_by) or None,
+                    configuration=self.configuration(),
+                    storage_options=self.options,
+                )
+            self._exists = True
 
     def _touched(self, dt: Any, replace: Replace) -> bool:
         """May a file of the current version hold a row `replace` removes? From the log's statistics,
@@ -321,6 +319,9 @@ class DeltaTable(LakeTable):
 
     def dataset(self) -> ds.Dataset:
         return self._open().to_pyarrow_dataset()
+
+    def _rows_of(self, source: str) -> pa.Table:
+        return self._handle().to_pyarrow_dataset().to_table(filter=pc.field("source") == source)
 
     def _read(self, params: list[int], start: int, end: int) -> pa.Table:
         with self._read_lock:

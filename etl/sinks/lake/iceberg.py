@@ -43,6 +43,7 @@ from etl.sinks.lake.common import (
     LakeTable,
     Policy,
     Replace,
+    table_lock,
 )
 from etl.storage.files import Storage
 from etl.support.optional import require
@@ -206,6 +207,20 @@ class IcebergTable(LakeTable):
                 with self._table.transaction() as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         return self._table
+
+    def prepare(self, schema: pa.Schema) -> None:
+        with table_lock(self.uri):
+            self._handle(schema)
+
+    def write_files(self, rows: pa.Table) -> list[Any]:
+        """The rows as data files of the table, not committed (a Dask worker's)."""
+        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+        table = self._handle()
+        _check_pyarrow_schema_compatible(
+            table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
+        )
+        return self._write(table, rows)
 
     def _create(self, schema: pa.Schema) -> Any:
         from pyiceberg.transforms import DayTransform, IdentityTransform
@@ -408,6 +423,14 @@ class IcebergTable(LakeTable):
             format="parquet",
             filesystem=None if self.storage.local else self.storage.fs,
         )
+
+    def _rows_of(self, source: str) -> pa.Table:
+        from pyiceberg.expressions import EqualTo
+
+        table = self._handle()
+        if table.current_snapshot() is None:
+            return pa.table({})
+        return table.scan(row_filter=EqualTo("source", source)).to_arrow()
 
     def _read(self, params: list[int], start: int, end: int) -> pa.Table:
         from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThan

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Windows
 from etl.sinks.base import QualityRows, SlabOutcome, Staged
-from etl.sinks.lake.common import LakeTable, Replace, with_date
+from etl.sinks.lake.common import LakeTable, with_date
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
@@ -180,12 +180,13 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
 
 
 def write_dimensions(tables: dict, lake_table, source: str) -> list[str]:
-    """Each reference table's snapshot replaces this source's rows of its lake table, in one commit."""
+    """Each reference table's snapshot replaces this source's rows of its lake table, in one commit
+    (none when they are the same rows)."""
     written = []
     for name, rows in tables.items():
         try:
             target = lake_table(name)
-            target.replace(rows.reader(source), Replace(source=source))
+            target.snapshot(rows.reader(source), source)
             written.append(target.name)
         finally:
             rows.close()
