@@ -13,7 +13,7 @@ import traceback
 
 import click
 
-from etl.cli import analysts, explorer, runs
+from etl.cli import analysts, explorer, ops, runs
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
 from etl_emulator.cli import emulator
@@ -55,7 +55,7 @@ def cli(debug: bool, quiet: bool) -> None:
     _setup_logging(debug, quiet)
 
 
-for _command in [*runs.COMMANDS, *analysts.COMMANDS, explorer.api, emulator]:
+for _command in [*runs.COMMANDS, *ops.COMMANDS, *analysts.COMMANDS, explorer.api, emulator]:
     cli.add_command(_command)
 
 
