@@ -20,6 +20,7 @@ function here, so it moves with that part.
 from __future__ import annotations
 
 import asyncio
+import functools
 import glob
 import logging
 import os
@@ -39,8 +40,8 @@ import orjson
 
 from etl.client import MonitoringClient
 from etl.config import Config
-from etl.errors import EtlError
-from etl.model import ParamKind, Series, Window
+from etl.errors import EtlError, StorageError
+from etl.model import SERIES, ParamKind, Series, Shard, Window
 from etl.ops.findings import Finding, fail, ok, warn, worst
 from etl.ops.init import report as probe_report
 from etl.ops.probe import Findings, Prober
@@ -137,10 +138,18 @@ class Deployment:
 
         return set(views(self.sql)) if self.sql is not None else set()
 
+    def query(self, text: str, parameters: list | None = None) -> list[tuple]:
+        """Rows of a query over the output; a reading problem is one StorageError line."""
+        import duckdb
 
-def _where(store: StateStore) -> str:
-    folder = store.storage.url.rsplit("/", 1)[-1]
-    return f" (shard {folder})" if folder.startswith("shard-") else ""
+        try:
+            return self.sql.execute(text, parameters or []).fetchall()
+        except duckdb.Error as exc:
+            raise StorageError(f"cannot read the output: {str(exc).splitlines()[0]}") from None
+
+
+def _shard(store: StateStore) -> Shard | None:
+    return Shard.from_folder(store.storage.url.rsplit("/", 1)[-1])
 
 
 def _human(ms: int) -> str:
@@ -284,16 +293,16 @@ def _stored(d: Deployment, pid: int, low: int, high: int) -> tuple[int, str | No
     name = d.config.source.name
     since = datetime.fromtimestamp(low / 1000, UTC)
     until = datetime.fromtimestamp(high / 1000, UTC)
-    count, kind, object_id = d.sql.execute(
+    [(count, kind, object_id)] = d.query(
         "select count(*), any_value(kind), any_value(object_id) from raw where param_id = ? "
         "and ts >= ? and ts < ? and coalesce(source, ?) = ?",
         [pid, since, until, name, name],
-    ).fetchall()[0]
+    )
     if kind is None:
-        row = d.sql.execute(
+        row = d.query(
             "select kind, object_id from raw where param_id = ? and coalesce(source, ?) = ? limit 1",
             [pid, name, name],
-        ).fetchall()
+        )
         kind, object_id = row[0] if row else (None, 0)
     return int(count), kind, int(object_id or 0)
 
@@ -331,21 +340,31 @@ def checkpoints_ahead_of_now(d: Deployment) -> list[Finding]:
         ahead = coverage.end > d.now + d.limits.future_ms
         if not ahead.any():
             continue
-        keys = np.unique(coverage.key[ahead])
-        params = sorted({int(k) // 4 for k in keys.tolist()})
-        shown = " ".join(f"--param {p}" for p in params[:5]) + (" ..." if len(params) > 5 else "")
+        keys = np.unique(coverage.key[ahead]).tolist()
+        params = sorted({k // 4 for k in keys})
+        series = sorted({SERIES[k % 4].value for k in keys})
+        shard = _shard(store)
+        options = " ".join(
+            [f"--param {p}" for p in params[:5]]
+            + [f"--series {s}" for s in series]
+            + ([f"--shard {shard}"] if shard else [])
+        )
         out.append(
             fail(
                 "checkpoints.now",
-                f"{len(keys)} checkpoint(s) of {len(params)} parameter(s){_where(store)} reach past now, up to "
-                f"{iso(int(coverage.end[ahead].max()))}: runs skip that span until the clock gets there",
-                f"etl state reset {d.cmd} {shown} --yes (and find what set window.end or the clock ahead)",
+                f"{len(keys)} checkpoint(s) of {len(params)} parameter(s)"
+                + (f" (shard {shard})" if shard else "")
+                + f" reach past now, up to {iso(int(coverage.end[ahead].max()))}: runs skip that span until "
+                "the clock gets there",
+                f"etl state reset {d.cmd} {options} --yes"
+                + (" (and the other parameters)" if len(params) > 5 else "")
+                + "; then find what set window.end or the clock ahead",
             )
         )
     if out:
         return out
-    keys = sum(len(c) for _, c in d.stores)
-    return [ok("checkpoints.now", f"{keys} checkpoint(s), none past now")]
+    count = sum(len(c) for _, c in d.stores)
+    return [ok("checkpoints.now", f"{count} checkpoint(s), none past now" if count else "no checkpoint yet")]
 
 
 def runs(d: Deployment) -> list[Finding]:
@@ -358,7 +377,11 @@ def runs(d: Deployment) -> list[Finding]:
             record = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
             record = None
-        if isinstance(record, dict) and record.get("source") in (None, d.config.source.name):
+        if (
+            isinstance(record, dict)
+            and "run_id" in record
+            and record.get("source") in (None, d.config.source.name)
+        ):
             records.append(record)
     if not records:
         status = fail if limits.max_age_ms else warn
@@ -369,7 +392,7 @@ def runs(d: Deployment) -> list[Finding]:
         latest[record.get("shard")] = record
     for shard, record in sorted(latest.items(), key=lambda kv: str(kv[0])):
         where = f" (shard {shard})" if shard else ""
-        path = storage.display(f"_runs/{record['run_id']}.json")
+        path = storage.display(f"_runs/{record.get('run_id')}.json")
         failed = int(record.get("failed_window_count") or 0)
         if failed:
             first = (record.get("failed_windows") or ["?"])[0]
@@ -435,7 +458,10 @@ def _age(d: Deployment, records: list[dict]) -> Finding:
 
 
 def _ms(stamp: str) -> int:
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except (ValueError, TypeError):
+        return 0  # a record from elsewhere: as old as can be
 
 
 def locks(d: Deployment) -> list[Finding]:
@@ -606,7 +632,10 @@ def partition_files(d: Deployment) -> list[Finding]:
         per_folder: Counter = Counter()
         for rel in d.build.data.find(layout.name):
             folder, _, name = rel.rpartition("/")
-            key = layout.data_key(name)
+            try:
+                key = layout.data_key(name)
+            except ValueError:  # a name like ours with an impossible shard: not written by etl
+                continue
             if key is not None and key.source in (None, layout.source):
                 per_folder[folder] += 1
         crowded.update({folder: n for folder, n in per_folder.items() if n > buckets})
@@ -636,7 +665,7 @@ def lake_tables(d: Deployment) -> list[Finding]:
     lake = d.build.lake
     tables = [lake.series(s) for s in Series] + [lake.quality()]
     tables += [lake.dimension(name) for name in lake.dimension_names()]
-    stats = [lake_stats(t, d.build.data, d.limits.retain_ms, d.now) for t in tables if t.exists()]
+    stats = [_table_stats(t, d) for t in tables if t.exists()]
     if not stats:
         return [ok("lake", "no lake table yet")]
     limit = d.limits.files_per_partition
@@ -685,6 +714,15 @@ def lake_tables(d: Deployment) -> list[Finding]:
     return out
 
 
+def _table_stats(table: Any, d: Deployment) -> TableStats:
+    try:
+        return lake_stats(table, d.build.data, d.limits.retain_ms, d.now)
+    except EtlError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - delta-rs and pyiceberg raise their own classes
+        raise StorageError(f"cannot read the lake table {table.name}: {str(exc).splitlines()[0]}") from None
+
+
 def lake_stats(table: Any, storage: Storage, retain_ms: int, now: int) -> TableStats:
     """Files per partition, metadata size and versions past the retention of one lake table, read from the
     table's own metadata (written against etl/sinks/lake as it is: kept here, in one function)."""
@@ -725,9 +763,9 @@ def sources(d: Deployment) -> list[Finding]:
     names = set(state_root.listdir(""))
     objects: dict[str, frozenset] = defaultdict(frozenset)
     if "objects" in d.views():
-        columns = set(d.sql.sql("select * from objects limit 0").columns)
+        columns = {name for (name,) in d.query("select column_name from (describe objects)")}
         label = "shortname" if "shortname" in columns else "null"
-        rows = d.sql.sql(f"select source, id, {label} from objects").fetchall()
+        rows = d.query(f"select source, id, {label} from objects")
         grouped: dict[str, set] = defaultdict(set)
         for source, object_id, shortname in rows:
             grouped[str(source)].add((object_id, shortname))
@@ -803,5 +841,5 @@ def diagnose(
     }
     for check in d.checks:
         for fn in runs_by_check.get(check, []):
-            findings += _guarded(check, lambda fn=fn: fn(d))
+            findings += _guarded(check, functools.partial(fn, d))
     return Diagnosis(findings, requests)

@@ -40,7 +40,16 @@ from etl.client.classify import RETRYABLE_STATUSES, is_html, retry_after
 from etl.client.models import Parameter
 from etl.client.pool import LeanTransport
 from etl.client.series import decode_json
-from etl.errors import AuthError, ConfigError, EtlError, NetworkError, RequestRejected, ServerError, TlsError
+from etl.errors import (
+    AuthError,
+    ConfigError,
+    EtlError,
+    InvalidResponse,
+    NetworkError,
+    RequestRejected,
+    ServerError,
+    TlsError,
+)
 from etl.model import ParamKind, Series
 from etl.support import redact
 from etl.timeutil import DAY_MS, iso, now_ms, to_ms
@@ -182,6 +191,20 @@ def stamp_pattern(stamp: Any) -> str:
     return pattern + ("Z" if offset in ("Z", "z") else offset)
 
 
+def stamp_ms(stamp: Any) -> int | None:
+    """Epoch ms of a stamp as a server may send it (ISO with or without an offset: UTC then), or None."""
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        return int(stamp)
+    try:
+        return to_ms(str(stamp))
+    except ValueError:
+        pass
+    try:
+        return to_ms(str(stamp) + "Z")
+    except ValueError:
+        return None
+
+
 def _session_cookie(response: httpx.Response) -> str | None:
     cookies: SimpleCookie = SimpleCookie()
     for header in response.headers.get_list("set-cookie"):
@@ -231,7 +254,7 @@ class _Answer:
     stamps: list[Any]  # as sent
 
     def last_ms(self) -> int | None:
-        return to_ms(self.stamps[-1]) if self.stamps else None
+        return stamp_ms(self.stamps[-1]) if self.stamps else None
 
 
 class Prober:
@@ -297,7 +320,10 @@ class Prober:
         found = await self.sign_in()
         await self.fleet(found)
         if found.objects:
-            await self.counts(found)
+            try:
+                await self.counts(found)
+            except (RequestRejected, InvalidResponse) as exc:  # the rest of the probe still says something
+                found.notes.append(f"count not measured: {exc}")
         self.finish(found)
         return found
 
@@ -463,7 +489,7 @@ class Prober:
         counted, pages = 0, 0
         for first in range(0, len(ids), OIDS_PER_SEARCH):
             chunk = ids[first : first + OIDS_PER_SEARCH]
-            offset, these = 0, Counter()
+            offset, these = 0, Counter[str]()
             while pages < COUNT_PAGES and (
                 page := await self.client.search_params(chunk, limit=SEARCH_PAGE, offset=offset)
             ):
@@ -559,7 +585,7 @@ class Prober:
         today = now_ms() // DAY_MS * DAY_MS
         for span in (RECENT, LONG_SPAN):
             buckets = await self._series(param, Series.AVERAGE, today - span, today - 1, 0)
-            days = Counter(to_ms(s) // DAY_MS * DAY_MS for s in buckets.stamps if s is not None)
+            days = Counter(ms // DAY_MS * DAY_MS for s in buckets.stamps if (ms := stamp_ms(s)) is not None)
             if days:
                 return max(days, key=lambda d: (days[d], d))
         return None
