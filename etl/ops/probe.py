@@ -406,7 +406,12 @@ class Prober:
                     )
                     + ": check the username and password"
                 )
-            tried.append(f"{redact.redact(base)}{SIGN_IN_PATH} (HTTP {status})")
+            where = response.headers.get("location", "") if 300 <= status < 400 else ""
+            tried.append(
+                f"{redact.redact(base)}{SIGN_IN_PATH} (HTTP {status}"
+                + (f" to {redact.redact(where)}" if where else "")
+                + ")"
+            )
         raise ConfigError(
             f"no sign-in endpoint found: tried {', '.join(tried)}; give the base URL with the service's base "
             f"path, e.g. https://HOST{BASE_PATH}"
