@@ -47,8 +47,12 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
+## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
 lint: $(STAMP)
-	$(BIN)/ruff check etl tests $(wildcard benchmarks)
+	$(BIN)/ruff check etl etl_emulator tests benchmarks
+	$(BIN)/ruff format --check etl etl_emulator tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 ## make demo-s3: the demo into a local S3 server (moto), then a DuckDB query over the bucket.
 demo-s3: $(STAMP)

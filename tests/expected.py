@@ -57,7 +57,7 @@ SERIES = ["raw", "average", "candles"]
 
 def checkpoints(out, shard=None, source: str = SOURCE):
     """The coverage a run left (a local folder or any fsspec URL), read as the tool reads it."""
-    from etl.state.store import StateStore
+    from etl.state import StateStore
 
     folder = f"{out}/_state/{source}" + (f"/{shard.folder}" if shard else "")
     return StateStore(Storage(folder)).load()

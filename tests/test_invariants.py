@@ -11,17 +11,19 @@ import pyarrow.dataset as ds
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etl.model import SCHEMAS, ParamKind, Series, Window, bucket_of
+from etl.model import SCHEMAS, ParamKind, Series, Window, Windows, bucket_of
 from etl.pipeline.plan import PlanOptions
 from etl.sinks import Layout, ParquetFormat, SlabWriter
-from etl.state.store import Coverage, StateStore
+from etl.state import Coverage, StateStore
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 from tests.test_properties import PARAMS, T0, config, intervals, merge, plan, times
 
 
 def add(state: Coverage, param_id: int, series: str, start: int, end: int) -> None:
-    state.add([Window(param_id, 1, ParamKind.PHYSICAL, Series(series), start, end)])
+    state.add(
+        Windows.of(Series(series), [Window(param_id, 1, ParamKind.PHYSICAL, Series(series), start, end)])
+    )
 
 
 def covers(intervals: list[tuple[int, int]], point: int) -> bool:
@@ -113,9 +115,8 @@ def write_all(chunks: list[tuple[int, int, int]], folder: str) -> pa.Table:
         for day_start in range(start - start % DAY_MS, end, DAY_MS):
             s, e = max(start, day_start), min(end, day_start + DAY_MS)
             writer = SlabWriter(storage, ParquetFormat(), layout, bucket_of(param_id, 2))
-            writer.write(
-                source_rows(param_id, s, e), [Window(param_id, 1, ParamKind.PHYSICAL, Series.RAW, s, e)]
-            )
+            windows = Windows.of(Series.RAW, [Window(param_id, 1, ParamKind.PHYSICAL, Series.RAW, s, e)])
+            writer.write(source_rows(param_id, s, e), windows)
             writer.finish()
     if not storage.find("raw"):
         return SCHEMAS["raw"].empty_table()
@@ -158,9 +159,11 @@ def test_a_checkpoint_never_moves_backwards(first, later):
     with tempfile.TemporaryDirectory() as folder:
         store = StateStore(Storage(folder))
         store.load()
-        store.commit([Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e) for s, e in first])
+        store.commit(
+            Windows.of(Series.RAW, [Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e) for s, e in first])
+        )
         for s, e in later:
-            store.commit([Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e)])
+            store.commit(Windows.of(Series.RAW, [Window(3, 1, ParamKind.PHYSICAL, Series.RAW, s, e)]))
             state = store.load()
             store.compact(state)
             after = state.intervals(3, "raw")

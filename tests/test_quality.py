@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from etl.dataset.query import connect
-from etl.model import QUALITY_SCHEMA, ParamKind, Series, Window
+from etl.model import QUALITY_SCHEMA, ParamKind, Series, Window, Windows
 from etl.pipeline.runner import Runner, RunOptions
 from etl.quality.rows import day_rows, infer_period
 from etl.sinks.rewrite import Ranges
@@ -172,7 +172,11 @@ def test_rows_of_unsorted_feeds_and_parameters_without_rows():
     )
     windows = [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, day, day + DAY_MS) for p in (7, 8, 9)]
     rows = day_rows(
-        table, Ranges.of(windows), {p: (1, "physical") for p in (7, 8, 9)}, "s", (day, day + DAY_MS)
+        table,
+        Ranges.of(Windows.of(Series.RAW, windows)),
+        {p: (1, "physical") for p in (7, 8, 9)},
+        "s",
+        (day, day + DAY_MS),
     ).to_pylist()
     seven, eight, nine = rows
     assert seven["points"] == 3 and seven["period_seconds"] == 60.0 and seven["expected_points"] == 1440
@@ -182,7 +186,7 @@ def test_rows_of_unsorted_feeds_and_parameters_without_rows():
     # a window starting inside the day (the run's first day): the span starts there
     late = day_rows(
         table.slice(0, 0),
-        Ranges.of([windows[2]._replace(start=day + 12 * HOUR_MS)]),
+        Ranges.of(Windows.of(Series.RAW, [windows[2]._replace(start=day + 12 * HOUR_MS)])),
         {9: (1, "physical")},
         "s",
         (day + 12 * HOUR_MS, day + 3 * DAY_MS),
@@ -201,7 +205,7 @@ def test_the_period_ignores_gaps_and_jitter():
 def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
     """Hundreds of one-parameter feeds (a long slab): compacted as they come, the same rows at the end."""
     from etl.model import Windows
-    from etl.quality.rows import COMPACT_PARTS, QualityTracker
+    from etl.quality.writer import COMPACT_PARTS, QualityTracker
 
     day = DAYS[0]
     ids = list(range(100, 100 + 3 * COMPACT_PARTS + 5))
@@ -217,7 +221,7 @@ def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
                     "value": [1.0, 2.0, 2.0],
                 }
             ),
-            Ranges.of([w]),
+            Ranges.of(Windows.of(Series.RAW, [w])),
         )
     assert len(tracker.parts) == 3 + 5  # three compacted tables, then the five latest feeds
     table, replaced = tracker.result(by_object=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from etl.state.store import Coverage
+from etl.state import Coverage
 from etl.timeutil import to_ms
 from etl_emulator.server import run_emulator
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
@@ -166,7 +166,7 @@ def test_retries_back_off_with_jitter(fresh_emulator):
             inner = client._client
             return await asyncio.gather(inner.object(1), inner.units(1), return_exceptions=True)
 
-        results = client._loop.run_until_complete(both())
+        results = client._run(both())
     assert all(isinstance(r, RetriesExhausted) and r.exit_code == 5 for r in results)
     gaps = {}
     for path in ("/sem-restservices/db/object/1", "/sem-restservices/db/object/1/unit"):

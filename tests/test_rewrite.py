@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from etl.model import SCHEMAS, ParamKind, Series, Window
+from etl.model import SCHEMAS, ParamKind, Series, Window, Windows
 from etl.sinks import formats
 from etl.sinks.formats import CsvFormat, ParquetFormat
 from etl.sinks.layout import Layout
@@ -87,7 +87,7 @@ def test_rewrite_equals_a_plain_merge(fmt, old, plan, batch):
             rewrite = FileRewrite(storage, fmt, lay, rel)
             for ranges, new in plan:
                 windows = [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s, T0 + e) for p, s, e in ranges]
-                rewrite.feed(rows(new, 1000.0), Ranges.of(windows))
+                rewrite.feed(rows(new, 1000.0), Ranges.of(Windows.of(Series.RAW, windows)))
             rewrite.finish()
             want = reference(old, plan)
             data = storage.read(rel)
@@ -121,7 +121,7 @@ def test_a_file_changed_during_the_rewrite_keeps_both_changes(tmp_path):
     )
     rewrite = FileRewrite(storage, fmt, lay, rel)
     windows = [Window(12, 1, ParamKind.PHYSICAL, Series.RAW, T0, T0 + 10)]
-    rewrite.feed(rows({(12, 5)}, 1000.0), Ranges.of(windows))
+    rewrite.feed(rows({(12, 5)}, 1000.0), Ranges.of(Windows.of(Series.RAW, windows)))
     # meanwhile: parameter 13 is taken out by someone else
     storage.write_atomic(rel, fmt.encode(rows({(11, 1), (12, 2)}, 0.0).select(lay.file_schema.names)))
     assert rewrite.finish()
@@ -142,7 +142,11 @@ def test_ranges_mask_matches_a_plain_loop():
         (int(p), int(s), int(s) + int(n))
         for p, s, n in zip(rng.choice(PIDS, 9), rng.integers(0, 50, 9), rng.integers(0, 20, 9), strict=True)
     ]
-    ranges = Ranges.of([Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s, T0 + e) for p, s, e in spans])
+    ranges = Ranges.of(
+        Windows.of(
+            Series.RAW, [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + s, T0 + e) for p, s, e in spans]
+        )
+    )
     want = [
         any(q == p and s <= t - T0 < e for q, s, e in spans)
         for p, t in zip(

@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
-from etl.model import Param, ParamKind, Params, Series, Window
+from etl.model import Param, ParamKind, Params, Series, Window, Windows
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
-from etl.state.store import Coverage, StateStore
+from etl.state import Coverage, StateStore
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
@@ -42,7 +42,7 @@ def test_a_year_of_checkpoints_for_100000_parameters_loads_and_plans_in_under_2s
         for p in range(1, 2_001)
     ]
     for _ in range(8):
-        store.commit(slab)
+        store.commit(Windows.of(Series.RAW, slab))
     fleet_params = [Param(p, p // 1000, ParamKind.PHYSICAL) for p in range(1, PARAMS + 1)]
 
     def load_and_plan():
@@ -86,10 +86,13 @@ def test_committing_a_slab_writes_bytes_in_proportion_to_the_slab(tmp_path):
         keys = (ids[:, None] * 4 + np.arange(3)).ravel()
         store.replace(Coverage.of(keys, np.full(len(keys), T0), np.full(len(keys), T0 + DAYS * DAY_MS)))
         store.commit(
-            [
-                Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + DAYS * DAY_MS, T0 + (DAYS + 1) * DAY_MS)
-                for p in range(1, 501)
-            ]
+            Windows.of(
+                Series.RAW,
+                [
+                    Window(p, 1, ParamKind.PHYSICAL, Series.RAW, T0 + DAYS * DAY_MS, T0 + (DAYS + 1) * DAY_MS)
+                    for p in range(1, 501)
+                ],
+            )
         )
     sizes = [next((folder / "log").iterdir()).stat().st_size for folder in (small, large)]
     assert sizes[0] == sizes[1] < 4_000  # 500 windows: the same bytes whatever the state holds

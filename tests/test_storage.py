@@ -70,8 +70,8 @@ def test_a_lease_lost_to_a_simultaneous_taker_is_refused_where_writes_are_not_co
     """memory:// has no compare-and-swap: after taking the lease, a run reads it back and steps aside
     when a rival's write landed last."""
     from etl.errors import LockedError
+    from etl.state import StateStore
     from etl.state.lock import LOCK_FILE
-    from etl.state.store import StateStore
 
     monkeypatch.setattr("etl.state.lock.LEASE_SETTLE", 0.01)
     store = StateStore(Storage("memory://lease-race/state"), lease_seconds=60)

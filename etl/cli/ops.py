@@ -155,5 +155,3 @@ def doctor_cmd(
         needing = [f for f in diagnosis.findings if f.status == "fail" or strict and f.status == "warn"]
         raise Unhealthy(f"doctor: {len(needing)} finding(s) need a person (first: {needing[0].check})")
 
-
-COMMANDS = [init_cmd, doctor_cmd]

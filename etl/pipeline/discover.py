@@ -16,9 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter
+from etl.client.models import Parameter, ParamList
 from etl.config import SelectConfig
-from etl.errors import ConfigError
+from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
 from etl.pipeline.dimensions import Rows
 
@@ -40,7 +40,8 @@ class Discovery:
     params: Params
 
 
-def _kind_of(record: dict) -> str | None:
+def _kind_of(record: dict) -> ParamList | None:
+    """The list a search record belongs to, from its type; None when it names none."""
     kind = str(record.get("type", "")).lower()
     return None if not kind else "calculated" if kind == "calculated" else "physical"
 
@@ -71,7 +72,10 @@ class _Selection:
         page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
         ids, objects, kinds = self.found
         ids.extend(p.id for p in page)
-        objects.extend(int(p.object_id) for p in page)
+        for p in page:
+            if p.object_id is None:  # discovery lists by object: the object is always known
+                raise InvalidResponse(f"parameter {p.id} was listed without its object")
+            objects.append(p.object_id)
         kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
         self.rows.add([p.raw() for p in page])
 
@@ -107,17 +111,32 @@ class _Seen:
 
 async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
-    `limit` silently): the listing ends at an empty page."""
+    `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
+    kind is listed object by object instead (the same parameter taken twice counts once)."""
+    untyped: list[int] = []
 
     async def chunk(ids: list[int]) -> None:
         offset = 0
         while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
             offset += len(page)
-            selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
+            kinds = [_kind_of(r) for r in page]
+            if None in kinds:
+                untyped.extend(ids)
+                return
+            selection.take(
+                [
+                    Parameter(int(r["id"]), k, int(r["objectId"]), r)
+                    for r, k in zip(page, kinds, strict=True)
+                    if k
+                ]
+            )
 
     chunks = [object_ids[i : i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
     for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
         await asyncio.gather(*(chunk(c) for c in chunks[first : first + SEARCHES_AT_ONCE]))
+    if untyped:
+        log.info("parameter search records without a type: listing %d object(s) one by one", len(untyped))
+        await _per_object(client, sorted(untyped), selection.kinds, selection)
 
 
 async def _per_object(

@@ -12,6 +12,7 @@ are still recognised, so their rows are moved out when their parameters are writ
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,7 @@ class Layout:
     def __init__(
         self,
         series: Series,
-        partition_by: list[str],
+        partition_by: Sequence[str],
         extension: str,
         source: str,
         shard: Shard | None = None,
