@@ -20,7 +20,7 @@ import pytest
 
 from etl.cli import main
 from etl.config import load_config
-from etl.model import ParamKind, Series, Window
+from etl.model import ParamKind, Series, Window, Windows
 from etl.ops.doctor import Deployment, Limits, diagnose, locks
 from etl.pipeline.build import Build
 from etl.timeutil import DAY_MS, HOUR_MS, now_ms, to_ms
@@ -141,7 +141,11 @@ def test_checkpoints_past_now(baseline, tmp_path):
     store = Build(load_config(path)).state_store()
     store.load()
     year_2030 = to_ms("2030-01-01T00:00:00Z")
-    store.commit([Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, year_2030 - DAY_MS, year_2030)])
+    store.commit(
+        Windows.of(
+            Series.RAW, [Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, year_2030 - DAY_MS, year_2030)]
+        )
+    )
     found = checks(path, server=False)
     assert statuses(found)["checkpoints.now"] == {"fail"}
     assert "2030-01-01" in found["checkpoints.now"][0]["message"]

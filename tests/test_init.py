@@ -71,10 +71,9 @@ def found_by(url: str, password: str = "demo") -> Findings:
     return asyncio.run(probe(url, "demo", password))
 
 
-def test_init_finds_a_form_sign_in_and_a_silent_cap_and_its_config_runs_exactly(
-    emu, tmp_path, capsys, monkeypatch
-):
-    emu.set_faults(max_count=3000, sign_in_via="form")
+def init_then_run(emu, tmp_path, capsys, monkeypatch) -> dict:
+    """`etl init --json -o FILE` given the host alone, then `etl run` with FILE, checked point by point.
+    The findings."""
     path, out = tmp_path / "etl.yaml", tmp_path / "out"
     code, printed, _ = etl(
         capsys,
@@ -84,17 +83,12 @@ def test_init_finds_a_form_sign_in_and_a_silent_cap_and_its_config_runs_exactly(
     )
     found = json.loads(printed)
     assert code == 0 and found.keys() >= KEYS
-    assert found["count_cap"] == 3000 and found["sign_in"] == "form"
-    assert found["base_url"] == emu.base_url and found["base_path_added"]  # given the host alone
+    assert found["base_url"] == emu.base_url and found["base_path_added"]
     assert found["objects"] == 3 and found["parameters"] == {"physical": 9, "calculated": 6, "signal": 3}
     assert found["search_agrees_with_lists"] is True and found["stamp_format"] == "YYYY-MM-DDThh:mm:ss.sssZ"
-    assert found["count_default"] is None  # the default (10,000) is above the cap: it cannot show
-    assert found["session_end"] == "401" and found["error_body"] == "json"
     # Polite and bounded, and it says how many it made: the emulator logged every one of them.
     assert found["requests_made"] == len(emu.requests()) <= 50
 
-    config = load_config(path)
-    assert config.source.sign_in == "form" and config.extract.max_points == 3000
     code, printed, _ = etl(capsys, monkeypatch, "run", "-c", str(path), "--json", "--no-progress")
     summary = json.loads(printed)
     assert code == 0 and summary["status"] == "ok" and summary["objects"] == 3
@@ -104,6 +98,28 @@ def test_init_finds_a_form_sign_in_and_a_silent_cap_and_its_config_runs_exactly(
         got = read(out, series)
         assert got.num_rows == want.num_rows > 0, series
         assert got.select(want.column_names).equals(want), series
+    return found
+
+
+def test_init_finds_a_form_sign_in_and_a_silent_cap_and_its_config_runs_exactly(
+    emu, tmp_path, capsys, monkeypatch
+):
+    emu.set_faults(max_count=3000, sign_in_via="form")
+    found = init_then_run(emu, tmp_path, capsys, monkeypatch)
+    assert found["count_cap"] == 3000 and found["sign_in"] == "form"
+    assert found["count_default"] is None  # the default (10,000) is above the cap: it cannot show
+    assert found["session_end"] == "401" and found["error_body"] == "json"
+    config = load_config(tmp_path / "etl.yaml")
+    assert config.source.sign_in == "form" and config.extract.max_points == 3000
+
+
+def test_init_finds_a_small_default_count_and_its_config_runs_exactly(emu, tmp_path, capsys, monkeypatch):
+    """A default below a day's points (the signal route takes no count: its answers are cut by it), ended
+    sessions answered with a sign-in page, HTML error bodies."""
+    emu.set_faults(count_default=500, session_end="html-login", error_body="html", session_max_requests=40)
+    found = init_then_run(emu, tmp_path, capsys, monkeypatch)
+    assert (found["count_default"], found["count_cap"], found["sign_in"]) == (500, None, "query")
+    assert (found["session_end"], found["error_body"]) == ("html-login", "html")
 
 
 # Each choice the emulator plays, with what the probe must say of it. Ended sessions and error bodies are

@@ -154,4 +154,3 @@ def doctor_cmd(
     if not diagnosis.healthy(strict):
         needing = [f for f in diagnosis.findings if f.status == "fail" or strict and f.status == "warn"]
         raise Unhealthy(f"doctor: {len(needing)} finding(s) need a person (first: {needing[0].check})")
-

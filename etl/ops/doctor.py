@@ -663,6 +663,8 @@ class TableStats:
 
 def lake_tables(d: Deployment) -> list[Finding]:
     lake = d.build.lake
+    if lake is None:
+        return []
     tables = [lake.series(s) for s in Series] + [lake.quality()]
     tables += [lake.dimension(name) for name in lake.dimension_names()]
     stats = [_table_stats(t, d) for t in tables if t.exists()]
