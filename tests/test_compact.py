@@ -6,9 +6,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from etl import run
 from etl.cli import main
 from etl.model import Shard
-from etl.pipeline.runner import RunOptions, run
 from etl.timeutil import to_ms
 from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
 from tests.expected import SOURCE, expected_table, read_quality
@@ -31,7 +31,7 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
     out = tmp_path / "out"
     config = make_config(emulator.base_url, out, series=["raw", "average"])
     for shard in (Shard(0, 2), Shard(1, 2)):
-        run(config, RunOptions(shard=shard))
+        run(config, shard=shard)
     single = tmp_path / "single"
     run(make_config(emulator.base_url, single, series=["raw"]))
     before = _files(out, "raw")
@@ -53,5 +53,5 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
         assert _table(out, series).equals(expected)
 
     # A shard re-fetching its windows after compaction takes its rows back out of the merged file.
-    run(config, RunOptions(shard=Shard(1, 2), full_refresh=True))
+    run(config, shard=Shard(1, 2), full_refresh=True)
     assert _table(out, "raw").equals(expected_table(emulator_config(), "raw", to_ms(START), to_ms(END)))

@@ -276,8 +276,10 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert proc.returncode == 130, stderr
     assert time.monotonic() - sent < 10  # one slab of eight 50 ms windows, two at a time, not the whole run
     assert f"{signum.name} received: stopping after the windows in flight" in stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("etl: error")]
-    assert len(errors) == 1 and "interrupted" in errors[0] and "run again to resume" in errors[0], stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("etl: ")]
+    assert (
+        len(errors) == 1 and errors[0].startswith("etl: interrupted") and "run again to resume" in errors[0]
+    ), stderr
     assert "Traceback" not in stderr
     state = checkpoints(out)
     assert len(state) and temp_files(out) == []
