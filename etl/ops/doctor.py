@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import glob
-import logging
 import os
 import socket
 import tempfile
@@ -52,8 +51,6 @@ from etl.state.store import Coverage, StateStore
 from etl.storage import tempfiles
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, iso, now_ms
-
-log = logging.getLogger(__name__)
 
 CHECKS = ("server", "checkpoints", "runs", "locks", "leftovers", "files", "lake", "sources")
 SOURCE_SAMPLES = 3  # parameters whose last checkpointed day is compared with the server
@@ -177,7 +174,7 @@ def _alive(pid: int) -> bool:
 # -- the server ---------------------------------------------------------------------------------------------
 
 
-def compare(config: Config, found: Findings, cmd: str) -> list[Finding]:
+def compare(config: Config, found: Findings) -> list[Finding]:
     """The probe's findings against the config: what a run would stumble on, and what it could do better."""
     source, extract = config.source, config.extract
     out: list[Finding] = []
@@ -322,7 +319,7 @@ async def _server(d: Deployment) -> tuple[list[Finding], int]:
             found = await prober.run()
         except EtlError as exc:
             return [fail("server", str(exc), "fix what it says, then etl doctor again")], prober.requests
-        out = compare(d.config, found, d.cmd)
+        out = compare(d.config, found)
         if "checkpoints" in d.checks:
             try:
                 out += await checkpoints_ahead_of_source(prober.client, d)
