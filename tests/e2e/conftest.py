@@ -1,39 +1,19 @@
-"""Fixtures: a real emulator on a free port, configs pointing at it, an S3 server (moto) and a Dask
-cluster of separate worker processes, all on loopback."""
+"""The servers end-to-end tests run against, as fixtures: a real emulator on a free port, an S3 server
+(moto) and a Dask cluster of separate worker processes, all on loopback. Their helpers (emulator_config,
+configs pointing at an emulator, S3_ENV) are in tests/support."""
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from hypothesis import settings
 
-from etl.config import Config, parse_config
-from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
-
-# Property tests assert properties, not timings: a loaded 2-core CI machine must not fail them.
-settings.register_profile("etl", deadline=None)
-settings.load_profile("etl")
-
-# A fixed clock far after the test windows, so "now" never cuts a window short.
-NOW = "2026-11-20T00:00:00Z"
-START = "2026-11-01T00:00:00Z"
-END = "2026-11-03T00:00:00Z"
-
-
-def emulator_config(**overrides: Any) -> EmulatorConfig:
-    from etl.timeutil import to_ms
-
-    base = dict(seed=7, objects=2, params_per_object=3, calc_per_object=1, now_ms=to_ms(NOW))
-    base.update(overrides)
-    return EmulatorConfig(**base)
+from etl_emulator.server import RunningEmulator, run_emulator
+from tests.support.configs import S3_ENV
+from tests.support.emulator import emulator_config
 
 
 @pytest.fixture(scope="session")
@@ -48,40 +28,6 @@ def fresh_emulator() -> Iterator[RunningEmulator]:
     """A private emulator for tests that inject faults or read the request log."""
     with run_emulator(emulator_config()) as running:
         yield running
-
-
-def config_dict(base_url: str, out: Path, **sections: Any) -> dict:
-    data = {
-        "source": {"base_url": base_url, "username": "demo", "password": "demo"},
-        "select": {"objects": "all"},
-        "series": ["raw", "average", "candles"],
-        "window": {"start": START, "end": END, "overlap": "1h"},
-        "extract": {"concurrency": 8},
-        "retry": {"attempts": 8, "backoff_initial": 0.01, "backoff_max": 0.2, "deadline": 60},
-        "sink": {"format": "parquet", "path": str(out)},
-    }
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
-        else:
-            data[key] = value
-    return copy.deepcopy(data)
-
-
-def make_config(base_url: str, out: Path, **sections: Any) -> Config:
-    return parse_config(config_dict(base_url, out, **sections))
-
-
-def write_config(path: Path, data: dict) -> Path:
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-S3_ENV = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-}
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import subprocess
-import sys
+import os
 
 import duckdb
 import pyarrow as pa
@@ -16,10 +14,12 @@ from click.testing import CliRunner
 
 from etl.cli import cli
 from etl.errors import DataError
-from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import DAY_MS, to_ms
-from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import SERIES, expected_table
+from tests.support.cli import connection_env, etl
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SERIES, expected_table
+from tests.support.pipeline import run
 
 VIEWS = {
     "raw",
@@ -45,7 +45,7 @@ VIEWS = {
 def lake(emulator, tmp_path_factory):
     """One run's output and its config file."""
     root = tmp_path_factory.mktemp("lake")
-    asyncio.run(Runner(make_config(emulator.base_url, root / "out"), RunOptions(progress=False)).run())
+    run(make_config(emulator.base_url, root / "out"))
     return write_config(root / "c.yaml", config_dict(emulator.base_url, root / "out"))
 
 
@@ -99,19 +99,14 @@ def test_query_writes_csv_and_parquet(lake, tmp_path):
 
 
 def test_query_error_is_one_line_with_exit_2(lake):
-    result = subprocess.run(
-        [sys.executable, "-m", "etl", "query", "-c", str(lake), "select nope from raw"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = etl("query", "-c", str(lake), "select nope from raw", timeout=60)
     errors = [line for line in result.stderr.splitlines() if line.startswith("etl: error")]
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(errors) == 1 and errors[0].startswith("etl: error: query failed: Binder Error"), result.stderr
 
 
 def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator, tmp_path):
-    env = {"ETL_BASE_URL": fresh_emulator.base_url, "ETL_USERNAME": "demo", "ETL_PASSWORD": "demo"}
+    env = connection_env(fresh_emulator.base_url)
     end = "2026-11-04T00:00:00Z"
     fresh_emulator.set_faults(error_rate=0.3, seed=3)
     out = invoke("pull", "1001", "--from", START, "--to", end, "-o", str(tmp_path / "raw.parquet"), env=env)
@@ -147,26 +142,9 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
 
 
 def test_pull_without_a_connection_names_what_is_missing(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("ETL_")}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "pull",
-            "1001",
-            "--from",
-            START,
-            "--to",
-            END,
-            "-o",
-            str(tmp_path / "x.csv"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    unset = {name: None for name in os.environ if name.startswith("ETL_")}
+    args = ["pull", "1001", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv")]
+    result = etl(*args, password=None, env=unset, timeout=60)
     assert result.returncode == 2
     assert (
         result.stderr.strip()

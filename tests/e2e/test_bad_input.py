@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import config_dict, make_config, write_config
-from tests.test_pipeline import run
-
-ENV = {**os.environ, "ETL_PASSWORD": "demo"}
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.pipeline import run
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +48,6 @@ def assert_untouched(out: Path, before: dict[str, bytes]) -> None:
     for rel in added:  # a failed run may leave its own summary, saying it failed; nothing else
         assert rel.startswith("_runs/") and json.loads(after[rel])["status"] == "failed", rel
     assert {k: v for k, v in after.items() if k not in added} == before
-
-
-def etl(
-    *args: str, preexec_fn: Callable | None = None, env: dict | None = None
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "etl", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env or ENV,
-        preexec_fn=preexec_fn,
-    )
 
 
 def assert_one_error_line(result: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -168,21 +152,12 @@ def launched(emulator, golden, tmp_path_factory) -> dict[str, tuple[subprocess.P
         data = config_dict(emulator.base_url, out)
         data["source"]["password"] = "${ETL_PASSWORD}"
         mutate(data, folder)
-        command = [
-            sys.executable,
-            "-m",
-            "etl",
+        proc = etl_process(
             "run",
             "-c",
             str(write_config(folder / "c.yaml", data)),
             *args,
-        ]
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**ENV, "ETL_WRONG_PASSWORD": "not-the-password-123"},
+            env={"ETL_WRONG_PASSWORD": "not-the-password-123"},
         )
         runs[name] = (proc, out, snapshot(out))
     yield runs

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,10 +16,11 @@ from etl.model import ParamKind, Series, Window
 from etl.pipeline.fetch import fetch_window
 from etl.timeutil import DAY_MS, HOUR_MS, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
-from tests.conftest import END, START, emulator_config, make_config
-from tests.expected import SERIES, expected_table, read
-from tests.test_client import FAST, T0
-from tests.test_pipeline import run
+from tests.support.checks import assert_exact
+from tests.support.client import FAST
+from tests.support.configs import make_config
+from tests.support.emulator import END, START, T0, emulator_config
+from tests.support.pipeline import run
 
 # The shapes below make each cap bind: the default (periods 10 s to 15 min) for the small caps, and
 # denser parameters, whose raw days hold 2,880 to 8,640 points, for the large ones.
@@ -31,22 +31,13 @@ CAPS = [(7, {}, END), (100, {}, LATER_END), (1000, DENSE, END), (5000, DENSE, EN
 PARAMS = {ParamKind.PHYSICAL: 1001, ParamKind.SIGNAL: 1003, ParamKind.CALCULATED: 1501}
 
 
-def assert_source(out: Path, settings, start: str, end: str) -> None:
-    """Every point of every series in [start, end), exactly once, nothing else."""
-    for series in SERIES:
-        want = expected_table(settings, series, to_ms(start), to_ms(end))
-        got = read(out, series)
-        assert got.num_rows == want.num_rows > 0, series
-        assert got.select(want.column_names).equals(want), series
-
-
 @pytest.mark.parametrize("cap, shape, end", CAPS, ids=[f"cap{c[0]}" for c in CAPS])
 def test_a_run_under_a_silent_cap_is_exact(tmp_path, cap, shape, end):
     settings = emulator_config(**shape)
     with run_emulator(settings) as emu:
         emu.set_faults(max_count=cap)
         summary = run(make_config(emu.base_url, tmp_path, window={"end": end})).as_dict()
-    assert_source(tmp_path, settings, START, end)
+    assert_exact(tmp_path, START, end, settings=settings)
     assert summary["status"] == "ok" and summary["continuations"] > 0
 
 
@@ -70,7 +61,7 @@ def test_a_silent_cap_with_every_other_fault(fresh_emulator, tmp_path):
         retry={"attempts": 25},
     )
     summary = run(config).as_dict()
-    assert_source(tmp_path, emulator_config(), START, LATER_END)
+    assert_exact(tmp_path, START, LATER_END)
     assert summary["status"] == "ok" and summary["relogins"] > 0 and summary["continuations"] > 0
     assert {"http_429", "invalid_body", "connection"} <= summary["retries_by_reason"].keys()
 
@@ -143,7 +134,7 @@ def test_a_server_that_refuses_large_counts_loses_nothing(tmp_path, reject_over)
         emu.set_faults(count_reject_over=reject_over)
         summary = run(make_config(emu.base_url, tmp_path)).as_dict()
         refused = [r for r in emu.requests() if r["status"] == 400]
-    assert_source(tmp_path, settings, START, END)
+    assert_exact(tmp_path, START, END, settings=settings)
     assert summary["status"] == "ok" and refused
     # learned once per route, not once per window: a handful of refusals per route at most
     assert len(refused) <= 6 * 4 * 16  # routes x halvings x requests in flight when the first came back
@@ -162,6 +153,6 @@ def test_error_bodies_in_any_style_are_retried_and_the_output_is_exact(tmp_path,
             seed=3,
         )
         summary = run(make_config(emu.base_url, tmp_path, retry={"attempts": 25})).as_dict()
-    assert_source(tmp_path, settings, START, END)
+    assert_exact(tmp_path, START, END, settings=settings)
     assert summary["status"] == "ok" and summary["relogins"] > 0
     assert {"http_429"} <= summary["retries_by_reason"].keys()

@@ -6,24 +6,7 @@ import json
 
 import pytest
 
-from etl.cli import main
-
-
-def etl(capsys, *args: str, stdin: str | None = None, monkeypatch=None) -> tuple[int, str, str]:
-    if stdin is not None:
-        monkeypatch.setattr("sys.stdin", __import__("io").StringIO(stdin))
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return exit_info.value.code, out, err
-
-
-def sign_in_env(monkeypatch, emulator):
-    """The ETL_* variables that point the explorer at an emulator as the demo login."""
-    monkeypatch.setenv("ETL_BASE_URL", emulator.base_url)
-    monkeypatch.setenv("ETL_USERNAME", "demo")
-    monkeypatch.setenv("ETL_PASSWORD", "demo")
-    return emulator
+from tests.support.cli import etl_main, sign_in_env
 
 
 @pytest.fixture
@@ -32,23 +15,23 @@ def env(monkeypatch, emulator):
 
 
 def test_read_commands_print_tables_and_json(env, capsys):
-    code, out, _ = etl(capsys, "api", "objects")
+    code, out, _ = etl_main(capsys, "api", "objects")
     assert code == 0 and out.splitlines()[0].split()[:2] == ["id", "shortname"] and "obj-2" in out
-    code, out, _ = etl(capsys, "api", "objects", "--json")
+    code, out, _ = etl_main(capsys, "api", "objects", "--json")
     assert code == 0 and [o["id"] for o in json.loads(out)] == [1, 2]
-    code, out, _ = etl(capsys, "api", "object", "2")
+    code, out, _ = etl_main(capsys, "api", "object", "2")
     assert code == 0 and "operatingMode" in out  # one record: field/value lines
-    code, out, _ = etl(capsys, "api", "units", "1", "--json")
+    code, out, _ = etl_main(capsys, "api", "units", "1", "--json")
     assert code == 0 and json.loads(out)[0]["deviceconnect"]["device"]["id"] == 101
-    code, out, _ = etl(capsys, "api", "params", "1", "--json")
+    code, out, _ = etl_main(capsys, "api", "params", "1", "--json")
     params = json.loads(out)
     assert code == 0 and {p["kind"] for p in params} == {"physical", "signal", "calculated"}
-    code, out, _ = etl(capsys, "api", "status", "1001", "--json")
+    code, out, _ = etl_main(capsys, "api", "status", "1001", "--json")
     assert code == 0 and json.loads(out)["statecolor"] in {"none", "normal", "warning", "error", "critical"}
     for which in ("zones", "classifiers", "room-types", "rooms"):
-        code, out, _ = etl(capsys, "api", "refs", which, "--json")
+        code, out, _ = etl_main(capsys, "api", "refs", which, "--json")
         assert code == 0 and json.loads(out), which
-    code, out, _ = etl(capsys, "api", "commands", "101")
+    code, out, _ = etl_main(capsys, "api", "commands", "101")
     assert code == 0 and "reboot" in out and "set-interval" in out
 
 
@@ -63,7 +46,7 @@ def test_read_commands_print_tables_and_json(env, capsys):
     ],
 )
 def test_series_command(env, capsys, kind, param_id, columns):
-    code, out, _ = etl(
+    code, out, _ = etl_main(
         capsys,
         "api",
         "series",
@@ -84,35 +67,35 @@ def test_series_command(env, capsys, kind, param_id, columns):
 
 
 def test_series_over_24h_is_a_usage_error(env, capsys):
-    code, out, err = etl(
+    code, out, err = etl_main(
         capsys, "api", "series", "1001", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:01Z"
     )
     assert code == 2 and out == "" and err.count("\n") == 1 and "24 hours" in err
 
 
 def test_actions_ask_first_and_are_recorded(monkeypatch, fresh_emulator, capsys):
-    monkeypatch.setenv("ETL_BASE_URL", fresh_emulator.base_url)
-    monkeypatch.setenv("ETL_USERNAME", "demo")
-    monkeypatch.setenv("ETL_PASSWORD", "demo")
-    code, _, err = etl(
+    sign_in_env(monkeypatch, fresh_emulator)
+    code, _, err = etl_main(
         capsys, "api", "run-command", "101", "1011", "mode=a b&c", stdin="n\n", monkeypatch=monkeypatch
     )
     assert code == 1 and "aborted" in err and fresh_emulator.commands() == []
-    code, _, _ = etl(capsys, "api", "run-command", "101", "1011", "mode=a b&c", "--yes")
+    code, _, _ = etl_main(capsys, "api", "run-command", "101", "1011", "mode=a b&c", "--yes")
     assert code == 0 and [r["commandData"] for r in fresh_emulator.commands()] == ["mode=a b&c"]
-    code, out, _ = etl(capsys, "api", "set-value", "1001", "77.5", "--yes", "--json")
+    code, out, _ = etl_main(capsys, "api", "set-value", "1001", "77.5", "--yes", "--json")
     assert code == 0 and json.loads(out)["value"] == 77.5
-    code, _, err = etl(capsys, "api", "set-value", "1003", "0.5", "--yes")  # a signal parameter: 0 or 1 only
+    code, _, err = etl_main(
+        capsys, "api", "set-value", "1003", "0.5", "--yes"
+    )  # a signal parameter: 0 or 1 only
     assert code == 5 and "HTTP 400" in err
 
 
 def test_no_connection_and_wrong_password(monkeypatch, emulator, capsys):
     for name in ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
-    code, _, err = etl(capsys, "api", "objects")
+    code, _, err = etl_main(capsys, "api", "objects")
     assert code == 2 and "ETL_BASE_URL" in err
     monkeypatch.setenv("ETL_BASE_URL", emulator.base_url)
     monkeypatch.setenv("ETL_USERNAME", "demo")
     monkeypatch.setenv("ETL_PASSWORD", "s3cret-wrong")
-    code, out, err = etl(capsys, "api", "objects")
+    code, out, err = etl_main(capsys, "api", "objects")
     assert code == 3 and "s3cret-wrong" not in out + err and err.startswith("etl: error: sign-in refused")

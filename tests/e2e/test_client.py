@@ -11,16 +11,10 @@ import pytest
 from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.client.models import Candles, Points
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
-from etl.timeutil import DAY_MS, to_ms
+from etl.timeutil import DAY_MS
 from etl_emulator.server import run_emulator
-from tests.conftest import START, emulator_config
-
-FAST = RetryPolicy(attempts=10, backoff_initial=0.01, backoff_max=0.05, deadline=30)
-T0 = to_ms(START)
-
-
-def client_for(emulator, username="demo", password="demo", retry=FAST, **kw) -> SyncMonitoringClient:
-    return SyncMonitoringClient(emulator.base_url, username, password, retry=retry, **kw)
+from tests.support.client import FAST, client_for
+from tests.support.emulator import T0, emulator_config
 
 
 def test_every_endpoint_answers_through_the_client(emulator):

@@ -10,8 +10,10 @@ from etl import run
 from etl.cli import main
 from etl.model import Shard
 from etl.timeutil import to_ms
-from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import SOURCE, expected_table, read_quality
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SOURCE, expected_table
+from tests.support.output import read_quality
 
 
 def _files(root, series: str) -> list[str]:

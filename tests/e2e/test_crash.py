@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,15 +17,15 @@ import pytest
 import yaml
 
 from etl.config import parse_config
-from etl.pipeline.runner import Runner, RunOptions
 from etl.storage.files import TMP_SUFFIX
 from etl_emulator.server import RunningEmulator, run_emulator
-from tests.conftest import config_dict, emulator_config, write_config
-from tests.expected import SOURCE, checkpoints, read_quality
-from tests.test_pipeline import assert_exact
-from tests.test_reliability import assert_output_matches_state
-
-ENV = {**os.environ, "ETL_PASSWORD": "demo"}
+from tests.support.checks import assert_exact, assert_output_matches_state
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import emulator_config
+from tests.support.expected import SOURCE
+from tests.support.output import checkpoints, read_quality
+from tests.support.pipeline import run
 
 
 @pytest.fixture
@@ -52,13 +49,7 @@ def config_file(emulator: RunningEmulator, tmp_path: Path, **sections) -> Path:
 
 
 def start(path: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "etl", "run", "-c", str(path), "--no-progress"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+    return etl_process("run", "-c", str(path), "--no-progress")
 
 
 FORMATS = ["parquet", "delta", "iceberg"]
@@ -210,13 +201,7 @@ def kill_and_recover(
                 stderr = proc.stderr.read()
                 assert proc.returncode == 0, stderr  # finished before the moment came: also fine
                 assert "another run holds the state lock" not in stderr
-        final = subprocess.run(
-            [sys.executable, "-m", "etl", "run", "-c", str(path), "--json"],
-            capture_output=True,
-            text=True,
-            env=ENV,
-            timeout=120,
-        )
+        final = etl("run", "-c", str(path), "--json")
         assert final.returncode == 0, final.stderr  # a killed run's lock never blocks the next one
     assert reader.reads > 0
     assert_exact(out)
@@ -236,8 +221,8 @@ def assert_quality_of_a_clean_run(emulator: RunningEmulator, path: Path, out: Pa
         str(clean),
         ["raw"],
     )  # quality is computed from the raw series alone
-    data["source"]["password"] = ENV["ETL_PASSWORD"]
-    asyncio.run(Runner(parse_config(data), RunOptions(progress=False)).run())
+    data["source"]["password"] = "demo"
+    run(parse_config(data))
     assert got.equals(read_quality(clean))
 
 
@@ -288,13 +273,7 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert [s["status"] for s in summaries] == ["interrupted"]
 
     slow_emulator.clear_requests()
-    result = subprocess.run(
-        [sys.executable, "-m", "etl", "run", "-c", str(path)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
+    result = etl("run", "-c", str(path))
     assert result.returncode == 0, result.stderr
     assert_exact(out)
 
@@ -327,13 +306,7 @@ def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path)
     while not (lock.exists() and lock.read_bytes()):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()
         time.sleep(0.005)
-    second = subprocess.run(
-        [sys.executable, "-m", "etl", "run", "-c", str(path)],
-        capture_output=True,
-        text=True,
-        env=ENV,
-        timeout=120,
-    )
+    second = etl("run", "-c", str(path))
     assert second.returncode == 8, second.stderr
     assert second.stderr.count("\n") == 1 and "etl: error: another run holds the state lock" in second.stderr
     assert f'"pid": {first.pid}' in second.stderr  # names the holder

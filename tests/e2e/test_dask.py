@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pickle
 import signal
-import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -17,15 +14,15 @@ from etl.errors import ConfigError
 from etl.model import Series
 from etl.pipeline.build import Build
 from etl.pipeline.plan import Slab
-from etl.pipeline.runner import Runner, RunOptions
 from etl.pipeline.slab import SlabJob
 from etl.timeutil import DAY_MS
-from tests.conftest import END, START, config_dict, make_config, write_config
-from tests.expected import SERIES, assert_exact, checkpoints, read
-
-
-def run(config, **options):
-    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
+from tests.support.checks import assert_exact
+from tests.support.cli import etl
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START, series_requests
+from tests.support.expected import SERIES
+from tests.support.output import checkpoints, read
+from tests.support.pipeline import run
 
 
 def files(root) -> list[str]:
@@ -40,24 +37,8 @@ def test_dask_executor_writes_row_for_row_what_the_local_one_writes(emulator, da
     run(make_config(emulator.base_url, tmp_path / "local"))
     # A relative output path: workers get it made absolute, whatever their working folder.
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, "lake"))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "run",
-            "-c",
-            str(path),
-            "--scheduler",
-            dask_cluster.scheduler_address,
-            "--json",
-            "--no-progress",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+    scheduler = dask_cluster.scheduler_address
+    result = etl("run", "-c", str(path), "--scheduler", scheduler, "--json", "--no-progress", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["executor"] == f"dask {dask_cluster.scheduler_address}"
@@ -152,11 +133,3 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
     # The killed slab was redone by another worker: its windows were requested twice.
     twice = [path for path, n in Counter(r["path"] for r in series_requests(fresh_emulator)).items() if n > 1]
     assert twice
-
-
-def series_requests(emulator) -> list[dict]:
-    return [
-        r
-        for r in emulator.requests()
-        if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))
-    ]

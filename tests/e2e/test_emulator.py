@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +17,7 @@ from etl_emulator import series
 from etl_emulator.dataset import as_dataset
 from etl_emulator.faults import HOSTILE_KINDS
 from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
+from tests.support.cli import etl, etl_process
 
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -615,30 +614,14 @@ def test_control_api_validates(fresh):
 
 
 def test_cli_serves_and_waits():
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "emulator",
-            "serve",
-            "--port",
-            "0",
-            "--objects",
-            "1",
-            "--log-level",
-            "warning",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
+    process = etl_process(
+        "emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning", stdout=None
     )
     try:
         line = process.stderr.readline()
         assert "listening on http://127.0.0.1:" in line and "demo" in line, line
         root = line.split("listening on ")[1].split(BASE)[0]
-        waited = subprocess.run(
-            [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
-        )
+        waited = etl("emulator", "wait", "--url", root, "--timeout", "10")
         assert waited.returncode == 0
         assert (
             httpx.post(
@@ -649,11 +632,7 @@ def test_cli_serves_and_waits():
     finally:
         process.terminate()
         process.wait(10)
-    dead = subprocess.run(
-        [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "0.3"],
-        capture_output=True,
-        text=True,
-    )
+    dead = etl("emulator", "wait", "--url", root, "--timeout", "0.3")
     assert dead.returncode == 1 and "did not answer" in dead.stderr
 
 
@@ -664,20 +643,8 @@ def test_cli_serves_and_waits():
 def test_serve_refuses_bad_settings_before_listening(tmp_path, args):
     pem = tmp_path / "bad.pem"
     pem.write_text("not a certificate")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "emulator",
-            "serve",
-            "--port",
-            "0",
-            *[str(pem) if a == "PEM" else a for a in args],
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = etl(
+        "emulator", "serve", "--port", "0", *[str(pem) if a == "PEM" else a for a in args], timeout=60
     )
     assert result.returncode == 2 and "listening" not in result.stderr and "Traceback" not in result.stderr
     assert "Invalid value" in result.stderr

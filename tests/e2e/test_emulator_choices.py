@@ -4,8 +4,6 @@ and defaults of `count`, and the body of error answers (docs/emulator.md, fault 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +14,7 @@ import pytest
 
 from etl_emulator.faults import ERROR_BODIES, SESSION_ENDS
 from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
+from tests.support.cli import etl, etl_process
 
 DAY = 86_400_000
 HOUR = 3_600_000
@@ -262,40 +261,14 @@ def test_new_settings_are_validated_at_run_time(emu):
 
 
 def test_serve_flags_set_them():
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "emulator",
-            "serve",
-            "--port",
-            "0",
-            "--objects",
-            "1",
-            "--log-level",
-            "warning",
-            "--session-end",
-            "302-login",
-            "--error-body",
-            "text",
-            "--sign-in-via",
-            "form",
-            "--max-count",
-            "5",
-            "--count-default",
-            "3",
-            "--count-reject-over",
-            "1000",
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    serve = ["emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning"]
+    flags = ["--session-end", "302-login", "--error-body", "text", "--sign-in-via", "form"]
+    flags += ["--max-count", "5", "--count-default", "3", "--count-reject-over", "1000"]
+    process = etl_process(*serve, *flags, stdout=None)
     try:
         line = process.stderr.readline()
         root = line.split("listening on ")[1].split(EmulatorConfig().base_path)[0]
-        wait = [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
-        assert subprocess.run(wait).returncode == 0
+        assert etl("emulator", "wait", "--url", root, "--timeout", "10").returncode == 0
         faults = httpx.get(f"{root}/_emulator/faults").json()
         assert {
             k: faults[k]

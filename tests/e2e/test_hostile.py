@@ -12,9 +12,12 @@ from etl.errors import DataError
 from etl.timeutil import to_ms
 from etl_emulator.faults import HOSTILE_KINDS
 from etl_emulator.server import RunningEmulator, run_emulator
-from tests.conftest import END, START, emulator_config, make_config
-from tests.expected import checkpoints, expected_table
-from tests.test_pipeline import SERIES, assert_exact, read, run
+from tests.support.checks import assert_exact
+from tests.support.configs import make_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SERIES, expected_table
+from tests.support.output import checkpoints, read
+from tests.support.pipeline import run
 
 KEPT = {"shuffle", "extra_fields", "missing_fields", "wrong_content_type", "offsets", "huge"}
 DROPPED = {"duplicates": "duplicate_points", "outside": "points_outside_window"}

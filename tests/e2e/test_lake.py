@@ -4,7 +4,6 @@ the other files run over these formats too (parametrized)."""
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import subprocess
 import sys
@@ -14,19 +13,18 @@ import time
 import pytest
 
 from etl.config import SinkConfig
-from etl.pipeline.runner import Runner, RunOptions
 from etl.sinks.lake import Lake
 from etl.sinks.lake.common import Checkpoint
 from etl.storage.files import Storage
-from tests.conftest import S3_ENV, config_dict, make_config, write_config
-from tests.expected import SOURCE, checkpoints
-from tests.test_pipeline import assert_exact, series_requests
+from tests.support.checks import assert_exact
+from tests.support.cli import etl
+from tests.support.configs import S3_ENV, config_dict, make_config, write_config
+from tests.support.emulator import series_requests
+from tests.support.expected import SOURCE
+from tests.support.output import checkpoints
+from tests.support.pipeline import run
 
 LAKES = ["delta", "iceberg"]
-
-
-def run(config, **options):
-    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
 
 
 def lake(out, fmt: str) -> Lake:
@@ -93,12 +91,7 @@ def test_compact_and_vacuum_while_a_reader_reads(emulator, tmp_path, fmt):
     reader.start()
     try:
         for command in (["compact"], ["vacuum", "--retain", "0s"]):
-            result = subprocess.run(
-                [sys.executable, "-m", "etl", *command, "-c", str(path)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            result = etl(*command, "-c", str(path))
             assert result.returncode == 0, result.stderr
     finally:
         stop.set()
@@ -164,16 +157,12 @@ def test_delta_on_s3_with_conditional_put(emulator, s3_process, tmp_path):
 def test_bad_lake_config_is_one_line(tmp_path, sink, message):
     data = config_dict("http://127.0.0.1:1/api", tmp_path / "out", sink=sink)
     path = write_config(tmp_path / "c.yaml", data)
-    result = subprocess.run(
-        [sys.executable, "-m", "etl", "plan", "-c", str(path)], capture_output=True, text=True
-    )
+    result = etl("plan", "-c", str(path))
     assert result.returncode == 2 and message in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1 and "sink" in result.stderr
 
 
 def test_vacuum_of_files_is_refused_in_one_line(tmp_path):
     path = write_config(tmp_path / "c.yaml", config_dict("http://127.0.0.1:1/api", tmp_path / "out"))
-    result = subprocess.run(
-        [sys.executable, "-m", "etl", "vacuum", "-c", str(path)], capture_output=True, text=True
-    )
+    result = etl("vacuum", "-c", str(path))
     assert result.returncode == 2 and "etl vacuum is for lake tables" in result.stderr

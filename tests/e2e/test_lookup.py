@@ -12,9 +12,10 @@ import pytest
 
 from etl.model import Series
 from etl.timeutil import iso, to_ms
-from tests.conftest import END, START, config_dict, emulator_config, write_config
-from tests.expected import SERIES, expected_table
-from tests.test_cli_api import etl, sign_in_env
+from tests.support.cli import etl_main, sign_in_env
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SERIES, expected_table
 
 # In the test emulator (3 physical, 1 calculated per object) the last physical one is a signal.
 PARAMS = {"physical": 1001, "signal": 1003, "calculated": 1501}
@@ -49,7 +50,7 @@ def series_paths(emulator) -> list[str]:
 @pytest.mark.parametrize("kind", ["signal", "calculated"])
 def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
     param_id = PARAMS[kind]
-    code, out, err = etl(
+    code, out, err = etl_main(
         capsys,
         "pull",
         str(param_id),
@@ -75,7 +76,7 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
 @pytest.mark.parametrize("kind", ["signal", "calculated"])
 def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
     param_id = PARAMS[kind]
-    code, out, err = etl(
+    code, out, err = etl_main(
         capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--kind", series, "--json"
     )
     assert code == 0, err
@@ -95,13 +96,15 @@ def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
         ("calculated", [f"{BASE}/db/contrdeviceparam", f"{BASE}/db/contrcalcparam"]),
     ):
         env.clear_requests()
-        code, _, err = etl(capsys, "api", "series", str(PARAMS[kind]), "--from", START, "--to", SIX)
+        code, _, err = etl_main(capsys, "api", "series", str(PARAMS[kind]), "--from", START, "--to", SIX)
         assert code == 0, err
         assert [r["path"] for r in env.requests() if "param" in r["path"]] == lists
 
 
 def test_an_unknown_parameter_is_one_line_with_exit_2(env, capsys, tmp_path):
-    code, out, err = etl(capsys, "pull", "9999", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv"))
+    code, out, err = etl_main(
+        capsys, "pull", "9999", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv")
+    )
     assert (code, out) == (2, "")
     assert (
         err
@@ -114,7 +117,7 @@ def test_pull_takes_the_connection_from_a_config_too(emulator, capsys, tmp_path,
     for name in ("ETL_BASE_URL", "ETL_USERNAME", "ETL_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
-    code, out, err = etl(
+    code, out, err = etl_main(
         capsys,
         "pull",
         "2501",

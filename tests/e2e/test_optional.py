@@ -3,7 +3,6 @@ the CLI in a process where the package is hidden (None in sys.modules) or replac
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tomllib
@@ -12,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from etl.support.optional import REQUIREMENTS
-from tests.conftest import END, START, config_dict, write_config
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from tests.support import ROOT
+from tests.support.cli import environment
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import END, START
 
 OFFLINE = "http://127.0.0.1:1/sem-restservices"  # commands that fail before they would connect
 
@@ -32,7 +31,7 @@ def etl_with(module: str, version: str | None, *args: str) -> subprocess.Complet
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "ETL_PASSWORD": "demo"},
+        env=environment(),
     )
 
 
@@ -114,7 +113,7 @@ def test_the_dask_executor(emulator, tmp_path, version, line):
 def test_the_lake_requirements_are_the_lake_extra():
     from etl.support.optional import LAKE_REQUIREMENTS
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     assert sorted(LAKE_REQUIREMENTS.values()) == sorted(extras["lake"])
     assert set(LAKE_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them

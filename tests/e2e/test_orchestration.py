@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from etl.errors import ExitCode
+from tests.support import ROOT
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = ROOT / "docs"
 
 
 def cron_command() -> str:

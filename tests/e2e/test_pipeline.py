@@ -2,38 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import duckdb
 import pyarrow.dataset as ds
 import pytest
 
 from etl.pipeline import runner as pipeline
-from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import HOUR_MS, to_ms
-from tests import expected
-from tests.conftest import END, START, config_dict, make_config, write_config
-from tests.expected import SERIES, read
-
-
-def run(config, **options):
-    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
-
-
-def series_requests(emulator) -> list[dict]:
-    return [
-        r
-        for r in emulator.requests()
-        if any(k in r["path"] for k in ("/db/measure", "/db/calcvalue", "/db/signal"))
-    ]
-
-
-def assert_exact(out: Path, start: str = START, end: str = END, objects=(1, 2)) -> None:
-    expected.assert_exact(out, start, end, objects)
+from tests.support.checks import assert_exact
+from tests.support.cli import etl
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, series_requests
+from tests.support.expected import SERIES, SOURCE
+from tests.support.output import data_files, read
+from tests.support.pipeline import run
 
 
 def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
@@ -44,11 +27,9 @@ def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
     assert body["series"]["raw"]["windows"] == 8 * 2  # one per parameter per day
     assert list((tmp_path / "_runs").glob("*.json"))
     # date partitions, a file per bucket of parameters
-    files = expected.data_files(tmp_path, "raw")
+    files = data_files(tmp_path, "raw")
     assert {f.rsplit("/", 1)[0] for f in files} == {"raw/date=2026-11-01", "raw/date=2026-11-02"}
-    assert {f.rsplit("/", 1)[1] for f in files} <= {
-        f"part-{expected.SOURCE}-b{i}of4.parquet" for i in range(4)
-    }
+    assert {f.rsplit("/", 1)[1] for f in files} <= {f"part-{SOURCE}-b{i}of4.parquet" for i in range(4)}
 
 
 def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_emulator, tmp_path):
@@ -163,12 +144,6 @@ def test_restricted_login_exports_only_visible_objects(emulator, tmp_path):
     assert objects == [(1,)]
 
 
-def etl_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120
-    )
-
-
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -183,7 +158,7 @@ def etl_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def test_bad_config_gives_one_line_and_exit_2(emulator, tmp_path, mutate, message):
     data = config_dict(emulator.base_url, tmp_path / "out")
     mutate(data)
-    result = etl_cli("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("etl: error")]
     assert len(errors) == 1 and message in errors[0], result.stderr
@@ -193,7 +168,7 @@ def test_bad_config_gives_one_line_and_exit_2(emulator, tmp_path, mutate, messag
 def test_malformed_yaml_names_the_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("source: {base_url: x\nwindow: [\n")
-    result = etl_cli("run", "-c", str(path))
+    result = etl("run", "-c", str(path))
     assert result.returncode == 2 and "bad.yaml" in result.stderr and "line" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -201,7 +176,7 @@ def test_malformed_yaml_names_the_line(tmp_path):
 def test_plan_shows_requests_without_fetching(fresh_emulator, tmp_path):
     path = write_config(tmp_path / "c.yaml", config_dict(fresh_emulator.base_url, tmp_path / "out"))
     fresh_emulator.clear_requests()
-    result = etl_cli("plan", "-c", str(path))
+    result = etl("plan", "-c", str(path))
     assert result.returncode == 0, result.stderr
     assert "raw" in result.stdout and "16 windows" in result.stdout
     assert not any("/db/measure" in r["path"] for r in fresh_emulator.requests())

@@ -3,8 +3,6 @@ generator, the same whether a day is fetched at once or in pieces, in every layo
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -12,20 +10,18 @@ import pytest
 
 from etl.dataset.query import connect
 from etl.model import QUALITY_SCHEMA, ParamKind, Series, Window, Windows
-from etl.pipeline.runner import Runner, RunOptions
 from etl.quality.rows import day_rows, infer_period
 from etl.sinks.rewrite import Ranges
 from etl.timeutil import DAY_MS, HOUR_MS, to_ms
 from etl_emulator.server import run_emulator
-from tests.conftest import END, START, emulator_config, make_config
-from tests.expected import SOURCE, day_facts, read_quality
+from tests.support.configs import make_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SOURCE, day_facts
+from tests.support.output import read_quality
+from tests.support.pipeline import run
 
 PARAMS = [1001, 1002, 1003, 1501, 2001, 2002, 2003, 2501]
 DAYS = [to_ms(START), to_ms(START) + DAY_MS]
-
-
-def run(config, **options):
-    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
 
 
 @pytest.fixture(scope="module")

@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from etl.state import Coverage
 from etl.timeutil import to_ms
 from etl_emulator.server import run_emulator
-from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import SOURCE, checkpoints, expected_table
-from tests.test_pipeline import SERIES, assert_exact, read, run
+from tests.support.checks import assert_exact, assert_output_matches_state
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SOURCE
+from tests.support.output import checkpoints
+from tests.support.pipeline import run
 
 # Each fault alone, then all together. Rates are per request; the run's retry policy (conftest:
 # 8 attempts, 10-200 ms backoff) makes a run fail with a probability far below one in a million.
@@ -87,7 +86,7 @@ def test_all_faults_through_the_cli_summary(fresh_emulator, tmp_path):
         fresh_emulator.base_url, tmp_path / "out", source={"read_timeout": 0.4}, retry={"attempts": 25}
     )
     data["source"]["password"] = "${ETL_PASSWORD}"
-    result = etl(["run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--json"])
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert_exact(tmp_path / "out")
@@ -101,13 +100,6 @@ def test_all_faults_through_the_cli_summary(fresh_emulator, tmp_path):
     first_ok = next(i for i in logins if log[i]["status"] == 200)
     assert summary["relogins"] == sum(1 for i in logins if i > first_ok) > 0  # one sign-in per expiry
     assert summary["requests"] == len(log)
-
-
-def etl(args: list[str], **kw) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ETL_PASSWORD": "demo"}
-    return subprocess.run(
-        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=env, timeout=120, **kw
-    )
 
 
 def starts_ms(log: list[dict]) -> list[int]:
@@ -190,20 +182,6 @@ def series_of(entry: dict) -> tuple[int, str, int, int]:
     return int(parts[-3]), series, int(parts[-2]), int(parts[-1])
 
 
-def assert_output_matches_state(out: Path, state: Coverage) -> None:
-    """The files hold exactly the source's points of the checkpointed intervals: nothing more."""
-    for series in SERIES:
-        want = expected_table(emulator_config(), series, to_ms(START), to_ms(END))
-        ts = want["ts"].cast("int64").to_pylist()
-        keep = [
-            any(s <= t < e for s, e in state.intervals(p, series))
-            for p, t in zip(want["param_id"].to_pylist(), ts, strict=True)
-        ]
-        want = want.filter(keep)
-        got = read(out, series) if (out / series).exists() else want.schema.empty_table()
-        assert got.select(want.column_names).equals(want), series
-
-
 @pytest.mark.parametrize("outage, code", [("errors", 5), ("down", 4)])
 def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_path, outage, code):
     settings = emulator_config()
@@ -222,13 +200,7 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
         data["source"]["base_url"] = emu.base_url
         path = write_config(tmp_path / "c.yaml", data)
         emu.set_faults(latency=0.03)  # a run of about a second, to fail part-way
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "etl", "run", "-c", str(path)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "ETL_PASSWORD": "demo"},
-        )
+        proc = etl_process("run", "-c", str(path))
         deadline = time.monotonic() + 60
         while not list(log_folder.glob("*.json")):  # the first slab is written and checkpointed
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -249,7 +221,7 @@ def test_server_gone_for_good_keeps_finished_work_and_the_next_run_resumes(tmp_p
     assert not [p for p in (tmp_path / "out").rglob("*") if p.name.endswith(".tmp")]
 
     with run_emulator(settings, port=port) as emu:  # the server is back
-        result = etl(["run", "-c", str(path)])
+        result = etl("run", "-c", str(path))
         assert result.returncode == 0, result.stderr
         again = [series_of(r) for r in emu.requests() if "param_id" in r and "interval_ms" in r]
     assert again

@@ -8,16 +8,17 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from etl.timeutil import to_ms
 from etl_emulator.server import run_emulator
-from tests.conftest import END, config_dict, emulator_config, write_config
+from tests.support.cli import etl
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import END, emulator_config
 
-ENV = {**os.environ, "ETL_PASSWORD": "demo"}
 NAMES = {
     1001: "obj-1 / temperature-1001 [°C]",
     1002: "obj-1 / pressure-1002 [kPa]",
@@ -31,18 +32,12 @@ NAMES = {
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def etl(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "etl", *args], capture_output=True, text=True, env=ENV, timeout=120
-    )
-
-
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     """Three days asked for, the emulator's clock stopped at the end of the second: the third day has
     rows without points, every parameter is stale at the report's end."""
     root = tmp_path_factory.mktemp("report")
-    with run_emulator(emulator_config(now_ms=__import__("etl.timeutil").timeutil.to_ms(END))) as emulator:
+    with run_emulator(emulator_config(now_ms=to_ms(END))) as emulator:
         data = config_dict(
             emulator.base_url, root / "out", window={"end": "2026-11-04T00:00:00Z"}, series=["raw"]
         )

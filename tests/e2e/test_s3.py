@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -17,17 +16,15 @@ from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import LockedError, StorageError
 from etl.pipeline.build import Build
-from etl.pipeline.runner import Runner, RunOptions
 from etl.storage.files import Storage
 from etl.timeutil import to_ms
-from tests.conftest import END, START, config_dict, emulator_config, make_config, write_config
-from tests.expected import SOURCE, assert_exact, checkpoints, expected_table
-
-
-def run(config, **options):
-    import asyncio
-
-    return asyncio.run(Runner(config, RunOptions(progress=False, **options)).run())
+from tests.support.checks import assert_exact
+from tests.support.cli import etl_process
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SOURCE, expected_table
+from tests.support.output import checkpoints
+from tests.support.pipeline import run
 
 
 def test_full_then_incremental_run_into_s3(emulator, bucket, tmp_path, monkeypatch):
@@ -92,19 +89,8 @@ def test_killed_run_resumes_from_s3_checkpoints(fresh_emulator, bucket, tmp_path
     )
     fresh_emulator.set_faults(latency=0.05)
     storage = Storage(lake)
-    victim = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "run",
-            "-c",
-            str(write_config(tmp_path / "c.yaml", data)),
-            "--no-progress",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    victim = etl_process(
+        "run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--no-progress", stdout=subprocess.DEVNULL
     )
     try:
         deadline = time.monotonic() + 60

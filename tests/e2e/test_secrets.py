@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
@@ -20,22 +17,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from etl_emulator.server import RunningEmulator, run_emulator
-from tests.conftest import config_dict, emulator_config, write_config
-from tests.test_pipeline import assert_exact
+from tests.support.checks import assert_exact
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.credentials import PASSWORD, USERS, etl_user_config, leaks
+from tests.support.emulator import emulator_config
 
-PASSWORD = "Sup3r$ecret&pa ss%w=rd"  # characters that change when URL-encoded
-USERS = [{"login": "etl-user", "password": PASSWORD, "objects": "all"}]
 PLAIN_WARNING = "source.password is written in the config file"
-
-
-def etl(*args: str, password: str = PASSWORD) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "etl", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "ETL_PASSWORD": password},
-    )
 
 
 @pytest.fixture
@@ -44,29 +32,23 @@ def private_emulator() -> Iterator[RunningEmulator]:
         yield running
 
 
-def config_file(emulator: RunningEmulator, tmp_path: Path, **source) -> Path:
-    data = config_dict(emulator.base_url, tmp_path / "out")
-    data["source"].update({"username": "etl-user", "password": "${ETL_PASSWORD}", **source})
-    data["source"] = {k: v for k, v in data["source"].items() if v is not None}
-    return write_config(tmp_path / "c.yaml", data)
-
-
 # -- where the password comes from ------------------------------------------------------------------
 
 
 def test_password_from_the_environment_or_a_file_works_silently(private_emulator, tmp_path):
-    result = etl("plan", "-c", str(config_file(private_emulator, tmp_path)))
+    result = etl("plan", "-c", str(etl_user_config(private_emulator, tmp_path)), password=PASSWORD)
     assert result.returncode == 0 and result.stderr == "", result.stderr
     secret = tmp_path / "password.txt"
     secret.write_text(PASSWORD + "\n")
-    result = etl(
-        "plan", "-c", str(config_file(private_emulator, tmp_path, password=None, password_file=str(secret)))
-    )
+    path = etl_user_config(private_emulator, tmp_path, password=None, password_file=str(secret))
+    result = etl("plan", "-c", str(path), password=PASSWORD)
     assert result.returncode == 0 and result.stderr == "", result.stderr
 
 
 def test_a_plain_password_in_the_config_works_but_warns(private_emulator, tmp_path):
-    result = etl("plan", "-c", str(config_file(private_emulator, tmp_path, password=PASSWORD)))
+    result = etl(
+        "plan", "-c", str(etl_user_config(private_emulator, tmp_path, password=PASSWORD)), password=PASSWORD
+    )
     assert result.returncode == 0, result.stderr
     assert PLAIN_WARNING in result.stderr and PASSWORD not in result.stderr
 
@@ -74,18 +56,13 @@ def test_a_plain_password_in_the_config_works_but_warns(private_emulator, tmp_pa
 # -- nothing leaks -----------------------------------------------------------------------------------
 
 
-def leaks(text: str | bytes, secrets: set[str]) -> list[str]:
-    data = text.encode() if isinstance(text, str) else text
-    return sorted(s for s in secrets if s.encode() in data)
-
-
 def test_debug_run_leaks_neither_password_nor_cookies(private_emulator, tmp_path):
     """A --debug run (httpx and httpcore debug logs on) with sessions expiring every 10 requests, then a
     refused sign-in: the password (as typed and URL-encoded) and every session cookie value the server
     issued appear in no output stream, no traceback and no file of the output folder."""
     private_emulator.set_faults(session_max_requests=10)
-    path = config_file(private_emulator, tmp_path)
-    ok = etl("--debug", "run", "-c", str(path), "--json")
+    path = etl_user_config(private_emulator, tmp_path)
+    ok = etl("--debug", "run", "-c", str(path), "--json", password=PASSWORD)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "HTTP Request: POST" in ok.stderr and "receive_response_headers" in ok.stderr  # debug logs were on
     assert '"relogins": 0' not in ok.stdout
@@ -149,36 +126,15 @@ def tls_emulator(certificate) -> Iterator[RunningEmulator]:
 
 def test_the_emulator_cli_serves_https(certificate):
     cert, key = certificate
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "etl",
-            "emulator",
-            "serve",
-            "--port",
-            "0",
-            "--objects",
-            "1",
-            "--log-level",
-            "warning",
-            "--tls-cert",
-            str(cert),
-            "--tls-key",
-            str(key),
-        ],
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    serve = ["emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning"]
+    process = etl_process(*serve, "--tls-cert", str(cert), "--tls-key", str(key), stdout=None)
     try:
         line = process.stderr.readline()
         assert "listening on https://127.0.0.1:" in line, line
         root = line.split("listening on ")[1].split("/sem-restservices")[0]
-        wait = [sys.executable, "-m", "etl", "emulator", "wait", "--url", root, "--timeout", "10"]
-        assert subprocess.run([*wait, "--ca-bundle", str(cert)]).returncode == 0
-        assert (
-            subprocess.run([*wait[:-1], "0.5"], capture_output=True).returncode == 1
-        )  # untrusted: no answer
+        wait = ["emulator", "wait", "--url", root, "--timeout", "10"]
+        assert etl(*wait, "--ca-bundle", str(cert)).returncode == 0
+        assert etl(*wait[:-1], "0.5").returncode == 1  # untrusted: no answer
     finally:
         process.terminate()
         process.wait(10)
@@ -186,7 +142,7 @@ def test_the_emulator_cli_serves_https(certificate):
 
 def test_tls_is_verified_by_default(tls_emulator, tmp_path):
     tls_emulator.clear_requests()
-    result = etl("run", "-c", str(config_file(tls_emulator, tmp_path)))
+    result = etl("run", "-c", str(etl_user_config(tls_emulator, tmp_path)), password=PASSWORD)
     assert result.returncode == 4, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("etl: error: TLS: cannot verify the server https://"), (
@@ -198,14 +154,17 @@ def test_tls_is_verified_by_default(tls_emulator, tmp_path):
 
 
 def test_the_ca_bundle_is_honoured(tls_emulator, certificate, tmp_path):
-    result = etl("run", "-c", str(config_file(tls_emulator, tmp_path, ca_bundle=str(certificate[0]))))
+    path = etl_user_config(tls_emulator, tmp_path, ca_bundle=str(certificate[0]))
+    result = etl("run", "-c", str(path), password=PASSWORD)
     assert result.returncode == 0 and result.stderr.count("\n") <= 8, result.stderr  # the summary, no warning
     assert "WARNING" not in result.stderr
     assert_exact(tmp_path / "out")
 
 
 def test_turning_verification_off_works_but_warns(tls_emulator, tmp_path):
-    result = etl("plan", "-c", str(config_file(tls_emulator, tmp_path, verify_tls=False)))
+    result = etl(
+        "plan", "-c", str(etl_user_config(tls_emulator, tmp_path, verify_tls=False)), password=PASSWORD
+    )
     assert result.returncode == 0, result.stderr
     assert "TLS certificate verification is OFF" in result.stderr
 
@@ -219,7 +178,8 @@ def test_turning_verification_off_works_but_warns(tls_emulator, tmp_path):
 )
 def test_a_bad_ca_bundle_is_a_config_error(tls_emulator, tmp_path, bundle, message):
     (tmp_path / "garbage.pem").write_text("not a certificate")
-    result = etl("run", "-c", str(config_file(tls_emulator, tmp_path, ca_bundle=str(tmp_path / bundle))))
+    path = etl_user_config(tls_emulator, tmp_path, ca_bundle=str(tmp_path / bundle))
+    result = etl("run", "-c", str(path), password=PASSWORD)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("etl: error: config error: source.ca_bundle") and message in result.stderr
 

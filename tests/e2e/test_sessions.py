@@ -4,9 +4,7 @@ a right that is really missing, and the two ways of signing in."""
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -14,10 +12,13 @@ from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.errors import AuthError, ConfigError, RetriesExhausted
 from etl.timeutil import DAY_MS
 from etl_emulator.faults import SESSION_ENDS
-from tests.conftest import make_config
-from tests.test_client import FAST, T0, client_for
-from tests.test_pipeline import assert_exact, run
-from tests.test_secrets import PASSWORD, config_file, etl, leaks
+from tests.support.checks import assert_exact
+from tests.support.cli import connection_env, etl
+from tests.support.client import FAST, client_for
+from tests.support.configs import make_config
+from tests.support.credentials import PASSWORD, USERS, etl_user_config, leaks
+from tests.support.emulator import T0, emulator_config
+from tests.support.pipeline import run
 
 
 def logins(emulator) -> list[dict]:
@@ -25,10 +26,8 @@ def logins(emulator) -> list[dict]:
 
 
 def etl_api(*args: str, base_url: str, username: str, password: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "ETL_BASE_URL": base_url, "ETL_USERNAME": username, "ETL_PASSWORD": password}
-    return subprocess.run(
-        [sys.executable, "-m", "etl", "api", *args], capture_output=True, text=True, timeout=120, env=env
-    )
+    """`etl api ARGS` in a child process, its connection from the ETL_* variables."""
+    return etl("api", *args, password=None, env=connection_env(base_url, username, password))
 
 
 @pytest.mark.parametrize("session_max_requests", [5, 30])
@@ -144,12 +143,11 @@ def test_form_sign_in_leaks_no_secret(tmp_path):
     from urllib.parse import quote, quote_plus
 
     from etl_emulator.server import run_emulator
-    from tests.conftest import emulator_config
-    from tests.test_secrets import USERS
 
     with run_emulator(emulator_config(users=USERS)) as emu:
         emu.set_faults(session_max_requests=10)
-        result = etl("--debug", "run", "-c", str(config_file(emu, tmp_path, sign_in="form")), "--json")
+        path = etl_user_config(emu, tmp_path, sign_in="form")
+        result = etl("--debug", "run", "-c", str(path), "--json", password=PASSWORD)
         assert result.returncode == 0, result.stderr[-2000:]
         secrets = {PASSWORD, quote(PASSWORD), quote_plus(PASSWORD)}
         secrets |= set(emu.app.sessions) | {s.token for s in emu.app.sessions.values()}

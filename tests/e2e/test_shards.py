@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
 import threading
 
 import pyarrow.parquet as pq
 
 from etl.model import Shard
-from etl.pipeline.runner import Runner, RunOptions
-from tests.conftest import END, START, config_dict, make_config, write_config
-from tests.expected import SOURCE, assert_exact, checkpoints, data_files
+from tests.support.checks import assert_exact
+from tests.support.cli import etl_process
+from tests.support.configs import config_dict, make_config, write_config
+from tests.support.emulator import END, START
+from tests.support.expected import SOURCE
+from tests.support.output import checkpoints, data_files
+from tests.support.pipeline import run
 
 PARAMS = {1001, 1002, 1003, 1501, 2001, 2002, 2003, 2501}
 
@@ -22,24 +23,7 @@ def test_three_shards_side_by_side_equal_one_run(emulator, tmp_path):
     out = tmp_path / "out"
     path = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, out))
     jobs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "etl",
-                "run",
-                "-c",
-                str(path),
-                "--shard",
-                f"{i}/3",
-                "--json",
-                "--no-progress",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(3)
+        etl_process("run", "-c", str(path), "--shard", f"{i}/3", "--json", "--no-progress") for i in range(3)
     ]
     results = [(job.wait(120), *job.communicate()) for job in jobs]
     # All three ran at once: none waited for (or was refused by) another's lock.
@@ -65,7 +49,7 @@ def test_switching_to_shards_moves_rows_without_loss_or_duplicates(emulator, tmp
     """An unsharded output taken over by 2 concurrent shards: each re-fetches its parameters (its own
     checkpoints are empty) and removes them from the unsharded files, which both rewrite at once."""
     config = make_config(emulator.base_url, tmp_path, sink={"buckets": 1})
-    asyncio.run(Runner(config, RunOptions(progress=False)).run())
+    run(config)
     unsharded = f"part-{SOURCE}-b0of1.parquet"
     assert (tmp_path / "raw/date=2026-11-01" / unsharded).exists()
 
@@ -73,7 +57,7 @@ def test_switching_to_shards_moves_rows_without_loss_or_duplicates(emulator, tmp
 
     def shard(i: int) -> None:
         try:
-            asyncio.run(Runner(config, RunOptions(progress=False, shard=Shard(i, 2))).run())
+            run(config, shard=Shard(i, 2))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

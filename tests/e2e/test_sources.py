@@ -3,18 +3,18 @@ tables and checkpoints, so their (colliding) object and parameter ids never mix.
 
 from __future__ import annotations
 
-import asyncio
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
 from etl.dataset.query import connect
-from etl.pipeline.runner import Runner, RunOptions
 from etl.timeutil import to_ms
 from etl_emulator.server import run_emulator
-from tests.conftest import END, START, emulator_config, make_config
-from tests.expected import SERIES, checkpoints, expected_table, read
+from tests.support.configs import make_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import SERIES, expected_table
+from tests.support.output import checkpoints, read
+from tests.support.pipeline import run
 
 PLANTS = {"plant-a": 7, "plant-b": 8}  # source name -> the emulator's seed: other data, the same ids
 
@@ -32,7 +32,7 @@ def test_two_instances_land_in_one_lake_without_mixing(tmp_path, partition_by):
             configs[name] = make_config(
                 emulator.base_url, tmp_path, source={"name": name}, sink={"partition_by": partition_by}
             )
-            asyncio.run(Runner(configs[name], RunOptions(progress=False)).run())
+            run(configs[name])
 
     for series in SERIES:
         got = read(tmp_path, series)

@@ -7,18 +7,14 @@ import json
 import pytest
 
 from etl.cli import main
-from tests.conftest import END, START, config_dict, write_config
-from tests.test_pipeline import assert_exact, series_requests
-
-
-def etl(capsys, *args: str) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    return exit_info.value.code, capsys.readouterr().out
+from tests.support.checks import assert_exact
+from tests.support.cli import etl_main
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import END, START, series_requests
 
 
 def high_waters(capsys, path) -> dict[tuple[int, str], str]:
-    code, out = etl(capsys, "state", "show", "-c", str(path), "--json")
+    code, out, _ = etl_main(capsys, "state", "show", "-c", str(path), "--json")
     assert code == 0
     return {(r["param_id"], r["series"]): r["high_water"] for r in json.loads(out)}
 
@@ -26,19 +22,21 @@ def high_waters(capsys, path) -> dict[tuple[int, str], str]:
 def test_backfill_keeps_high_water_marks_and_reset_refetches_once(fresh_emulator, tmp_path, capsys):
     later = config_dict(fresh_emulator.base_url, tmp_path / "out", window={"start": "2026-11-02T00:00:00Z"})
     path = write_config(tmp_path / "c.yaml", later)
-    assert etl(capsys, "run", "-c", str(path))[0] == 0
+    assert etl_main(capsys, "run", "-c", str(path))[0] == 0
     marks = high_waters(capsys, path)
     assert set(marks.values()) == {"2026-11-03T00:00:00.000Z"}
 
-    code, _ = etl(capsys, "run", "-c", str(path), "--from", START, "--to", "2026-11-02T00:00:00Z")
+    code, _, _ = etl_main(capsys, "run", "-c", str(path), "--from", START, "--to", "2026-11-02T00:00:00Z")
     assert code == 0 and high_waters(capsys, path) == marks  # an older backfill never moves a mark back
     assert_exact(tmp_path / "out", START, END)
 
     fresh_emulator.clear_requests()
-    code, out = etl(capsys, "state", "reset", "-c", str(path), "--param", "1001", "--series", "raw", "--yes")
+    code, out, _ = etl_main(
+        capsys, "state", "reset", "-c", str(path), "--param", "1001", "--series", "raw", "--yes"
+    )
     assert code == 0 and "removed 1 checkpoint(s)" in out
     assert (1001, "raw") not in high_waters(capsys, path)
-    assert etl(capsys, "run", "-c", str(path))[0] == 0
+    assert etl_main(capsys, "run", "-c", str(path))[0] == 0
     paths = [r["path"] for r in series_requests(fresh_emulator)]
     assert paths and all(
         p.startswith("/sem-restservices/db/measure/1001/") for p in paths
@@ -51,8 +49,8 @@ def test_offline_commands_need_no_credentials(emulator, tmp_path, capsys, monkey
     data = config_dict(emulator.base_url, tmp_path / "out")
     data["source"]["password"] = "${ETL_UNSET_PASSWORD}"
     path = write_config(tmp_path / "c.yaml", data)
-    assert etl(capsys, "state", "show", "-c", str(path)) == (0, "(nothing)\n")
-    assert etl(capsys, "query", "-c", str(path))[0] == 0
+    assert etl_main(capsys, "state", "show", "-c", str(path))[:2] == (0, "(nothing)\n")
+    assert etl_main(capsys, "query", "-c", str(path))[0] == 0
     with pytest.raises(SystemExit) as exit_info:
         main(["run", "-c", str(path)])
     assert exit_info.value.code == 2

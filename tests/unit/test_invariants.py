@@ -17,7 +17,7 @@ from etl.sinks import Layout, ParquetFormat, SlabWriter
 from etl.state import Coverage, StateStore
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
-from tests.test_properties import PARAMS, T0, config, intervals, merge, plan, times
+from tests.unit.test_properties import PARAMS, T0, config, intervals, merge, plan, times
 
 
 def add(state: Coverage, param_id: int, series: str, start: int, end: int) -> None:
