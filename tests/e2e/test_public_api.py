@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 import etl
-from tests.conftest import END, START, config_dict, emulator_config, write_config
-from tests.expected import expected_table
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import END, START, emulator_config
+from tests.support.expected import expected_table
 
 EXPORTED = [
     "ApiError",
