@@ -1,4 +1,5 @@
-"""The client against the real emulator over a socket: every endpoint, sessions, rights, retries."""
+"""The client against the real emulator over a socket: every endpoint, sessions, rights, retries.
+The exception tree, and a client with no server at all: tests/unit/test_errors.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from etl.client import MonitoringClient, RetryPolicy, SyncMonitoringClient
+from etl.client import MonitoringClient, RetryPolicy
 from etl.client.models import Candles, Points
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
 from etl.timeutil import DAY_MS
@@ -178,18 +179,6 @@ def test_429_pauses_the_whole_client(fresh_emulator):
         assert info.value.exit_code == 5
 
 
-def test_server_down_exhausts_retries_with_a_clear_message():
-    down = SyncMonitoringClient(
-        "http://127.0.0.1:9/sem-restservices",
-        "demo",
-        "demo",
-        retry=RetryPolicy(attempts=2, backoff_initial=0.01, deadline=5),
-    )
-    with down as c, pytest.raises(RetriesExhausted) as info:
-        c.objects()
-    assert info.value.exit_code == 4 and "gave up after 2 attempt" in str(info.value)
-
-
 def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
     from etl.support.redact import install_log_redaction
 
@@ -216,24 +205,3 @@ def test_a_request_that_succeeds_at_once_never_enters_the_retry_loop(emulator, m
     with client_for(emulator) as c:
         assert c.sign_in().login == "demo"
         assert c.objects_short() and len(c.measure_raw(1001, T0, T0 + DAY_MS)) > 0
-
-
-def test_the_exception_tree_drawn_in_errors_is_the_one_in_the_code():
-    """etl/errors.py draws each class with its exit code, retryable and fatal: the drawing is checked."""
-    import re
-
-    import etl.errors as errors
-
-    rows = re.findall(
-        r"^\s+[│├└─ ]*(\w+)(?: \(\w+\))?\s+(\d+)\s+(yes|no)\s+(yes|no)", errors.__doc__, re.MULTILINE
-    )
-    drawn = {name: (int(code), retryable == "yes", fatal == "yes") for name, code, retryable, fatal in rows}
-    classes = {
-        name: cls
-        for name, cls in vars(errors).items()
-        if isinstance(cls, type) and issubclass(cls, errors.EtlError) and cls is not errors.RetriesExhausted
-    }
-    assert drawn.keys() == classes.keys()
-    assert {name: (cls.exit_code, cls.retryable, cls.fatal) for name, cls in classes.items()} == drawn
-    exhausted = errors.RetriesExhausted("gave up", errors.InvalidResponse("cut short"), 3)
-    assert (exhausted.exit_code, exhausted.retryable, exhausted.fatal) == (6, False, False)

@@ -1,21 +1,16 @@
-"""Distributed execution on a dask.distributed LocalCluster of separate worker processes."""
+"""Distributed execution on a dask.distributed LocalCluster of separate worker processes. What a
+job shows of the config, without a cluster: tests/unit/test_dask_jobs.py."""
 
 from __future__ import annotations
 
 import json
 import os
-import pickle
 import signal
 from collections import Counter
 
 import pytest
 
 from etl.errors import ConfigError
-from etl.model import Series
-from etl.pipeline.build import Build
-from etl.pipeline.plan import Slab
-from etl.pipeline.slab import SlabJob
-from etl.timeutil import DAY_MS
 from tests.support.checks import assert_exact
 from tests.support.cli import etl
 from tests.support.configs import config_dict, make_config, write_config
@@ -64,14 +59,6 @@ def test_dask_workers_write_their_part_files_to_s3(emulator, dask_cluster, bucke
     )
     assert run(config).as_dict()["executor"].startswith("dask")
     assert_exact(lake, START, END)
-
-
-def test_jobs_show_no_secret_where_dask_prints_them(tmp_path):
-    config = make_config("http://127.0.0.1:1/sem-restservices", tmp_path, source={"password": "pa55-w0rd-x"})
-    job = SlabJob(config, Slab(Series.RAW, 0, DAY_MS, 0, ()))
-    for text in (repr(job), str(job), repr(job.config), str(job.config.source)):
-        assert "pa55-w0rd-x" not in text
-    assert Build(pickle.loads(pickle.dumps(job)).config).password == "pa55-w0rd-x"  # still shipped
 
 
 def test_dask_without_a_scheduler_is_a_config_error(emulator, tmp_path):

@@ -1,17 +1,15 @@
 """A missing or too old package of the `scale` extra: one line naming it and its install command, through
-the CLI in a process where the package is hidden (None in sys.modules) or replaced by an old version."""
+the CLI in a process where the package is hidden (None in sys.modules) or replaced by an old version.
+That the requirements are the extras': tests/unit/test_optional_extras.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from etl.support.optional import REQUIREMENTS
-from tests.support import ROOT
 from tests.support.cli import environment
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import END, START
@@ -44,11 +42,6 @@ def config(folder: Path, out: Path | str, base_url: str = OFFLINE) -> str:
 def assert_one_line(result: subprocess.CompletedProcess, line: str) -> None:
     assert (result.returncode, result.stdout) == (2, ""), result.stderr
     assert result.stderr == f"etl: error: {line}\n"
-
-
-def test_the_requirements_are_the_scale_extra():
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert sorted(REQUIREMENTS.values()) == sorted(pyproject["project"]["optional-dependencies"]["scale"])
 
 
 @pytest.mark.parametrize(
@@ -108,12 +101,3 @@ def test_the_dask_executor(emulator, tmp_path, version, line):
         "--no-progress",
     )
     assert_one_line(result, line)
-
-
-def test_the_lake_requirements_are_the_lake_extra():
-    from etl.support.optional import LAKE_REQUIREMENTS
-
-    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    extras = pyproject["project"]["optional-dependencies"]
-    assert sorted(LAKE_REQUIREMENTS.values()) == sorted(extras["lake"])
-    assert set(LAKE_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them

@@ -1,12 +1,11 @@
-"""etl.client.pool against the real emulator: connections reused and bounded, never reused when unusable."""
+"""etl.client.pool against the real emulator: connections reused and bounded, never reused when unusable.
+Without a server: tests/unit/test_pool_transport.py."""
 
 from __future__ import annotations
 
 import asyncio
 
-import httpcore
 import httpx
-import pytest
 
 from etl.client.pool import LeanTransport
 
@@ -80,17 +79,3 @@ def test_an_answer_left_unread_gives_its_slot_back(emulator):
 
     asyncio.run(go())
     assert transport.busy == 0
-
-
-def test_a_refused_connection_is_httpx_s_connect_error():
-    async def go() -> None:
-        async with _client(LeanTransport()) as client:
-            await client.get("http://127.0.0.1:9/")  # the discard port: nothing listens
-
-    with pytest.raises(httpx.ConnectError):
-        asyncio.run(go())
-
-
-def test_the_pool_is_what_the_transport_sends_through():
-    transport = LeanTransport()
-    assert not isinstance(transport._pool, httpcore.AsyncConnectionPool)

@@ -1,4 +1,5 @@
-"""The public Python API: the names `import etl` exports, and a notebook's session against the emulator."""
+"""The public Python API: what `import etl` loads, and a notebook's session against the emulator. The names
+it exports and a failed run's error, without a server: tests/unit/test_public_api_contract.py."""
 
 from __future__ import annotations
 
@@ -7,42 +8,11 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 
 import etl
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import END, START, emulator_config
 from tests.support.expected import expected_table
-
-EXPORTED = [
-    "ApiError",
-    "AuthError",
-    "Config",
-    "ConfigError",
-    "DataError",
-    "EtlError",
-    "Interrupted",
-    "LockedError",
-    "MonitoringClient",
-    "NetworkError",
-    "RunSummary",
-    "ServerError",
-    "StorageError",
-    "SyncMonitoringClient",
-    "__version__",
-    "connect",
-    "load_config",
-    "read",
-    "run",
-]
-
-
-def test_the_exported_names_are_pinned():
-    """As httpx does: a name added to or removed from the public API is a decision, made here."""
-    assert etl.__all__ == EXPORTED
-    for name in EXPORTED:
-        assert getattr(etl, name) is not None, name
-    assert issubclass(etl.ConfigError, etl.EtlError) and issubclass(etl.AuthError, etl.ApiError)
 
 
 def test_importing_etl_loads_neither_the_pipeline_nor_pandas():
@@ -89,13 +59,3 @@ def test_the_api_works_inside_a_running_event_loop(emulator, tmp_path):
         return objects, etl.run(config).status
 
     assert asyncio.run(cell()) == ([1, 2], "ok")
-
-
-def test_a_failed_run_raises_an_etl_error_with_its_summary(tmp_path):
-    """The library never exits the process: a run that fails raises its error class, with the summary."""
-    config = config_dict("http://127.0.0.1:9/sem-restservices", tmp_path / "out")
-    config["retry"] = {"attempts": 1}
-    with pytest.raises(etl.NetworkError) as caught:
-        etl.run(write_config(tmp_path / "etl.yaml", config))
-    assert caught.value.exit_code == 4
-    assert caught.value.summary is not None and caught.value.summary["status"] == "failed"

@@ -1,15 +1,13 @@
-"""Storage on a local folder: read-modify-write under concurrency, temp files of live and dead writers."""
+"""Storage on a local folder or memory://: read-modify-write under concurrency, S3 endpoints, leases. Temp
+files of live and dead writers: tests/e2e/test_storage_temp_files.py."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
 
-from etl.storage.files import KEEP, TMP_SUFFIX, Storage, storage_options
+from etl.storage.files import KEEP, Storage, storage_options
 
 
 def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
@@ -30,24 +28,6 @@ def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):
     assert storage.update("d/counter", lambda data: KEEP) is KEEP and storage.read("d/counter") == b"100"
     assert storage.update("d/counter", lambda data: None) is None and storage.read("d/counter") is None
     assert storage.listdir("d") == []  # the folder itself is locked: no lock file among the data
-
-
-def test_only_temp_files_of_dead_writers_are_removed(tmp_path):
-    storage = Storage(str(tmp_path))
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
-    host = os.uname().nodename
-    names = {
-        "live": f"raw/.part-0.parquet.{os.getpid()}@{host}.aaaa{TMP_SUFFIX}",  # a concurrent writer, this process
-        "dead": f"raw/.part-0.parquet.{int(dead.stdout)}@{host}.bbbb{TMP_SUFFIX}",  # killed before its rename
-        "elsewhere": f"raw/.part-1.parquet.123@some-other-host.cccc{TMP_SUFFIX}",  # young, another machine
-        "old": f"raw/.part-2.parquet.dddd{TMP_SUFFIX}",  # named by an older version: no writer recorded
-    }
-    for rel in names.values():
-        storage.write_atomic(rel, b"x")
-    assert storage.remove_temp_files() == 2
-    assert sorted(storage.find()) == sorted([names["live"], names["elsewhere"]])
 
 
 def test_s3_endpoint_from_environment_unless_the_options_name_one(monkeypatch):
