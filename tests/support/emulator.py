@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from etl.timeutil import to_ms
-from etl_emulator.server import EmulatorConfig
+from etl_emulator.config import EmulatorConfig
 
 # A fixed clock far after the test windows, so "now" never cuts a window short.
 NOW = "2026-11-20T00:00:00Z"
