@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs
+.PHONY: run test test-fast lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
+
+## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
 
 ## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
 lint: $(STAMP)
