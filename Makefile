@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test test-fast lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs
+.PHONY: run test test-fast lint emulator bench bench-fleet bench-schedule soak clean demo-s3 demo-dask browser docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -95,6 +95,12 @@ bench: $(BENCH_STAMP)
 ## About 50 minutes; BENCH_ARGS="--history 7 70 --history-size 8000" for 10 weeks at 8,000 (hours more).
 bench-fleet: $(STAMP)
 	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
+
+## make bench-schedule: 200 hourly runs (after a first one-day run) into Parquet, Delta and Iceberg, no
+## maintenance command: CPU and wall of the first and last 10 runs, files per day partition, bytes that
+## are not data, peak RSS, exactness (docs/lake.md). Hours on 2 cores; BENCH_ARGS="--runs 40" for less.
+bench-schedule: $(STAMP)
+	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

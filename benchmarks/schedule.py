@@ -248,14 +248,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=200, help="hourly runs per format after the first day")
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
     parser.add_argument(
-        "--quick", action="store_true", help="6 hourly runs of 8 parameters: checks the script"
+        "--quick", action="store_true", help="2 hourly runs of 8 parameters: checks the script"
     )
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "schedule.json")
     parser.add_argument("--keep", type=Path, help="keep the outputs in this folder")
     args = parser.parse_args()
     os.environ["ETL_PASSWORD"] = "demo"
-    runs = 6 if args.quick else args.runs
-    edge = 3 if args.quick else EDGE
+    runs = 2 if args.quick else args.runs
+    edge = 1 if args.quick else EDGE
     objects, physical, calculated = (2, 3, 1) if args.quick else (3, 6, 2)
     start = to_ms(START)
     final = start + DAY_MS + runs * HOUR_MS

@@ -94,7 +94,8 @@ def upkeep(build: Build, horizon: int) -> dict:
     every = None if retention is None else min(retention, DAY_MS)
     total = Upkeep()
     for table in lake.opened():
-        sweep = every is not None and now - swept.get(table.name, 0) >= every
+        # A table first seen now is swept a period from now: a one-off run does not list its files.
+        sweep = every is not None and now - swept.setdefault(table.name, now) >= every
         try:
             done = table.maintain(horizon, sweep)
         except Exception as exc:  # noqa: BLE001 - the data is committed and checkpointed: upkeep waits

@@ -213,13 +213,19 @@ class Runner:
         if not self.options.dry_run:
             summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
         coverage = self.store.load()
+        recovering = None
         if self.build.lake is not None and not self.options.dry_run:
-            tables = [self.build.lake.series(s) for s in self.config.series]
-            await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
+            # Opening the tables (and importing their library) goes on while the platform answers the
+            # sign-in and the listings; planning waits for it.
+            recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
-            await client.sign_in()
-            found = await discover(client, self.config.select)
+            try:
+                await client.sign_in()
+                found = await discover(client, self.config.select)
+            finally:
+                if recovering is not None:
+                    await recovering
             allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
@@ -269,6 +275,11 @@ class Runner:
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them"
             )
+
+    def _recover(self, coverage: Coverage) -> None:
+        lake = self.build.lake
+        assert lake is not None
+        recover([lake.series(s) for s in self.config.series], self.store, coverage, self.build.app)
 
     @asynccontextmanager
     async def _executor(self, client: MonitoringClient, scheduler: str | None):

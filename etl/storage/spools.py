@@ -130,6 +130,17 @@ def _dead(folder: str) -> bool:
         os.close(fd)
 
 
+def dead(temp: str | None = None) -> list[str]:
+    """The spool folders of processes that ended without removing them (nothing is removed)."""
+    base = os.path.join(temp or tempfile.gettempdir(), ROOT_NAME)
+    try:
+        names = os.listdir(base)
+    except FileNotFoundError:
+        return []
+    folders = [os.path.join(base, n) for n in names if not n.startswith(".")]
+    return [f for f in folders if f != _FOLDER._path and os.path.isdir(f) and _dead(f)]
+
+
 def sweep() -> int:
     """Remove the spools of dead processes (and old ones of earlier versions); how many."""
     removed = 0

@@ -34,6 +34,7 @@ import pyarrow.dataset as ds
 from etl.errors import StorageError
 from etl.sinks.lake.common import (
     APP,
+    CONFLICT_ATTEMPTS,
     SMALL_FILE,
     TS_US,
     VERSION,
@@ -200,7 +201,7 @@ class DeltaTable(LakeTable):
         try:
             if not self.exists():
                 return self._create(rows, checkpoint)
-            for attempt in range(2):
+            for attempt in range(CONFLICT_ATTEMPTS):
                 dt = self._handle()
                 before = _paths(dt)
                 try:
@@ -225,7 +226,7 @@ class DeltaTable(LakeTable):
                             commit_properties=self._properties(checkpoint),
                         )
                 except dl.exceptions.CommitFailedError:
-                    if attempt:
+                    if attempt == CONFLICT_ATTEMPTS - 1:
                         raise
                     # Another writer got in between: plan again on its version.
                     dt.update_incremental()

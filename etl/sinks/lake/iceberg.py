@@ -37,6 +37,7 @@ import pyarrow.dataset as ds
 from etl.errors import StorageError
 from etl.sinks.lake.common import (
     COMPACT_BYTES,
+    CONFLICT_ATTEMPTS,
     SMALL_FILE,
     Checkpoint,
     DayFiles,
@@ -248,12 +249,12 @@ class IcebergTable(LakeTable):
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
         try:
-            for attempt in range(2):
+            for attempt in range(CONFLICT_ATTEMPTS):
                 table = self._handle(rows.schema if rows is not None else None)
                 try:
                     return self._commit_once(table, rows, files, replace, checkpoint)
                 except (CommitFailedException, ValidationException):
-                    if attempt:
+                    if attempt == CONFLICT_ATTEMPTS - 1:
                         raise
                     table.refresh()  # another writer got in between: plan again on its snapshot
         except StorageError:
