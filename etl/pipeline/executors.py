@@ -104,6 +104,7 @@ async def execute(
         for job in jobs:
             await admission.enter(len(job.slab.windows))
             if stop.is_set():
+                await admission.leave(len(job.slab.windows))  # admitted, never run
                 break
             task = asyncio.ensure_future(one(job))
             running.add(task)

@@ -340,6 +340,27 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert_exact(out)
 
 
+def test_a_signal_commits_the_lake_groups_in_flight_then_stops(slow_emulator, tmp_path):
+    """Lake slabs wait for their group's commit (etl/sinks/lake/committer.py): a stop commits the groups
+    of the slabs done, with their checkpoints, before the run ends."""
+    path = config_file(slow_emulator, tmp_path, sink={"format": "delta"})
+    out = tmp_path / "out"
+    proc = start(path)
+    deadline = time.monotonic() + 60
+    while sum("interval_ms" in r for r in slow_emulator.requests()) < 12:  # a few slabs done
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    state = checkpoints(out)
+    assert len(state)  # committed by the stop, not by the (60 s) interval
+    assert_output_matches_state(out, state)
+    result = etl("run", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert_exact(out)
+
+
 def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     with run_emulator(emulator_config()) as emulator:
         emulator.set_faults(latency=0.5)  # the sign-in takes half a second
