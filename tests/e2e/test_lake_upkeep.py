@@ -138,3 +138,25 @@ def test_reference_tables_get_no_new_version_when_nothing_changed(emulator, tmp_
     before = versions()
     run(config, full_refresh=True)
     assert versions() == before
+
+
+@pytest.mark.parametrize("fmt", LAKES)
+def test_files_no_version_references_are_swept_by_a_later_run(emulator, tmp_path, fmt):
+    """A killed writer's data files (a Dask worker's, a commit that never happened) are never read, and a
+    run's sweep deletes them once older than the retention."""
+    import os
+    import shutil
+    import time
+
+    config = make_config(emulator.base_url, tmp_path, sink={"format": fmt, "retention": "0s"})
+    run(config)
+    folder = tmp_path / "raw" if fmt == "delta" else tmp_path / "etl" / "raw" / "data"
+    stored = next(p for p in folder.rglob("*.parquet") if not p.name.startswith("."))
+    orphan = stored.with_name("part-00000-orphan-of-a-killed-worker.parquet")
+    shutil.copy(stored, orphan)
+    old = time.time() - 60
+    os.utime(orphan, (old, old))
+    assert_exact(tmp_path)  # never referenced: never read
+    run(config, full_refresh=True)
+    assert not orphan.exists()
+    assert_exact(tmp_path)
