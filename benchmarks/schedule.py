@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -253,6 +254,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "schedule.json")
     parser.add_argument("--keep", type=Path, help="keep the outputs in this folder")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped: the emulator is stopped too
     os.environ["ETL_PASSWORD"] = "demo"
     runs = 2 if args.quick else args.runs
     edge = 1 if args.quick else EDGE

@@ -278,9 +278,10 @@ class LakeTable(ABC):
         """Merge the small files of these partitions, in one commit; the files merged away."""
 
     @abstractmethod
-    def _expire(self, retention_ms: int | None, versions: int) -> int:
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         """Forget versions beyond the newest `versions` or older than the retention (the current one
-        stays), with the log or metadata files only they needed; how many."""
+        stays), with the log or metadata files only they needed, once `policy.slack` of them add up
+        (`now`: whatever their number); how many."""
 
     @abstractmethod
     def _sweep(self, retention_ms: int) -> int:
@@ -379,5 +380,5 @@ class LakeTable(ABC):
         if not self.exists():
             return 0
         with table_lock(self.uri):
-            self._expire(retain_ms, self.policy.versions)
+            self._expire(retain_ms, self.policy.versions, now=True)
             return self._sweep(retain_ms)

@@ -388,7 +388,7 @@ class DeltaTable(LakeTable):
                 found[int(match.group(1))] = ([*paths, path], max(stamp, ms))
         return found
 
-    def _expire(self, retention_ms: int | None, versions: int) -> int:
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         """Log entries before the last checkpoint are only read by time travel: those beyond the newest
         `versions` or older than the retention are deleted, once enough of them add up."""
         current = self._handle().version()
@@ -403,7 +403,7 @@ class DeltaTable(LakeTable):
             for v, (_, stamp) in log.items()
             if v < floor and (v <= current - versions or (cutoff is not None and stamp < cutoff))
         ]
-        if len(old) < self.policy.slack:
+        if not old or (len(old) < self.policy.slack and not now):
             return 0
         for v in old:
             for path in log[v][0]:

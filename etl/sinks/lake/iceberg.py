@@ -293,8 +293,7 @@ class IcebergTable(LakeTable):
                 _check_pyarrow_schema_compatible(
                     table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
                 )
-                written += self._write(table, rows)
-            removed, kept = [], []
+            removed, kept, kept_bytes = [], [], 0
             if replace is not None and table.current_snapshot() is not None:
                 schema = table.metadata.schema()
                 for task in table.scan(row_filter=expression(replace)).plan_files():
@@ -305,6 +304,18 @@ class IcebergTable(LakeTable):
                     removed.append(task.file)
                     if not hit.all():
                         kept.append(old.filter(pa.array(~hit)))
+                        kept_bytes += task.file.file_size_in_bytes
+            if rows is not None and rows.num_rows and kept and kept_bytes < SMALL_FILE:
+                # Small rewrites go into the new rows' files: an hourly run's partition keeps one file
+                # rather than gaining one per run (large ones are rewritten apart: never a day's rows).
+                merged = pa.concat_tables(
+                    [rows, *(k.select(rows.column_names).cast(rows.schema) for k in kept)]
+                )
+                if self.time_key:
+                    merged = merged.sort_by([("param_id", "ascending"), (self.time_key, "ascending")])
+                rows, kept = merged, []
+            if rows is not None and rows.num_rows:
+                written += self._write(table, rows)
             if kept:
                 written += self._write(table, pa.concat_tables(kept))
             new += written
@@ -517,12 +528,12 @@ class IcebergTable(LakeTable):
         self._forget(table, expired)
         return len(removed)
 
-    def _expire(self, retention_ms: int | None, versions: int) -> int:
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         table = self._handle()
         if retention_ms is None and len(table.metadata.snapshots) <= versions:
             return 0
         txn = table.transaction()
-        expired = self._stage_expiry(txn, retention_ms, versions, force=True)
+        expired = self._stage_expiry(txn, retention_ms, versions, force=now)
         if not expired:
             return 0
         txn.commit_transaction()
