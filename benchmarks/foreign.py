@@ -310,7 +310,10 @@ def serve(
     for latency in args.latencies:
         server.latency(latency)
         misses = server.misses()
-        cells = {name: Cell(skipped=skipped.get(name)) for name in CONTENDERS}
+        cells = {
+            name: Cell(skipped=skipped.get(name) or (None if name in args.contenders else "--contenders"))
+            for name in CONTENDERS
+        }
         for _ in range(args.repeat):
             for name, cell in cells.items():
                 if cell.skipped:
@@ -343,7 +346,7 @@ def serve(
         )
         row["etl"]["cpu_per_million"] = 1e6 * row["etl"]["cpu_seconds"] / max(row["etl"]["points"], 1)
         row["etl_vs_bound"] = bound / etl.median() if bound else None
-        row["etl_vs_httpx"] = cells["httpx"].median() / etl.median()
+        row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
         row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
         out[f"{latency * 1000:g}ms"] = row
         print_row(server.name, row)
@@ -381,11 +384,14 @@ def main() -> int:
     parser.add_argument("--period-range", default="10:60", help="sampling periods in seconds (emulator)")
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.01, 0.05], help="seconds")
     parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=SERVERS)
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3, help="runs of each contender (medians kept)")
     parser.add_argument("--quick", action="store_true", help="a tiny fleet, one run: checks the script works")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "foreign.json")
     args = parser.parse_args()
+    if "etl" not in args.contenders:
+        parser.error("--contenders: etl is what the others are measured against")
     if args.quick:
         args.params, args.days, args.latencies, args.repeat = [16], 1, [0.0, 0.01], 1
     os.environ["ETL_PASSWORD"] = "demo"
