@@ -32,7 +32,7 @@ import yaml
 
 from etl.config import load_config
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
-from etl.state.store import Coverage
+from etl.state import Coverage
 from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_run, peer_run, run_child
 

@@ -1,6 +1,19 @@
-"""Export time series from the monitoring platform into partitioned datasets."""
+"""etl: time series from the monitoring platform into files, data lakes and notebooks.
+
+    import etl
+
+    summary = etl.run("configs/demo.yaml")                 # what `etl run -c configs/demo.yaml` does
+    frame = etl.read("configs/demo.yaml", "raw", named=True)  # a pandas DataFrame, names and units joined
+    con = etl.connect("configs/demo.yaml")                 # DuckDB with the views of `etl query`
+
+    with etl.SyncMonitoringClient(base_url, username, password) as client:
+        client.objects()                                   # the platform's interface, one method an endpoint
+
+Every failure is an `EtlError` subclass whose `exit_code` is what the CLI exits with.
+"""
 
 import os
+from typing import TYPE_CHECKING, Any
 
 # Arrow's C++ default pool (mimalloc) reserves a 1 GiB arena and keeps freed pages in it: 30 MB and more
 # of a run's peak RSS that no later phase gets back. Read once, when Arrow first allocates: so it is set
@@ -8,3 +21,81 @@ import os
 os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from etl.client import MonitoringClient, SyncMonitoringClient
+    from etl.config import Config, load_config
+    from etl.dataset.query import connect
+    from etl.dataset.read import read
+    from etl.errors import (
+        ApiError,
+        AuthError,
+        ConfigError,
+        DataError,
+        EtlError,
+        Interrupted,
+        LockedError,
+        NetworkError,
+        ServerError,
+        StorageError,
+    )
+    from etl.pipeline.runner import RunSummary, run
+
+# Loaded on first use: `import etl` (and the CLI, which imports the package) stays cheap, and a notebook
+# that only reads pays nothing for the pipeline.
+_EXPORTS = {
+    "run": "etl.pipeline.runner",
+    "RunSummary": "etl.pipeline.runner",
+    "read": "etl.dataset.read",
+    "connect": "etl.dataset.query",
+    "Config": "etl.config",
+    "load_config": "etl.config",
+    "MonitoringClient": "etl.client",
+    "SyncMonitoringClient": "etl.client",
+    "EtlError": "etl.errors",
+    "ConfigError": "etl.errors",
+    "ApiError": "etl.errors",
+    "AuthError": "etl.errors",
+    "NetworkError": "etl.errors",
+    "ServerError": "etl.errors",
+    "DataError": "etl.errors",
+    "StorageError": "etl.errors",
+    "LockedError": "etl.errors",
+    "Interrupted": "etl.errors",
+}
+
+__all__ = [
+    "ApiError",
+    "AuthError",
+    "Config",
+    "ConfigError",
+    "DataError",
+    "EtlError",
+    "Interrupted",
+    "LockedError",
+    "MonitoringClient",
+    "NetworkError",
+    "RunSummary",
+    "ServerError",
+    "StorageError",
+    "SyncMonitoringClient",
+    "__version__",
+    "connect",
+    "load_config",
+    "read",
+    "run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'etl' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 from datetime import datetime
+from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -20,6 +21,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from etl.errors import ConfigError
 from etl.model import ParamKind, Series, slug
@@ -50,7 +52,7 @@ class RetryConfig(Strict):
 
 class SourceConfig(Strict):
     base_url: str
-    name: str | None = Field(None, description="labels this instance in the data (default: the host)")
+    name: str = Field("", description="labels this instance in the data (default: the host)")
     username: str
     password: SecretStr | None = None  # SecretStr: shown as ****** wherever the config is printed
     password_file: Path | None = None
@@ -75,14 +77,24 @@ class SourceConfig(Strict):
             raise ValueError("give password or password_file, not both")
         if self.ca_bundle is not None and not self.verify_tls:
             raise ValueError("give ca_bundle or verify_tls: false, not both")
-        if self.name is None:
-            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        """The host of base_url names the instance unless `name` does."""
+        if isinstance(data, dict) and data.get("name") is None and isinstance(data.get("base_url"), str):
+            try:
+                host = urlsplit(data["base_url"]).hostname
+            except ValueError:
+                return data  # base_url's own check says what is wrong
+            return {**data, "name": slug(host or "source")}
+        return data
 
     @field_validator("name")
     @classmethod
-    def _name(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
         return value
 
@@ -276,14 +288,14 @@ def _substitute(node: Any, where: str, offline: bool) -> Any:
     return _ENV.sub(value, node)
 
 
-def _location(error: dict) -> str:
+def _location(error: ErrorDetails) -> str:
     parts = [
         str(p) for p in error["loc"] if not (isinstance(p, str) and ("[" in p or p in {"function-after"}))
     ]
     return ".".join(parts) or "(top level)"
 
 
-def _message(error: dict) -> str:
+def _message(error: ErrorDetails) -> str:
     if error["type"] == "extra_forbidden":
         return "unknown key"
     if error["type"] == "missing":
@@ -314,7 +326,7 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     return config
 
 
-def load_config(path: str | Path, *, offline: bool = False) -> Config:
+def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")

@@ -22,10 +22,13 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── StorageError                   7     no        yes   output or state not writable
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
+    ├── Unhealthy                     10     no        no    etl doctor: something needs a person
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class ExitCode:
@@ -38,6 +41,7 @@ class ExitCode:
     OUTPUT = 7  # output or state location cannot be written (permissions, disk full)
     LOCKED = 8  # another run holds the state lock
     QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
+    UNHEALTHY = 10  # etl doctor: a deployment needs a person (each finding says what to do)
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -48,6 +52,8 @@ class EtlError(Exception):
     exit_code = ExitCode.INTERNAL
     retryable = False
     fatal = True
+    # Raised by a run (etl.run): its summary (RunSummary.as_dict()), what got done before it stopped.
+    summary: dict[str, Any] | None = None
 
 
 class ConfigError(EtlError, ValueError):
@@ -130,14 +136,36 @@ class InvalidResponse(ApiError):
 
 
 class RetriesExhausted(ApiError):
-    """Gave up after the retry policy's attempts or deadline; exit code and fatality of the last cause."""
+    """Gave up after the retry policy's attempts or deadline. It is also an instance of its last cause's
+    class (`except NetworkError` catches a connection that failed every attempt), with that cause's
+    exit code, fatality and attributes; it is never retried again."""
 
-    def __init__(self, message: str, last: BaseException, attempts: int):
-        super().__init__(message)
-        self.last = last
-        self.attempts = attempts
-        self.exit_code = getattr(last, "exit_code", ExitCode.NETWORK)
-        self.fatal = getattr(last, "fatal", True)
+    last: EtlError
+    attempts: int
+
+    def __new__(cls, message: str, last: EtlError, attempts: int) -> RetriesExhausted:
+        if cls is RetriesExhausted:
+            cls = type(last) if isinstance(last, RetriesExhausted) else _exhausted(type(last))
+        return super().__new__(cls, message)
+
+    def __init__(self, message: str, last: EtlError, attempts: int):
+        Exception.__init__(self, message)
+        self.__dict__.update(vars(last))  # status, reason, retry_after...
+        self.last, self.attempts = last, attempts
+        self.exit_code, self.fatal, self.retryable = last.exit_code, last.fatal, False
+
+    def __reduce__(self) -> tuple[type[RetriesExhausted], tuple[str, EtlError, int]]:
+        # The class is made at run time: rebuild from the arguments (a Dask worker's error crosses processes).
+        return RetriesExhausted, (str(self), self.last, self.attempts)
+
+
+_EXHAUSTED: dict[type[EtlError], type[RetriesExhausted]] = {}
+
+
+def _exhausted(cause: type[EtlError]) -> type[RetriesExhausted]:
+    if cause not in _EXHAUSTED:
+        _EXHAUSTED[cause] = type("RetriesExhausted", (RetriesExhausted, cause), {"__module__": __name__})
+    return _EXHAUSTED[cause]
 
 
 class DataError(EtlError):
@@ -160,6 +188,13 @@ class QualityBelow(EtlError):
     fatal = False
 
 
+class Unhealthy(EtlError):
+    """`etl doctor`: the checks ran, and at least one found something a person must fix."""
+
+    exit_code = ExitCode.UNHEALTHY
+    fatal = False
+
+
 class Interrupted(EtlError):
     exit_code = ExitCode.INTERRUPTED
 
@@ -173,6 +208,7 @@ _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.OUTPUT: StorageError,
     ExitCode.LOCKED: LockedError,
     ExitCode.QUALITY: QualityBelow,
+    ExitCode.UNHEALTHY: Unhealthy,
     ExitCode.INTERRUPTED: Interrupted,
 }
 

@@ -16,10 +16,12 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 import pyarrow as pa
+
+from etl.timeutil import iso
 
 
 class Series(StrEnum):
@@ -107,8 +109,6 @@ class Window(NamedTuple):
         return self.start, self.end
 
     def describe(self) -> str:
-        from etl.timeutil import iso
-
         return f"param {self.param_id} {self.series} {iso(self.start)}..{iso(self.end)}"
 
 
@@ -144,10 +144,27 @@ class Windows(Sequence[Window]):
         columns = zip(*rows, strict=True) if rows else ((),) * 5
         return cls(series, *(np.array(c, np.int64) for c in columns))
 
+    @classmethod
+    def concat(cls, series: Series, parts: Sequence[Windows]) -> Windows:
+        """Windows of `series` from parts of it, in order."""
+        if any(part.series != series for part in parts):
+            raise ValueError(f"windows of another series than {series}")
+        if not parts:
+            return cls.of(series, ())
+        columns = ("param_id", "object_id", "kind", "start", "end")
+        return cls(series, *(np.concatenate([getattr(part, c) for part in parts]) for c in columns))
+
     def __len__(self) -> int:
         return len(self.param_id)
 
-    def __getitem__(self, index):  # an int gives a Window, a slice or an index array gives Windows
+    @overload
+    def __getitem__(self, index: int | np.integer) -> Window: ...
+
+    @overload
+    def __getitem__(self, index: slice | np.ndarray) -> Windows: ...
+
+    def __getitem__(self, index: int | np.integer | slice | np.ndarray) -> Window | Windows:
+        """An int gives a Window; a slice, an index array or a mask gives Windows."""
         if isinstance(index, int | np.integer):
             kind = PARAM_KINDS[int(self.kind[index])]
             return Window(
@@ -221,6 +238,31 @@ def cut_columns(start: np.ndarray, end: np.ndarray, step: int) -> tuple[np.ndarr
     nth = np.arange(len(index)) - np.repeat(np.cumsum(count) - count, count)
     boundary = (first[index] + nth) * step
     return index, np.maximum(start[index], boundary), np.minimum(end[index], boundary + step)
+
+
+def union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals sorted by (key, start), overlapping or touching ones of a key merged, empty ones gone."""
+    keep = start < end
+    key, start, end = key[keep], start[keep], end[keep]
+    if not len(key):
+        return (np.empty(0, np.int64),) * 3
+    order = np.lexsort((start, key))
+    key, start, end = key[order], start[order], end[order]
+    new_key = np.r_[True, key[1:] != key[:-1]]
+    # The running maximum of `end` within each key: shift each key's ends above every earlier key's.
+    group = np.cumsum(new_key) - 1
+    low, span = int(start.min()), int(end.max() - start.min()) + 1
+    if int(group[-1]) * span < 2**62:
+        shifted = group * span + (end - low)
+        reach = np.maximum.accumulate(shifted) - group * span + low
+    else:  # absurd spans: the plain loop
+        reach = end.copy()
+        for i in range(1, len(end)):
+            if not new_key[i]:
+                reach[i] = max(reach[i - 1], end[i])
+    first = new_key | (start > np.r_[np.iinfo(np.int64).min, reach[:-1]])
+    at = np.flatnonzero(first)
+    return key[at], start[at], np.maximum.reduceat(end, at)
 
 
 def slug(text: str) -> str:

@@ -13,14 +13,14 @@ from etl_emulator.state import Clock
 
 
 def visible_object(ds: Dataset, call: Call, object_id: int) -> int:
-    if object_id not in ds.object_ids or not call.account.sees(object_id):
+    if object_id not in ds.object_ids or not call.user.sees(object_id):
         raise not_found(f"object {object_id}")
     return object_id
 
 
 def visible_param(ds: Dataset, call: Call, param_id: int) -> Param:
     p = ds.param(param_id)
-    if p is None or not call.account.sees(p.object_id):
+    if p is None or not call.user.sees(p.object_id):
         raise not_found(f"parameter {param_id}")
     return p
 
@@ -34,7 +34,7 @@ class Catalog:
         self.runs: list[dict] = []
 
     def _objects(self, call: Call) -> list[int]:
-        return [o for o in self.dataset.object_ids if call.account.sees(o)]
+        return [o for o in self.dataset.object_ids if call.user.sees(o)]
 
     def _object(self, call: Call) -> int:
         return visible_object(self.dataset, call, call.args[0])
@@ -120,7 +120,7 @@ class Catalog:
         if (
             object_id not in self.dataset.object_ids
             or not 1 <= d <= DEVICES_PER_OBJECT
-            or not call.account.sees(object_id)
+            or not call.user.sees(object_id)
         ):
             raise not_found(f"device {device_id}")
         return device_id
@@ -133,7 +133,7 @@ class Catalog:
 
     def run_command(self, call: Call) -> bytes:
         device_id = self._device(call, call.args[0])
-        call.account.require_control()
+        call.user.require_control()
         command_id = call.integer("extCommandId")
         if command_id is None or call.one("commandData") is None:
             raise bad("extCommandId and commandData are required")
@@ -144,7 +144,7 @@ class Catalog:
             "deviceId": device_id,
             "extCommandId": command_id,
             "commandData": call.one("commandData"),
-            "login": call.account.login,
+            "login": call.user.login,
             "ts": self.clock.now(),
         }
         self.runs.append(run)

@@ -119,7 +119,7 @@ def encode_points(param_id: int, ts: np.ndarray, values: np.ndarray) -> bytes:
     rows["date"], rows["time"], rows["ms"] = _stamp_parts(ts)
     rows["int"] = _INT[width].take(whole + (milli < 0) * 10**width)
     rows["frac"] = _FRAC.take(magnitude - whole * 1000)
-    return b"".join((head, rows.view(np.uint8)[:-1], b"]}"))
+    return b"".join((head, rows.view(np.uint8)[:-1].data, b"]}"))
 
 
 def encode_candles(

@@ -88,7 +88,7 @@ class Measurements:
             columns = {"ts": b, "open": o, "close": c, "low": low, "high": h}
         if hostile:
             body, content_type = hostile_body(
-                hostile, call.decision.salt, param_id, columns, kind == "candles", start, end
+                hostile, call.faults.salt, param_id, columns, kind == "candles", start, end
             )
             return Answer(body, content_type=content_type)
         if kind == "candles":
@@ -114,7 +114,7 @@ class Measurements:
         return min(count, COUNT_MAX, f.max_count or COUNT_MAX)
 
     def _buckets(
-        self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int
+        self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int | None
     ) -> list[np.ndarray]:
         """The first `count` buckets of [lo, hi], computed a slab at a time: aggregate windows have no
         length limit, so memory stays bounded and the work stops once `count` buckets are found."""
@@ -124,7 +124,7 @@ class Measurements:
         for first in range(lo, min(hi, now) + 1, slab):
             parts.append(aggregate(*self._raw(p, first, min(first + slab - 1, hi), now)))
             found += len(parts[-1][0])
-            if found >= count:
+            if count is not None and found >= count:
                 break
         return [np.concatenate(column)[:count] for column in zip(*parts, strict=True)]
 
@@ -153,7 +153,7 @@ class Measurements:
         p = visible_param(self.dataset, call, call.args[0])
         if not p.physical:
             raise not_found(f"physical parameter {p.id}")
-        call.account.require_control()
+        call.user.require_control()
         raw = call.one("value")
         try:
             value = float(raw or "")

@@ -3,6 +3,8 @@ statuses: pure functions of the Dataset and the ids, built when asked for."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from etl_emulator.dataset import CALC_OFFSET, DEVICES_PER_OBJECT, HOUR_MS, TIMEZONES, Dataset, Param
 
 STATUSES = {
@@ -48,7 +50,7 @@ CLASSIFIERS = [
     {"id": 2, "name": "meter", "description": "utility meter", "sys": True},
     {"id": 3, "name": "actuator", "description": "valve or relay", "sys": False},
 ]
-ROOM_TYPES = [{"id": 1, "name": "office"}, {"id": 2, "name": "plant room"}]
+ROOM_TYPES: list[dict[str, Any]] = [{"id": 1, "name": "office"}, {"id": 2, "name": "plant room"}]
 USER_LOCALE = "en"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import overload
 
 from etl_emulator.accounts import Account
 from etl_emulator.answers import Answer, Refusal, bad, not_found
@@ -23,9 +24,29 @@ class Call:
     account: Account | None = None
     decision: Decision | None = None
 
+    @property
+    def user(self) -> Account:
+        """The signed-in account (every route but sign-in has one)."""
+        if self.account is None:
+            raise RuntimeError(f"{self.path}: no signed-in account")
+        return self.account
+
+    @property
+    def faults(self) -> Decision:
+        """What the fault draw decided for this call (every API call has one)."""
+        if self.decision is None:
+            raise RuntimeError(f"{self.path}: no fault decision")
+        return self.decision
+
     def one(self, name: str) -> str | None:
         values = self.query.get(name)
         return values[-1] if values else None
+
+    @overload
+    def integer(self, name: str, default: int) -> int: ...
+
+    @overload
+    def integer(self, name: str, default: None = None) -> int | None: ...
 
     def integer(self, name: str, default: int | None = None) -> int | None:
         value = self.one(name)

@@ -153,7 +153,7 @@ def average_series(
 
 def candles_series(
     dataset: Any, param_id: int, start_ms: int, end_ms: int, now_ms: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """(bucket starts, open, high, low, close) over the buckets of average_series."""
     lo, hi = bucket_span(start_ms, end_ms)
     return candles_of(*raw_series(dataset, param_id, lo, hi, now_ms))

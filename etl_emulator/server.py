@@ -9,13 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import orjson
 import uvicorn
 
-from etl_emulator.app import create_app
+from etl_emulator.app import Emulator, create_app
 from etl_emulator.config import EmulatorConfig
 
 
@@ -83,7 +83,7 @@ class RunningEmulator(EmulatorControl):
         verify = ssl.create_default_context(cafile=config.tls_cert) if config.tls_cert else True
         super().__init__(f"{config.scheme}://{config.host}:{port}", verify)
         self.config = config
-        self.app = server.config.app  # the Emulator, for in-process inspection
+        self.app = cast(Emulator, server.config.app)  # for in-process inspection
         self.port = port
         self.base_url = (
             self.url + "/" + config.base_path.strip("/") if config.base_path.strip("/") else self.url

@@ -1,11 +1,14 @@
 """Command line: parse, call the library, print. No pipeline logic lives here.
 
-Commands live in modules by audience: `runs` (run, plan, state, compact), `analysts` (query,
-pull, plot) and `explorer` (api ...); `params` holds the parameter types, `render` what gets printed.
+Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `analysts` (query,
+pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
+printed. A command's module is imported when that command runs (an hourly `etl run` does not pay for
+the analysts' or the emulator's imports); `etl emulator` is the separate `etl_emulator` package.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -13,10 +16,8 @@ import traceback
 
 import click
 
-from etl.cli import analysts, explorer, runs
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
-from etl_emulator.cli import emulator
 
 __all__ = ["cli", "main"]
 
@@ -34,7 +35,49 @@ def _setup_logging(debug: bool, quiet: bool) -> None:
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Each command, as "module:attribute", loaded when it is asked for (or listed by --help).
+COMMANDS = {
+    "run": "etl.cli.runs:run",
+    "plan": "etl.cli.runs:plan_cmd",
+    "state": "etl.cli.runs:state",
+    "compact": "etl.cli.runs:compact_cmd",
+    "vacuum": "etl.cli.runs:vacuum_cmd",
+    "init": "etl.cli.ops:init_cmd",
+    "doctor": "etl.cli.ops:doctor_cmd",
+    "query": "etl.cli.analysts:query",
+    "pull": "etl.cli.analysts:pull",
+    "plot": "etl.cli.analysts:plot",
+    "report": "etl.cli.analysts:report",
+    "api": "etl.cli.explorer:api",
+    "emulator": "etl_emulator.cli:emulator",
+}
+
+
+class LazyGroup(click.Group):
+    """click's group, with the commands of `COMMANDS` imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return super().get_command(ctx, name)
+        module, _, attribute = COMMANDS[name].partition(":")
+        try:
+            command = getattr(importlib.import_module(module), attribute)
+        except ModuleNotFoundError as exc:
+            if exc.name and not exc.name.startswith(("etl.", "etl_emulator")):
+                raise click.UsageError(
+                    f"'etl {name}' needs {exc.name}, which is not installed: "
+                    f"pip install 'etl[{'emulator' if name == 'emulator' else 'dev'}]'"
+                ) from None
+            raise
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks.")
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
 @click.version_option(package_name="etl")
@@ -48,15 +91,12 @@ def cli(debug: bool, quiet: bool) -> None:
       etl run  -c configs/demo.yaml fetch, write, checkpoint
     Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch milliseconds.
     Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
-    7 output, 8 locked, 9 quality below 'etl report --fail-under', 70 internal, 130 interrupted.
+    7 output, 8 locked, 9 quality below 'etl report --fail-under', 10 'etl doctor' found something
+    to fix, 70 internal, 130 interrupted.
     """
     global _debug
     _debug = debug
     _setup_logging(debug, quiet)
-
-
-for _command in [*runs.COMMANDS, *analysts.COMMANDS, explorer.api, emulator]:
-    cli.add_command(_command)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -92,7 +132,8 @@ def _main(argv: list[str] | None) -> None:
     except EtlError as exc:
         if _debug:
             traceback.print_exc()
-        click.echo(f"etl: error: {redact.redact(str(exc))}", err=True)
+        kind = "" if isinstance(exc, Interrupted) else "error: "
+        click.echo(f"etl: {kind}{redact.redact(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("etl: interrupted", err=True)

@@ -107,7 +107,7 @@ def plot(config_path: str, param_id: int, start: int, end: int, kind: str, outpu
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
     from etl.dataset.plot import plot as draw
 
-    points = draw(load_config(config_path, offline=True), param_id, kind, start, end, Path(output))
+    points = draw(load_config(config_path, offline=True), param_id, Series(kind), start, end, Path(output))
     click.echo(f"plotted {points:,} points to {output}")
 
 
@@ -186,6 +186,3 @@ def report(
             f"{result.below_count} parameter(s) below {percent(fail_under)} complete "
             f"(least: {label(worst)}, {percent(worst['completeness'])})"
         )
-
-
-COMMANDS = [query, pull, plot, report]

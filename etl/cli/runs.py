@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 
 import click
 
 from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
-from etl.errors import EtlError, ExitCode
+from etl.errors import EtlError
 from etl.model import Shard
-from etl.pipeline import metrics
-
-
-def _event_loop():
-    """uvloop where it exists: a run spends its event loop's time in socket reads, which it does in C."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run
-    return uvloop.run
 
 
 @click.command()
@@ -64,62 +55,33 @@ def run(
     metrics_file: str | None,
 ) -> None:
     """Fetch new data, write it, checkpoint it."""
+    import etl
+
     with _without_pandas():
-        _run(
-            config_path, start, end, full_refresh, shard, executor, scheduler, as_json, progress, metrics_file
-        )
-
-
-def _run(
-    config_path: str,
-    start: int | None,
-    end: int | None,
-    full_refresh: bool,
-    shard: Shard | None,
-    executor: str | None,
-    scheduler: str | None,
-    as_json: bool,
-    progress: bool | None,
-    metrics_file: str | None,
-) -> None:
-    from etl.pipeline.runner import Runner, RunOptions
-    from etl.support.allocator import release_freed_memory
-
-    release_freed_memory()
-
-    config = load_config(config_path)
-    options = RunOptions(start, end, full_refresh, shard, progress, executor=executor, scheduler=scheduler)
-    if metrics_file:
-        metrics.check_path(metrics_file)
-    runner = Runner(config, options)
-    # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight; before, by unwinding
-    # to exit 130 (a temp file left behind is swept by the next run).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        summary = _event_loop()(runner.run())
-    except BaseException as exc:
-        if isinstance(exc, EtlError) and (runner.summary.series or runner.summary.failed_windows):
-            click.echo(
-                summary_text(runner.summary.as_dict()), err=True
-            )  # what got done; else the error says it
-        if metrics_file:
-            code = getattr(
-                exc,
-                "exit_code",
-                ExitCode.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else ExitCode.INTERNAL,
+        try:
+            summary = etl.run(
+                config_path,
+                start=start,
+                end=end,
+                full_refresh=full_refresh,
+                shard=shard,
+                executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
+                scheduler=scheduler,
+                progress=progress,
+                metrics_file=metrics_file,
             )
-            with suppress(EtlError):  # the run's own error is the one to report
-                metrics.write(metrics_file, runner.summary.as_dict(), config.source.name, code)
-        raise
-    if metrics_file:
-        metrics.write(metrics_file, summary.as_dict(), config.source.name, ExitCode.OK)
+        except EtlError as exc:
+            done = exc.summary or {}
+            if done.get("series") or done.get("failed_window_count"):
+                click.echo(summary_text(done), err=True)  # what got done; else the error says it
+            raise
     if as_json:
         echo_json(summary.as_dict())
     else:
         click.echo(summary_text(summary.as_dict()))
 
 
-class _PandasForEtlOnly:
+class _PandasForEtlOnly(MetaPathFinder):
     """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
     pyarrow imports it (some 300 modules, 0.15 CPU-s, a sixth of a small run) the first time
     `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
@@ -127,8 +89,10 @@ class _PandasForEtlOnly:
 
     ALLOWED = ("etl.timeutil",)
 
-    def find_spec(self, name: str, *_: object) -> None:
-        if name != "pandas":
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != "pandas":
             return None
         frame = sys._getframe(1)
         while frame is not None:
@@ -160,10 +124,9 @@ def plan_cmd(
     config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
 ) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
-    from etl.pipeline.runner import Runner, RunOptions
+    import etl
 
-    options = RunOptions(start, end, full_refresh, shard, dry_run=True)
-    summary = asyncio.run(Runner(load_config(config_path), options).run())
+    summary = etl.run(config_path, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
     click.echo(plan_text(summary.as_dict()))
 
 
@@ -172,19 +135,16 @@ def plan_cmd(
 def compact_cmd(config_path: str) -> None:
     """Merge the files of each partition into one (after sharded runs; lake tables: bin-pack small
     files in a new version); holds the state lock."""
-    from etl.pipeline.compact import compact
+    from etl.pipeline import maintenance
 
     config = load_config(config_path, offline=True)
+    done = maintenance.compact(config)
     if config.sink.lake:
-        from etl.sinks.lake import maintenance
-
-        done = maintenance.compact(config)
         click.echo(f"compacted {done.tables} table(s): {sum(done.files.values())} file(s) rewritten")
         return
-    summary = compact(config)
     click.echo(
-        f"compacted {summary.partitions} partition(s): {summary.files_removed} file(s) merged away, "
-        f"{summary.temp_files_removed} temp file(s) removed"
+        f"compacted {done.partitions} partition(s): {sum(done.files.values())} file(s) merged away, "
+        f"{done.temp_files_removed} temp file(s) removed"
     )
 
 
@@ -201,7 +161,7 @@ def compact_cmd(config_path: str) -> None:
 def vacuum_cmd(config_path: str, retain: str) -> None:
     """Lake tables: expire old versions and delete the files only they reference; holds the state lock."""
     from etl.errors import ConfigError
-    from etl.sinks.lake import maintenance
+    from etl.pipeline import maintenance
     from etl.timeutil import parse_duration_ms
 
     config = load_config(config_path, offline=True)
@@ -265,6 +225,3 @@ def state_reset(
         removed = current.reset(set(params) or None, set(series) or None)
         store.replace(current)
     click.echo(f"removed {removed} checkpoint(s)")
-
-
-COMMANDS = [run, plan_cmd, state, compact_cmd, vacuum_cmd]

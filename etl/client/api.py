@@ -80,6 +80,10 @@ def _ids(values: Iterable[int] | int | None) -> list[int] | None:
     return [int(values)] if isinstance(values, int) else [int(v) for v in values]
 
 
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 def _query(**params: Any) -> dict[str, Any]:
     """Drop unset filters; booleans as the platform spells them."""
     out = {}
@@ -180,7 +184,7 @@ class MonitoringClient:
     @staticmethod
     def _params(records: list[dict], source: ParamList, object_id: int | None) -> list[Parameter]:
         return [
-            Parameter(id=int(r["id"]), source=source, object_id=object_id or r.get("objectId"), meta=r)
+            Parameter(id=int(r["id"]), source=source, object_id=object_id or _int(r.get("objectId")), meta=r)
             for r in records
         ]
 
@@ -266,12 +270,16 @@ class MonitoringClient:
 
     # 4.4 measurements -------------------------------------------------------------------------
     async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
-        if series is Series.CANDLES:
-            return parse_candles(await self._get(url, count=count))
+        return await (self._candles(url, count) if series is Series.CANDLES else self._points(url, count))
+
+    async def _points(self, url: str, count: int | None) -> Points:
         answer = await self.session.call(
             "GET", url, _query(count=count), decode=decode_points, in_thread_over=SMALL_ANSWER
         )
         return answer if isinstance(answer, Points) else parse_points(answer)
+
+    async def _candles(self, url: str, count: int | None) -> Candles:
+        return parse_candles(await self._get(url, count=count))
 
     async def _route(
         self, path: str, series: Series, param_id: int, start: Time, end: Time, count: int | None
@@ -288,20 +296,21 @@ class MonitoringClient:
 
     async def signal(self, param_id: int, start: Time, end: Time) -> Points:
         """GET /db/signal/{param_id}/{start}/{end} (no count)."""
-        return await self._route(ROUTES[ParamKind.SIGNAL, Series.RAW], Series.RAW, param_id, start, end, None)
+        s, e = _window(start, end, raw=True)
+        return await self._points(f"{ROUTES[ParamKind.SIGNAL, Series.RAW]}/{int(param_id)}/{s}/{e}", None)
 
     async def measure_average_alt(
         self, param_id: int, start: Time, end: Time, count: int | None = None
     ) -> Points:
         """The document's second spelling, /db/measure/{id}/average/{start}/{end}."""
         s, e = _window(start, end, raw=False)
-        return await self._measure(f"/db/measure/{int(param_id)}/average/{s}/{e}", Series.AVERAGE, count)
+        return await self._points(f"/db/measure/{int(param_id)}/average/{s}/{e}", count)
 
     async def measure_candles_alt(
         self, param_id: int, start: Time, end: Time, count: int | None = None
     ) -> Candles:
         s, e = _window(start, end, raw=False)
-        return await self._measure(f"/db/measure/{int(param_id)}/candles/{s}/{e}", Series.CANDLES, count)
+        return await self._candles(f"/db/measure/{int(param_id)}/candles/{s}/{e}", count)
 
     async def series(
         self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
@@ -468,5 +477,5 @@ class SyncMonitoringClient:
     def __enter__(self) -> SyncMonitoringClient:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self.close()

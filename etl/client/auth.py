@@ -96,6 +96,8 @@ class SessionAuth(httpx.Auth):
                         await response.aread()
                         self._accept(response)
                     cookie = self.cookie
+            if cookie is None:  # _accept raises unless the answer opened a session
+                raise SessionRejected("signed in, but no session was opened")
             request.headers["Cookie"] = cookie
             response = yield request
             await response.aread()

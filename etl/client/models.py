@@ -107,7 +107,7 @@ class Parameter:
 
     id: int
     source: ParamList
-    object_id: int
+    object_id: int | None  # None: listed by other filters, from a record that names no object
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property

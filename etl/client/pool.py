@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import httpcore
 import httpx
@@ -94,7 +95,9 @@ class _Connections:
 class _Body:
     """An answer's body stream; closing it gives its connection back, once."""
 
-    def __init__(self, stream, connection: httpcore.AsyncHTTPConnection, pool: _Connections) -> None:
+    def __init__(self, stream: Any, connection: httpcore.AsyncHTTPConnection, pool: _Connections) -> None:
+        # httpcore's async response stream: async iterable, with aclose()
+        self.connection: httpcore.AsyncHTTPConnection | None
         self.stream, self.connection, self.pool = stream, connection, pool
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

@@ -30,7 +30,7 @@ class RetryPolicy:
 
     def gives_up(self, attempts: int, seconds: float) -> bool:
         """No more attempts after `attempts` failed ones that took `seconds` in all."""
-        return attempts >= max(1, self.attempts) or bool(self.deadline) and seconds >= self.deadline
+        return attempts >= max(1, self.attempts) or (self.deadline is not None and seconds >= self.deadline)
 
     def delay(self, attempt: int, error: BaseException) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""

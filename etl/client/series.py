@@ -39,6 +39,12 @@ def decode_json(body: bytes) -> Any:
 _SPACE = re.compile(r"[ \t\n\r]*")
 
 
+def _skip(text: str, pos: int) -> int:
+    """The position of the first character at or after `pos` that is not JSON white space."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos
+
+
 class JsonArray:
     """A JSON array decoded one element at a time: a listing of thousands of records is never all
     Python objects at once (they would scatter the long-lived objects made meanwhile across the
@@ -65,13 +71,13 @@ class JsonArray:
     def _scan(self) -> Iterator[int]:
         """Where each element starts; each is parsed once to find its end, then let go."""
         text, decode = self._text, json.JSONDecoder().raw_decode
-        pos = _SPACE.match(text).end()
+        pos = _skip(text, 0)
         if text[pos : pos + 1] != "[":
             raise InvalidResponse(f"expected a JSON array ({len(text)} chars: {_excerpt(text)})")
-        pos = _SPACE.match(text, pos + 1).end()
+        pos = _skip(text, pos + 1)
         separator = ","
         if text[pos : pos + 1] == "]":  # empty
-            separator, pos = "]", _SPACE.match(text, pos + 1).end()
+            separator, pos = "]", _skip(text, pos + 1)
         while separator == ",":
             try:
                 _, end = decode(text, pos)
@@ -80,11 +86,11 @@ class JsonArray:
                     f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})"
                 ) from None
             yield pos
-            pos = _SPACE.match(text, end).end()
+            pos = _skip(text, end)
             separator = text[pos : pos + 1]
             if separator not in (",", "]"):
                 raise InvalidResponse(f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})")
-            pos = _SPACE.match(text, pos + 1).end()
+            pos = _skip(text, pos + 1)
         if pos != len(text):
             raise InvalidResponse(f"answer is not valid JSON (after the array: {_excerpt(text[pos:])})")
 
@@ -154,7 +160,7 @@ def decode_points(body: bytes) -> Points | Any:
 # -- the fast path -------------------------------------------------------------------------------
 # Arrow's JSON reader parses the whole answer in C++ without holding the GIL (so it runs beside the
 # event loop), straight into columns, stamps included. Where it accepts a value it reads it as the
-# JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/test_decode.py);
+# JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/unit/test_decode.py);
 # what it refuses (NaN, epoch-ms stamps, odd shapes) and nulls are left to the JSON path.
 
 _POINTS_SCHEMA = pa.schema(

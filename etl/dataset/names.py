@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from etl.config import Config
+from etl.dataset.query import connect
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,6 @@ class Names:
 
 def lookup(config: Config, param_id: int) -> Names:
     """The names of a parameter; the ids alone when the dimension tables are missing (dimensions: false)."""
-    from etl.dataset.query import connect
-
     con = connect(config)
     present = {r[0] for r in con.sql("select view_name from duckdb_views() where not internal").fetchall()}
     if "parameters" not in present:

@@ -8,6 +8,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from etl.config import Config
+from etl.dataset.gaps import with_breaks
+from etl.dataset.names import lookup
 from etl.errors import DataError
 from etl.model import TS, Series
 from etl.pipeline.build import Build
@@ -49,9 +51,6 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
     matplotlib = require("matplotlib", "'etl plot'")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from etl.dataset.gaps import with_breaks
-    from etl.dataset.names import lookup
 
     series = Series(series)
     frame = load(config, param_id, series, start, end)

@@ -3,22 +3,29 @@
 
 from __future__ import annotations
 
+from os import PathLike
+
 import duckdb
 
-from etl.config import Config
+from etl.config import Config, load_config
 from etl.model import QUALITY, Series
 from etl.pipeline.build import Build
 from etl.pipeline.dimensions import FOLDER
-from etl.quality.rows import create_quality_view
+from etl.quality.view import create_quality_view
 
 _LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
-def connect(config: Config) -> duckdb.DuckDBPyConnection:
+def connect(config: Config | str | PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection over the config's output (any format, local or object storage) with
+    the views of `etl query`: `raw`, `average`, `candles`, `quality`, the reference tables and the
+    `*_named` views (object and parameter names and the unit joined to the ids). Times are shown in UTC."""
+    config = config if isinstance(config, Config) else load_config(config, offline=True)
     build = Build(config)
     storage = build.data
     con = duckdb.connect()
+    con.execute("set TimeZone = 'UTC'")
     if build.lake is not None:
         _lake_views(con, build.lake)
         _named_views(con)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 import duckdb
 
 from etl.config import Config
+from etl.dataset.query import connect
 from etl.errors import DataError
 from etl.model import QUALITY
 from etl.timeutil import DAY_MS, HOUR_MS, iso, now_ms
@@ -116,8 +117,6 @@ def _plain(row: dict) -> dict:
 
 
 def build(config: Config, options: ReportOptions) -> Report:
-    from etl.dataset.query import connect
-
     con = connect(config)
     views = {r[0] for r in con.sql("select view_name from duckdb_views() where not internal").fetchall()}
     if QUALITY not in views:

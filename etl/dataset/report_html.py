@@ -7,7 +7,9 @@ or a shared folder, years later.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from html import escape
+from typing import Any
 
 from etl.dataset.report import HEATMAP_ROWS, Report, duration, label, percent
 from etl.timeutil import iso
@@ -147,7 +149,11 @@ def _legend() -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _table(table_id: str, rows: list[dict], columns: list[tuple[str, object, object]]) -> str:
+def _table(
+    table_id: str,
+    rows: list[dict],
+    columns: list[tuple[str, Callable[[dict], Any], Callable[[dict], Any] | None]],
+) -> str:
     """columns: (title, text of a row, sort key of a row or None)."""
     if not rows:
         return '<p class="muted">None.</p>'
@@ -158,7 +164,7 @@ def _table(table_id: str, rows: list[dict], columns: list[tuple[str, object, obj
         for _, text, sort in columns:
             value = text(row)
             numeric = sort is not None
-            attr = f' data-sort="{escape(str(sort(row)))}"' if numeric else ""
+            attr = f' data-sort="{escape(str(sort(row)))}"' if sort is not None else ""
             cells.append(f"<td{attr}{' class=num' if numeric else ''}>{escape(str(value))}</td>")
         body.append(f"<tr>{''.join(cells)}</tr>")
     return (

@@ -20,12 +20,18 @@ from etl.client import ClientStats, MonitoringClient, RetryPolicy
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
+from etl.pipeline import dimensions
+from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
+from etl.quality.writer import QualitySlabWriter, QualityTracker
+from etl.sinks.base import SlabSink
 from etl.sinks.files import SlabWriter
 from etl.sinks.formats import FileFormat, file_format
+from etl.sinks.lake import Lake, app_id
+from etl.sinks.lake.writer import LakeSlabWriter
+from etl.sinks.lake.writer import write_dimensions as write_lake_dimensions
 from etl.sinks.layout import Layout
-from etl.sinks.rewrite import Observer
-from etl.state.store import StateStore
+from etl.state import StateStore
 from etl.storage.files import Storage
 from etl.support import redact
 from etl.timeutil import now_ms
@@ -113,18 +119,12 @@ class Build:
         return file_format("parquet" if sink.lake else sink.format, sink.compression)
 
     @cached_property
-    def lake(self):
+    def lake(self) -> Lake | None:
         """The lake tables (sink.format delta / iceberg), or None for Parquet/CSV datasets."""
-        if not self.config.sink.lake:
-            return None
-        from etl.sinks.lake import Lake
-
-        return Lake(self.config.sink, self.data)
+        return Lake(self.config.sink, self.data) if self.config.sink.lake else None
 
     @property
     def app(self) -> str:
-        from etl.sinks.lake import app_id
-
         return app_id(self.config.source.name, self.shard)
 
     def layout(self, series: Series) -> Layout:
@@ -134,7 +134,7 @@ class Build:
         )
 
     def quality_layout(self) -> Layout:
-        """The quality dataset (etl/quality.py): laid out like the raw series, a row per parameter and day."""
+        """The quality dataset (etl/quality/): laid out like the raw series, a row per parameter and day."""
         sink = self.config.sink
         return Layout(
             Series.RAW,
@@ -148,14 +148,15 @@ class Build:
             time_key=QUALITY_TIME_KEY,
         )
 
-    def slab_writer(self, slab: Slab, observer: Observer | None = None) -> SlabWriter:
+    def slab_writer(self, slab: Slab) -> SlabSink:
         if self.lake is not None:
-            return self._lake_writer(slab)
-        if slab.series is Series.RAW and observer is None:
+            quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
+            return LakeSlabWriter(
+                self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality
+            )
+        if slab.series is Series.RAW:
             # The raw files' observer computes each parameter-day's quality row from the rows it writes;
             # the writer writes those rows once its own files are in, before the slab is checkpointed.
-            from etl.quality.rows import QualitySlabWriter
-
             return QualitySlabWriter(
                 self.data,
                 self.fmt,
@@ -164,32 +165,18 @@ class Build:
                 self.quality_layout(),
                 self._tracker(slab),
             )
-        return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket, observer)
+        return SlabWriter(self.data, self.fmt, self.layout(slab.series), slab.bucket)
 
-    def _tracker(self, slab: Slab):
-        from etl.quality.rows import QualityTracker
-
+    def _tracker(self, slab: Slab) -> QualityTracker:
         window = self.config.window
         return QualityTracker(
             slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms()))
         )
 
-    def _lake_writer(self, slab: Slab):
-        from etl.sinks.lake.writer import LakeSlabWriter
-
-        quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
-        return LakeSlabWriter(
-            self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality
-        )
-
-    def write_dimensions(self, tables: dict) -> list[str]:
+    def write_dimensions(self, tables: dict[str, Rows]) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""
-        from etl.pipeline import dimensions
-
         if self.lake is not None:
-            from etl.sinks.lake.writer import write_dimensions
-
-            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+            return write_lake_dimensions(tables, self.lake.dimension, self.config.source.name)
         return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- checkpoints --------------------------------------------------------------------------------

@@ -139,7 +139,7 @@ async def collect(
     client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
 ) -> dict[str, Rows]:
     """Every dimension table: objects and parameters as discovery listed them, the rest fetched here."""
-    units, commands, devices = Rows("units"), Rows("commands"), set()
+    units, commands, devices = Rows("units"), Rows("commands"), set[int]()
     for start in range(0, len(object_ids), AT_ONCE):
         chunk = object_ids[start : start + AT_ONCE]
         for object_id, found in zip(

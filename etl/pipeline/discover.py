@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter
+from etl.client.models import Parameter, ParamList
 from etl.config import SelectConfig
-from etl.errors import ConfigError
+from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
 from etl.pipeline.dimensions import Rows
 
@@ -42,7 +42,8 @@ class Discovery:
     params: Params
 
 
-def _kind_of(record: dict) -> str | None:
+def _kind_of(record: dict) -> ParamList | None:
+    """The list a search record belongs to, from its type; None when it names none."""
     kind = str(record.get("type", "")).lower()
     return None if not kind else "calculated" if kind == "calculated" else "physical"
 
@@ -73,7 +74,10 @@ class _Selection:
         page = [p for p, new in zip(page, fresh.tolist(), strict=True) if new]
         ids, objects, kinds = self.found
         ids.extend(p.id for p in page)
-        objects.extend(int(p.object_id) for p in page)
+        for p in page:
+            if p.object_id is None:  # discovery lists by object: the object is always known
+                raise InvalidResponse(f"parameter {p.id} was listed without its object")
+            objects.append(p.object_id)
         kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
         self.rows.add([p.raw() for p in page])
 
@@ -118,8 +122,10 @@ async def _search(
     first_pages: list[asyncio.Future] | None = None,
 ) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
-    `limit` silently): the listing ends at an empty page. `first_pages`: the first chunks' first pages,
-    asked already."""
+    `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
+    kind is listed object by object instead (the same parameter taken twice counts once).
+    `first_pages`: the first chunks' first pages, asked already."""
+    untyped: list[int] = []
 
     async def chunk(ids: list[int], first: asyncio.Future | None) -> None:
         offset = 0
@@ -128,7 +134,17 @@ async def _search(
         ):
             first = None
             offset += len(page)
-            selection.take([Parameter(int(r["id"]), _kind_of(r), int(r["objectId"]), r) for r in page])
+            kinds = [_kind_of(r) for r in page]
+            if None in kinds:
+                untyped.extend(ids)
+                return
+            selection.take(
+                [
+                    Parameter(int(r["id"]), k, int(r["objectId"]), r)
+                    for r, k in zip(page, kinds, strict=True)
+                    if k
+                ]
+            )
 
     asked = list(first_pages or [])
     for at in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
@@ -136,6 +152,9 @@ async def _search(
         await asyncio.gather(
             *(chunk(c, asked[at + i] if at + i < len(asked) else None) for i, c in enumerate(group))
         )
+    if untyped:
+        log.info("parameter search records without a type: listing %d object(s) one by one", len(untyped))
+        await _per_object(client, sorted(untyped), selection.kinds, selection)
 
 
 async def _per_object(

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etl.model import SERIES, Params, Series, Windows, bucket_of, cut_columns
-from etl.state.store import Coverage, union
+from etl.model import SERIES, Params, Series, Windows, bucket_of, cut_columns, union
+from etl.state import Coverage
 from etl.timeutil import DAY_MS
 
 

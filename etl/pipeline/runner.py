@@ -15,19 +15,22 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from os import PathLike
+from typing import Any, Literal
 
 import numpy as np
 import orjson
 
 from etl.client import ClientStats, MonitoringClient
-from etl.config import Config
-from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
+from etl.config import Config, load_config
+from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, error_from
 from etl.model import Shard
-from etl.pipeline import dimensions
+from etl.pipeline import dimensions, metrics
 from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
@@ -35,9 +38,10 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
-from etl.state.store import Coverage, intervals_of
+from etl.sinks.lake.writer import recover
+from etl.state.coverage import Coverage, intervals_of
 from etl.support import allocator, redact
-from etl.timeutil import iso, now_ms
+from etl.timeutil import iso, now_ms, to_ms
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
@@ -206,8 +210,6 @@ class Runner:
             summary.temp_files_removed = self.data.remove_temp_files()
         coverage = self.store.load()
         if self.build.lake is not None and not self.options.dry_run:
-            from etl.sinks.lake.writer import recover
-
             tables = [self.build.lake.series(s) for s in self.config.series]
             await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
         summary.window = (start, end)
@@ -349,5 +351,93 @@ class Runner:
                 signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
 
 
-def run(config: Config, options: RunOptions | None = None) -> RunSummary:
-    return asyncio.run(Runner(config, options or RunOptions()).run())
+Time = datetime | int | str
+
+
+def run(
+    config: Config | str | PathLike[str],
+    *,
+    start: Time | None = None,
+    end: Time | None = None,
+    full_refresh: bool = False,
+    shard: Shard | str | None = None,
+    executor: Literal["local", "dask"] | None = None,
+    scheduler: str | None = None,
+    progress: bool | None = False,
+    metrics_file: str | PathLike[str] | None = None,
+    dry_run: bool = False,
+) -> RunSummary:
+    """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
+
+    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, a datetime or
+    epoch ms) backfill another window; `shard` ("I/N") takes one shard of the parameters; `executor`
+    "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
+    in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
+    or is interrupted (its `summary` holds what got done); never exits the process.
+    """
+    config = config if isinstance(config, Config) else load_config(config)
+    options = RunOptions(
+        start=None if start is None else to_ms(start),
+        end=None if end is None else to_ms(end),
+        full_refresh=full_refresh,
+        shard=Shard.parse(shard) if isinstance(shard, str) else shard,
+        progress=progress,
+        dry_run=dry_run,
+        executor=executor,
+        scheduler=scheduler,
+    )
+    if metrics_file is not None:
+        metrics.check_path(str(metrics_file))
+    # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
+    # its process (etl/cli/runs.py): pyarrow works without it.
+    with suppress(ImportError):
+        import pandas  # noqa: F401
+
+    allocator.release_freed_memory()
+    runner = Runner(config, options)
+    try:
+        summary = _in_a_loop(runner.run())
+    except BaseException as exc:
+        error = exc if isinstance(exc, EtlError) else Interrupted("interrupted") if _stopped(exc) else None
+        if metrics_file is not None and not dry_run:
+            code = error.exit_code if error is not None else ExitCode.INTERNAL
+            with suppress(EtlError):  # the run's own error is the one to report
+                metrics.write(str(metrics_file), runner.summary.as_dict(), config.source.name, code)
+        if error is None:
+            raise  # a bug: its own traceback
+        error.summary = runner.summary.as_dict()
+        if error is exc:
+            raise
+        raise error from None
+    if metrics_file is not None and not dry_run:
+        metrics.write(str(metrics_file), summary.as_dict(), config.source.name, ExitCode.OK)
+    return summary
+
+
+def _stopped(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)
+
+
+def _in_a_loop(work: Coroutine[Any, Any, RunSummary]) -> RunSummary:
+    """The run on uvloop where it exists (a run spends its loop's time in socket reads, which uvloop does
+    in C); in a thread of its own where this thread already runs a loop (a notebook)."""
+    try:
+        import uvloop
+
+        start: Callable[[Coroutine[Any, Any, RunSummary]], RunSummary] = uvloop.run
+    except ImportError:
+        start = asyncio.run
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        if threading.current_thread() is not threading.main_thread():
+            return start(work)
+        # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight (the runner's own
+        # handlers); before, by unwinding (a temp file left behind is swept by the next run).
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+        try:
+            return start(work)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    with ThreadPoolExecutor(1, thread_name_prefix="etl-run") as pool:
+        return pool.submit(start, work).result()

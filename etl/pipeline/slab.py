@@ -24,12 +24,13 @@ import pyarrow as pa
 
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
-from etl.errors import ExitCode
+from etl.errors import EtlError, ExitCode
 from etl.model import Series, Shard, Window, Windows, batches
+from etl.pipeline.build import Build
 from etl.pipeline.clean import WindowData, clean, to_table
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
-from etl.sinks.files import SlabWriter
+from etl.sinks.base import SlabSink
 from etl.support import allocator
 from etl.timeutil import iso
 
@@ -156,7 +157,7 @@ class _Fetcher:
 async def process_slab(
     job: SlabJob,
     client: MonitoringClient,
-    writer: SlabWriter,
+    writer: SlabSink,
     stop: asyncio.Event | None = None,
     flow: FetchFlow | None = None,
 ) -> SlabResult:
@@ -193,8 +194,8 @@ async def process_slab(
                     failure = WindowFailure(
                         slab.windows[index],
                         str(outcome),
-                        getattr(outcome, "exit_code", ExitCode.INTERNAL),
-                        getattr(outcome, "fatal", True),
+                        outcome.exit_code if isinstance(outcome, EtlError) else ExitCode.INTERNAL,
+                        outcome.fatal if isinstance(outcome, EtlError) else True,
                         outcome,
                     )
                     result.failures.append(failure)
@@ -204,17 +205,16 @@ async def process_slab(
                     raise outcome  # CancelledError and friends
             if good:
                 table = await asyncio.to_thread(to_table, slab.series, good, source, by_object)
-                await asyncio.to_thread(_write, writer, table, [g.window for g in good])
+                await asyncio.to_thread(_write, writer, table, slab.windows[np.array(written, np.int64)])
                 done[written] = True
             fetcher.release(hi - lo)
             if not complete:
                 break
-        result.files = await asyncio.to_thread(writer.finish)
+        finished = await asyncio.to_thread(writer.finish)
         result.done = slab.windows[done]
-        result.points = writer.points
-        result.quality_rows = getattr(writer, "quality_rows", 0)
-        result.lowest_completeness = getattr(writer, "lowest_completeness", None)
-        result.lake = getattr(writer, "committed", None)
+        result.points, result.files = finished.points, finished.files
+        result.quality_rows, result.lowest_completeness = finished.quality_rows, finished.lowest_completeness
+        result.lake = finished.commit
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)
@@ -233,7 +233,7 @@ async def process_slab(
 TRIM_EVERY = 0.5  # seconds
 
 
-def _write(writer: SlabWriter, table: pa.Table, windows: list[Window]) -> None:
+def _write(writer: SlabSink, table: pa.Table, windows: Windows) -> None:
     writer.write(table, windows)
     # A slab of a wide fleet runs for minutes: its freed buffers go back to the OS as it goes, not only
     # when it ends (the heap's free pages would otherwise add up to a fleet-proportional share of RSS).
@@ -247,8 +247,6 @@ async def _relay(stop: asyncio.Event, fetcher: _Fetcher) -> None:
 
 def run_slab(job: SlabJob) -> SlabResult:
     """The Dask task: process_slab with a client and writer of its own (one sign-in per slab)."""
-    from etl.pipeline.build import Build
-
     built = Build(job.config, job.shard)
 
     async def go() -> SlabResult:

@@ -15,10 +15,11 @@ from collections import defaultdict
 import numpy as np
 import pyarrow as pa
 
-from etl.model import Window
+from etl.model import Windows
+from etl.sinks.base import SlabOutcome
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
-from etl.sinks.rewrite import FileRewrite, Observer, Ranges, concat, param_ids, ts_ms
+from etl.sinks.rewrite import FileRewrite, Observer, Ranges, concat, ts_ms
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS
 
@@ -40,26 +41,23 @@ class SlabWriter:
         self.files: list[str] = []
         self.points = 0
 
-    def _folders(self, window: Window) -> list[tuple[int, str]]:
-        """(sort key, partition folder) of every partition the window touches."""
-        days = range(window.start // DAY_MS, (window.end - 1) // DAY_MS + 1)
-        return [
-            (
-                (window.object_id if self.layout.by_object else 0, day),
-                self.layout.partition(day, window.object_id),
-            )
-            for day in days
-        ]
-
-    def write(self, table: pa.Table, windows: list[Window]) -> None:
+    def write(self, table: pa.Table, windows: Windows) -> None:
         """The rows of fetched windows (sorted in write order) and the windows (rows may be none)."""
-        by_folder: dict[str, tuple[tuple[int, int], list[Window]]] = {}
-        for window in windows:
-            for key, folder in self._folders(window):
-                by_folder.setdefault(folder, (key, []))[1].append(window)
-        keys = self._row_keys(table) if len(by_folder) > 1 else None  # one partition: every row is its own
-        for folder, (key, fed) in sorted(by_folder.items(), key=lambda item: item[1][0]):
-            rows = table if keys is None else table.filter(pa.array(keys == key[0] * _DAYS + key[1]))
+        # Every (window, day) the windows touch, as the partition key object_id (or 0) * _DAYS + day.
+        first, last = windows.start // DAY_MS, (windows.end - 1) // DAY_MS
+        count = last - first + 1
+        index = np.repeat(np.arange(len(windows)), count)
+        day = first[index] + np.arange(len(index)) - np.repeat(np.cumsum(count) - count, count)
+        objects = windows.object_id[index] if self.layout.by_object else np.zeros(len(index), np.int64)
+        keys = objects * _DAYS + day
+        partitions = np.unique(keys)
+        row_keys = (
+            self._row_keys(table) if len(partitions) > 1 else None
+        )  # one partition: every row is its own
+        for key in partitions.tolist():
+            fed = windows[np.unique(index[keys == key])]
+            folder = self.layout.partition(key % _DAYS, key // _DAYS)
+            rows = table if row_keys is None else table.filter(pa.array(row_keys == key))
             if folder not in self.open:
                 self.open[folder] = FileRewrite(
                     self.storage, self.fmt, self.layout, self.layout.file(folder, self.bucket), self.observer
@@ -68,8 +66,8 @@ class SlabWriter:
             self.open[folder].feed(rows, ranges)
             self.fed[folder].append(ranges)
         self.points += table.num_rows
-        if self.layout.by_object and windows:
-            passed = max(w.object_id for w in windows)  # later batches hold this object or later ones
+        if self.layout.by_object and len(windows):
+            passed = int(windows.object_id.max())  # later batches hold this object or later ones
             for folder in [
                 f for f in self.open if int(self.layout.partition_values(f)["object_id"]) < passed
             ]:
@@ -101,15 +99,15 @@ class SlabWriter:
         if rewrite.finish():
             self.files.append(rewrite.rel)
 
-    def finish(self) -> list[str]:
-        """Swap every file in; the files that hold rows now."""
+    def finish(self) -> SlabOutcome:
+        """Swap every file in."""
         try:
             for folder in sorted(self.open):
                 self._finish(folder)
         except BaseException:
             self.abort()
             raise
-        return self.files
+        return SlabOutcome(self.points, self.files)
 
     def abort(self) -> None:
         for rewrite in self.open.values():
@@ -125,4 +123,4 @@ def _chunks(ids: np.ndarray, size: int = 4096) -> list[tuple[int, int]]:
     ]
 
 
-__all__ = ["SlabWriter", "param_ids"]
+__all__ = ["SlabWriter"]

@@ -12,6 +12,7 @@ are still recognised, so their rows are moved out when their parameters are writ
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +21,6 @@ import pyarrow as pa
 from etl.model import SCHEMAS, Series, Shard, bucket_of
 from etl.timeutil import DAY_MS
 
-PARTITION_KEYS = ("source", "date", "object_id")
 _NAME = re.compile(r"(?P<source>.+?)(?:-(?P<shard>s\d+of\d+))?-b(?P<bucket>\d+)of(?P<buckets>\d+)")
 
 
@@ -63,7 +63,7 @@ class Layout:
     def __init__(
         self,
         series: Series,
-        partition_by: list[str],
+        partition_by: Sequence[str],
         extension: str,
         source: str,
         shard: Shard | None = None,

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.errors import DataError, StorageError
-from etl.model import Window
+from etl.model import Windows
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
 from etl.storage.files import Storage
@@ -52,11 +52,13 @@ class Ranges:
     end: np.ndarray
 
     @classmethod
-    def of(cls, windows: list[Window]) -> Ranges:
-        rows = sorted((w.param_id, w.start, w.end) for w in windows)
-        if not rows:
-            return cls(*(np.empty(0, np.int64) for _ in range(3)))
-        return cls(*(np.array(column, np.int64) for column in zip(*rows, strict=True)))
+    def of(cls, windows: Windows) -> Ranges:
+        order = np.lexsort((windows.end, windows.start, windows.param_id))
+        return cls(windows.param_id[order], windows.start[order], windows.end[order])
+
+    @classmethod
+    def empty(cls) -> Ranges:
+        return cls(*(np.empty(0, np.int64) for _ in range(3)))
 
     def __len__(self) -> int:
         return len(self.param_id)
@@ -191,7 +193,7 @@ class FileRewrite:
         if new.num_rows:
             cut = int(np.searchsorted(param_ids(new), upto, side="right"))
             new, self._new_buf = new.slice(0, cut), new.slice(cut)
-        replaced = concat(r.between(self._emitted + 1, upto) for r in self.fed[self._pending :])
+        replaced = concat([r.between(self._emitted + 1, upto) for r in self.fed[self._pending :]])
         self._emitted = max(self._emitted, upto)
         while self._pending < len(self.fed) and self.fed[self._pending].param_id[-1] <= self._emitted:
             self._pending += 1  # feeds ascend: this one is written, later emits need not look at it
@@ -262,11 +264,11 @@ class FileRewrite:
         self.storage.discard(self._output)
 
 
-def concat(parts) -> Ranges:
+def concat(parts: list[Ranges]) -> Ranges:
     """Ranges of several feeds as one (sorted by parameter when the feeds ascend, as a slab's do)."""
     parts = [p for p in parts if len(p)]
     if len(parts) == 1:
         return parts[0]
     if not parts:
-        return Ranges.of([])
+        return Ranges.empty()
     return Ranges(*(np.concatenate([getattr(p, f) for p in parts]) for f in ("param_id", "start", "end")))

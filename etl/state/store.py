@@ -1,10 +1,6 @@
-"""Checkpoints: per (parameter, series), the time already written, as merged [start, end) intervals.
+"""Checkpoints on storage: the coverage (etl/state/coverage.py) of one (source, shard).
 
-Coverage is kept as the list of completed intervals, merged when adjacent (as Airbyte's concurrent
-cursor), so windows finishing out of order resume correctly and failed windows stay open. It is held
-column-wise (three int64 arrays), a few MB for 100,000 parameters x 3 series, however long the history.
-
-On storage a store is a base snapshot plus an append-only log: committing a slab writes one small log
+A store is a base snapshot plus an append-only log: committing a slab writes one small log
 segment naming the slab's windows (bytes in proportion to the slab, one PUT on object stores), and now
 and then the log is folded into a new base. Each file is written whole under a new name, so a crash at
 any moment leaves either the old or the new checkpoint, never a mix:
@@ -20,223 +16,75 @@ from __future__ import annotations
 import io
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
 import orjson
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from etl.errors import StorageError
-from etl.model import SERIES, ParamKind, Series, Window, Windows
+from etl.model import Series, Windows
+from etl.state.coverage import MARKS, Coverage, key_of
 from etl.state.lock import RunLock
 from etl.storage.files import Storage
-from etl.timeutil import iso
 
 log = logging.getLogger(__name__)
 
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
-_CODE = {series: code for code, series in enumerate(SERIES)}
 _BASE = re.compile(r"base-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
 _EMPTY = np.empty(0, np.int64)
-_MARKS = b"etl.lake_marks"
-
-
-def _key(param_id: np.ndarray | int, series: Series) -> np.ndarray | int:
-    return param_id * 4 + _CODE[Series(series)]
-
-
-def intervals_of(windows: Windows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Windows as coverage rows (key, start, end), to merge in later with `Coverage.add_arrays`."""
-    return _key(windows.param_id, windows.series), windows.start, windows.end
-
-
-def union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Intervals sorted by (key, start), overlapping or touching ones of a key merged, empty ones gone."""
-    keep = start < end
-    key, start, end = key[keep], start[keep], end[keep]
-    if not len(key):
-        return _EMPTY, _EMPTY, _EMPTY
-    order = np.lexsort((start, key))
-    key, start, end = key[order], start[order], end[order]
-    new_key = np.r_[True, key[1:] != key[:-1]]
-    # The running maximum of `end` within each key: shift each key's ends above every earlier key's.
-    group = np.cumsum(new_key) - 1
-    low, span = int(start.min()), int(end.max() - start.min()) + 1
-    if int(group[-1]) * span < 2**62:
-        shifted = group * span + (end - low)
-        reach = np.maximum.accumulate(shifted) - group * span + low
-    else:  # absurd spans: the plain loop
-        reach = end.copy()
-        for i in range(1, len(end)):
-            if not new_key[i]:
-                reach[i] = max(reach[i - 1], end[i])
-    first = new_key | (start > np.r_[np.iinfo(np.int64).min, reach[:-1]])
-    at = np.flatnonzero(first)
-    return key[at], start[at], np.maximum.reduceat(end, at)
-
-
-class Coverage:
-    """Covered [start, end) intervals per (parameter, series): sorted by (key, start), merged."""
-
-    __slots__ = ("key", "start", "end")
-
-    def __init__(
-        self, key: np.ndarray = _EMPTY, start: np.ndarray = _EMPTY, end: np.ndarray = _EMPTY
-    ) -> None:
-        self.key, self.start, self.end = key, start, end
-
-    @classmethod
-    def of(cls, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> Coverage:
-        return cls(*union(np.asarray(key, np.int64), np.asarray(start, np.int64), np.asarray(end, np.int64)))
-
-    def __len__(self) -> int:
-        """Keys (parameter, series) with any coverage."""
-        return int(np.count_nonzero(np.r_[True, self.key[1:] != self.key[:-1]])) if len(self.key) else 0
-
-    def add(self, windows: Windows | Iterable[Window]) -> None:
-        if isinstance(windows, Windows):
-            if len(windows):
-                self.add_arrays(*intervals_of(windows))
-            return
-        windows = list(windows)
-        if windows:
-            self.add_arrays(
-                np.array([_key(w.param_id, w.series) for w in windows], np.int64),
-                np.array([w.start for w in windows], np.int64),
-                np.array([w.end for w in windows], np.int64),
-            )
-
-    def add_arrays(self, key: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-        """Merge new intervals in; only the keys they touch are re-merged."""
-        touched = np.unique(key)
-        lo, hi = np.searchsorted(self.key, touched, "left"), np.searchsorted(self.key, touched, "right")
-        marks = np.zeros(len(self.key) + 1, np.int64)
-        np.add.at(marks, lo, 1)
-        np.add.at(marks, hi, -1)
-        inside = np.cumsum(marks[:-1]) > 0
-        merged = union(
-            np.r_[self.key[inside], key], np.r_[self.start[inside], start], np.r_[self.end[inside], end]
-        )
-        rest = ~inside
-        all_key = np.r_[self.key[rest], merged[0]]
-        order = np.argsort(all_key, kind="stable")  # a key's rows all come from one side, in order
-        self.key = all_key[order]
-        self.start = np.r_[self.start[rest], merged[1]][order]
-        self.end = np.r_[self.end[rest], merged[2]][order]
-
-    def intervals(self, param_id: int, series: Series) -> list[tuple[int, int]]:
-        key = _key(param_id, series)
-        lo, hi = np.searchsorted(self.key, [key, key + 1])
-        return list(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(), strict=True))
-
-    def high_water(self, param_id: int, series: Series) -> int | None:
-        covered = self.intervals(param_id, series)
-        return covered[-1][1] if covered else None
-
-    def of_series(self, series: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(param_id, start, end) of one series, sorted by (param_id, start)."""
-        pick = self.key % 4 == _CODE[Series(series)]
-        return self.key[pick] // 4, self.start[pick], self.end[pick]
-
-    def reset(self, param_ids: set[int] | None = None, series: set[str] | None = None) -> int:
-        """Forget the coverage of these parameters and series (None: all); returns the keys forgotten."""
-        doomed = np.ones(len(self.key), bool)
-        if param_ids is not None:
-            doomed &= np.isin(self.key // 4, list(param_ids))
-        if series is not None:
-            doomed &= np.isin(self.key % 4, [_CODE[Series(s)] for s in series])
-        forgotten = len(Coverage(self.key[doomed]))
-        self.key, self.start, self.end = self.key[~doomed], self.start[~doomed], self.end[~doomed]
-        return forgotten
-
-    def rows(self) -> Iterator[dict]:
-        """One row per (parameter, series), for people."""
-        if not len(self.key):
-            return
-        at = np.flatnonzero(np.r_[True, self.key[1:] != self.key[:-1]])
-        for lo, hi in zip(at.tolist(), [*at[1:].tolist(), len(self.key)], strict=True):
-            key = int(self.key[lo])
-            spans = list(zip(self.start[lo:hi].tolist(), self.end[lo:hi].tolist(), strict=True))
-            yield {
-                "param_id": key // 4,
-                "series": SERIES[key % 4].value,
-                "high_water": iso(spans[-1][1]),
-                "intervals": len(spans),
-                "covered": ", ".join(f"{iso(s)}..{iso(e)}" for s, e in spans),
-            }
-
-    # -- on disk ---------------------------------------------------------------------------------------
-
-    def to_parquet(self, marks: dict[str, int] | None = None) -> bytes:
-        """`marks`: the lake tables' commit versions the coverage includes (kept in the file's metadata)."""
-        series = pa.DictionaryArray.from_arrays(
-            pa.array(self.key % 4, pa.int8()), pa.array([s.value for s in SERIES])
-        )
-        table = pa.table({"param_id": self.key // 4, "series": series, "start": self.start, "end": self.end})
-        if marks:
-            table = table.replace_schema_metadata({_MARKS: orjson.dumps(marks)})
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        return sink.getvalue().to_pybytes()
-
-    @classmethod
-    def from_parquet(cls, data: bytes) -> Coverage:
-        table = pq.read_table(io.BytesIO(data))
-        codes = pc.index_in(
-            table.column("series").cast(pa.string()), value_set=pa.array([s.value for s in SERIES])
-        )
-        if codes.null_count:
-            raise ValueError("unknown series name")
-        codes = codes.to_numpy(zero_copy_only=False).astype(np.int64)
-        return cls.of(
-            table.column("param_id").to_numpy() * 4 + codes,
-            table.column("start").to_numpy(),
-            table.column("end").to_numpy(),
-        )
 
 
 def _marks_of(data: bytes) -> dict[str, int]:
     metadata = pq.read_schema(io.BytesIO(data)).metadata or {}
-    return {str(k): int(v) for k, v in orjson.loads(metadata[_MARKS]).items()} if _MARKS in metadata else {}
+    return {str(k): int(v) for k, v in orjson.loads(metadata[MARKS]).items()} if MARKS in metadata else {}
 
 
-def segment(windows: Windows | list[Window], mark: tuple[str, int] | None = None) -> bytes:
-    """A log segment: the windows, grouped by (series, start, end) (a slab's windows mostly share them),
-    and for a lake table the (table, version) of the commit that holds them."""
-    groups = []
-    for series in sorted(SERIES):  # by name, as earlier segments were
-        mine = (
-            windows
-            if isinstance(windows, Windows)
-            else Windows.of(series, (w for w in windows if w.series == series))
-        )
-        if mine.series != series or not len(mine):
-            continue
-        order = np.lexsort((mine.param_id, mine.end, mine.start))
-        starts, ends, ids = mine.start[order], mine.end[order], mine.param_id[order]
-        cuts = np.flatnonzero((starts[1:] != starts[:-1]) | (ends[1:] != ends[:-1])) + 1
-        heads = np.r_[0, cuts]
-        groups += [
-            [series.value, a, b, p.tolist()]
+def segment(windows: Windows, mark: tuple[str, int] | None = None) -> bytes:
+    """A log segment: the windows, grouped by (start, end) (a slab's windows mostly share them), and
+    for a lake table the (table, version) of the commit that holds them."""
+    order = np.lexsort((windows.param_id, windows.end, windows.start))
+    starts, ends, ids = windows.start[order], windows.end[order], windows.param_id[order]
+    cuts = np.flatnonzero((starts[1:] != starts[:-1]) | (ends[1:] != ends[:-1])) + 1
+    heads = np.r_[0, cuts]
+    groups = (
+        []
+        if not len(ids)
+        else [
+            [windows.series.value, a, b, p.tolist()]
             for a, b, p in zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)
         ]
-    body = {"version": 2, "windows": groups}
+    )
+    body: dict[str, object] = {"version": 2, "windows": groups}
     if mark is not None:
         body["lake"] = list(mark)
     return orjson.dumps(body)
 
 
-def windows_of(data: bytes) -> list[Window]:
-    """A segment's windows back (object and kind are not kept: they do not matter to coverage)."""
-    return [
-        Window(p, 0, ParamKind.PHYSICAL, Series(s), a, b)
-        for s, a, b, params in orjson.loads(data)["windows"]
-        for p in params
-    ]
+def windows_of(data: bytes) -> Windows:
+    """A segment's windows back, of its one series (object and kind are not kept: they do not matter to
+    coverage)."""
+    groups = orjson.loads(data)["windows"]
+    series = {Series(s) for s, _, _, _ in groups}
+    if len(series) > 1:
+        raise ValueError(f"a segment of several series: {sorted(series)}")
+    ids = [np.array(params, np.int64) for _, _, _, params in groups]
+    param_id = np.concatenate(ids) if ids else _EMPTY
+    zeros = np.zeros(len(param_id), np.int64)
+    return Windows(
+        series.pop() if series else Series.RAW,
+        param_id,
+        zeros,
+        zeros,
+        np.concatenate(
+            [np.full(len(p), a, np.int64) for (_, a, _, _), p in zip(groups, ids, strict=True)] or [_EMPTY]
+        ),
+        np.concatenate(
+            [np.full(len(p), b, np.int64) for (_, _, b, _), p in zip(groups, ids, strict=True)] or [_EMPTY]
+        ),
+    )
 
 
 def advance(marks: dict[str, int], seen: dict[str, set[int]]) -> dict[str, int]:
@@ -258,7 +106,7 @@ def _parse_segment(data: bytes, seen: dict[str, set[int]]) -> tuple[np.ndarray, 
         table, version = body["lake"]
         seen.setdefault(str(table), set()).add(int(version))
     for series, start, end, params in body["windows"]:
-        keys.append(_key(np.array(params, np.int64), Series(series)))
+        keys.append(key_of(np.array(params, np.int64), Series(series)))
         starts.append(np.full(len(params), start, np.int64))
         ends.append(np.full(len(params), end, np.int64))
     if not keys:
@@ -335,7 +183,7 @@ class StateStore:
         self.marks = advance(marks, seen)
         return coverage
 
-    def commit(self, windows: list[Window], mark: tuple[str, int] | None = None) -> None:
+    def commit(self, windows: Windows, mark: tuple[str, int] | None = None) -> None:
         """One slab's windows, once its files are durable (or its lake commit, `mark`, is made)."""
         self.run_lock.check()
         self._seq += 1

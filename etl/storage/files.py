@@ -290,7 +290,7 @@ class Storage:
             result = change(self.read(rel))
             if result is None:
                 self.remove(rel)
-            elif result is not KEEP:
+            elif isinstance(result, bytes):
                 self.write_atomic(rel, result)
             return result
 
@@ -323,7 +323,7 @@ class Storage:
                 self.url,
             )
             _UNCONDITIONAL.add(self._endpoint)
-            if hasattr(body, "seek"):
+            if body is not None and not isinstance(body, bytes):
                 body.seek(0)
             return self._s3(s3.put_if, rel, body, etag, False)
         finally:

@@ -8,7 +8,7 @@ from types import ModuleType
 
 from etl.errors import ConfigError
 
-# Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
+# Module -> the requirement of pyproject's `scale` extra that brings it (tests/unit/test_optional_extras.py keeps
 # the two equal).
 REQUIREMENTS = {
     "distributed": "dask[distributed]>=2024.4",
@@ -32,8 +32,8 @@ def require(module: str, feature: str) -> ModuleType:
     except ImportError:
         raise ConfigError(f"{feature} needs {module}: pip install 'etl[{extra}]'") from None
     version = getattr(imported, "__version__", "")
-    minimum = re.search(r">=([\d.]+)", requirement).group(1)
-    if version and _release(version) < _release(minimum):
+    minimum = re.search(r">=([\d.]+)", requirement)
+    if version and minimum and _release(version) < _release(minimum.group(1)):
         raise ConfigError(
             f"{feature} needs {requirement}, found {module} {version}: pip install --upgrade '{requirement}'"
         )

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from etl.model import Window
+from etl.model import Windows
 from etl.state.store import segment, windows_of
 
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
@@ -35,12 +35,12 @@ class Checkpoint:
     app: str  # etl-{source}[-s{I}of{N}]: one writer's commits, whatever other writers add to the table
     version: int  # 1, 2, ... per (table, app): the state log records the last one it holds
     run: str
-    windows: tuple[Window, ...]
+    windows: Windows
 
     def properties(self) -> dict[str, str]:
         """Commit metadata (Delta) or snapshot summary properties (Iceberg): strings only. The windows are
         the state log segment, compressed: a slab's parameter ids mostly share a few (start, end)."""
-        packed = base64.b64encode(zlib.compress(segment(list(self.windows)), 6)).decode()
+        packed = base64.b64encode(zlib.compress(segment(self.windows), 6)).decode()
         return {APP: self.app, VERSION: str(self.version), RUN: self.run, WINDOWS: packed}
 
     @classmethod
@@ -49,9 +49,7 @@ class Checkpoint:
         if APP not in properties or WINDOWS not in properties:
             return None
         windows = windows_of(zlib.decompress(base64.b64decode(properties[WINDOWS])))
-        return cls(
-            str(properties[APP]), int(properties[VERSION]), str(properties.get(RUN, "")), tuple(windows)
-        )
+        return cls(str(properties[APP]), int(properties[VERSION]), str(properties.get(RUN, "")), windows)
 
 
 @dataclass(frozen=True)
@@ -65,10 +63,12 @@ class Replace:
     source: str | None = None
 
     @classmethod
-    def of(cls, windows: list[Window], time_key: str = "ts") -> Replace:
+    def of(cls, windows: Windows, time_key: str = "ts") -> Replace:
         groups: dict[tuple[int, int], set[int]] = {}
-        for w in windows:
-            groups.setdefault((w.start, w.end), set()).add(w.param_id)
+        for p, a, b in zip(
+            windows.param_id.tolist(), windows.start.tolist(), windows.end.tolist(), strict=True
+        ):
+            groups.setdefault((a, b), set()).add(p)
         return cls(time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
 
 
@@ -144,7 +144,7 @@ class LakeTable(ABC):
         self,
         rows: pa.Table | pa.RecordBatchReader,
         replace: Replace,
-        checkpoint: tuple[str, str, tuple[Window, ...]] | None = None,
+        checkpoint: tuple[str, str, Windows] | None = None,
     ) -> int | None:
         """One commit; with a checkpoint (app, run, windows) it gets the app's next version, returned."""
         with table_lock(self.uri):

@@ -14,47 +14,42 @@ import contextlib
 import logging
 import os
 import tempfile
-from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Window
+from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Windows
+from etl.sinks.base import QualityRows, SlabOutcome
 from etl.sinks.lake.common import LakeTable, Replace, with_date
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
-from etl.state.store import Coverage, StateStore
+from etl.state import Coverage, StateStore
 from etl.timeutil import DAY_MS
-
-if TYPE_CHECKING:
-    from etl.quality.rows import QualityTracker
 
 log = logging.getLogger(__name__)
 
 
 class LakeSlabWriter:
-    """The SlabWriter of a lake table: `write` spools, `finish` commits, `abort` forgets."""
+    """The SlabSink of a lake table: `write` spools, `finish` commits, `abort` forgets."""
 
     def __init__(
         self,
         table: LakeTable,
         layout: Layout,
         checkpoint: tuple[str, str],
-        quality: tuple[LakeTable, QualityTracker] | None = None,
+        quality: tuple[LakeTable, QualityRows] | None = None,
     ) -> None:
         self.table, self.layout = table, layout
         self.app, self.run = checkpoint
         self.quality = quality
-        self.windows: list[Window] = []
+        self.parts: list[Windows] = []
         self.points = 0
-        self.committed: tuple[str, int] | None = None  # (table, version) of the slab's commit
-        self.quality_rows = 0
-        self.lowest_completeness: float | None = None
         self._path: str | None = None
         self._sink: pa.ipc.RecordBatchFileWriter | None = None
         self._schema: pa.Schema | None = None
 
-    def write(self, table: pa.Table, windows: list[Window]) -> None:
+    def write(self, table: pa.Table, windows: Windows) -> None:
         rows = with_date(table, self.layout.time_key)
         if self._sink is None:
             fd, self._path = tempfile.mkstemp(prefix="etl-lake-", suffix=".arrow")
@@ -62,34 +57,39 @@ class LakeSlabWriter:
             self._schema = rows.schema
             self._sink = pa.ipc.new_file(self._path, rows.schema)
         self._sink.write_table(rows.cast(self._schema))
-        self.windows.extend(windows)
+        self.parts.append(windows)
         self.points += table.num_rows
 
-    def finish(self) -> list[str]:
+    def finish(self) -> SlabOutcome:
         try:
-            if not self.windows:
-                return []
+            if self._sink is None or self._path is None:
+                return SlabOutcome()
+            windows = Windows.concat(self.parts[0].series, self.parts)
             self._sink.close()
             with pa.memory_map(self._path) as mapped:
                 rows = pa.ipc.open_file(mapped).read_all()
-                if self.quality is not None:
-                    self._commit_quality(rows)
-                version = self.table.replace(
-                    rows, Replace.of(self.windows), (self.app, self.run, tuple(self.windows))
-                )
-            self.committed = (self.table.name, version)
-            return [self.table.name]
+                quality = self._commit_quality(rows, windows) if self.quality is not None else None
+                version = self.table.replace(rows, Replace.of(windows), (self.app, self.run, windows))
+            assert version is not None  # a commit with a checkpoint always gets a version
+            return SlabOutcome(
+                self.points,
+                [self.table.name],
+                quality.rows if quality else 0,
+                quality.lowest_completeness if quality else None,
+                (self.table.name, version),
+            )
         finally:
             self.abort()
 
-    def _commit_quality(self, rows: pa.Table) -> None:
+    def _commit_quality(self, rows: pa.Table, windows: Windows) -> QualityRows:
         """The quality rows of the slab's parameter-days, from every raw row of each: the fetched ones,
         and those the table keeps outside the windows (read only when a window misses part of its day)."""
+        assert self.quality is not None
         table, tracker = self.quality
-        ranges = Ranges.of(self.windows)
-        day = self.windows[0].start // DAY_MS * DAY_MS
-        whole = {w.param_id for w in self.windows if w.start == day and w.end == day + DAY_MS}
-        partial = sorted({w.param_id for w in self.windows} - whole)
+        ranges = Ranges.of(windows)
+        day = int(windows.start[0]) // DAY_MS * DAY_MS
+        whole = (windows.start == day) & (windows.end == day + DAY_MS)
+        partial = np.setdiff1d(windows.param_id, windows.param_id[whole]).tolist()
         schema = SCHEMAS[Series.RAW]
         parts = [_as_schema(rows, schema)]
         if partial:
@@ -98,10 +98,10 @@ class LakeSlabWriter:
         every = pa.concat_tables(parts)
         every = every.take(pc.sort_indices(every, [("param_id", "ascending"), ("ts", "ascending")]))
         tracker(every, ranges)
-        result, windows = tracker.result(self.layout.by_object)
-        if windows:
-            table.replace(with_date(result, QUALITY_TIME_KEY), Replace.of(windows, QUALITY_TIME_KEY))
-        self.quality_rows, self.lowest_completeness = tracker.rows, tracker.lowest_completeness
+        result, days = tracker.result(self.layout.by_object)
+        if len(days):
+            table.replace(with_date(result, QUALITY_TIME_KEY), Replace.of(days, QUALITY_TIME_KEY))
+        return tracker
 
     def abort(self) -> None:
         if self._sink is not None:
@@ -131,7 +131,7 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
         if table.latest(app) <= mark:
             continue
         for checkpoint in table.history(app, mark):
-            store.commit(list(checkpoint.windows), (table.name, checkpoint.version))
+            store.commit(checkpoint.windows, (table.name, checkpoint.version))
             coverage.add(checkpoint.windows)
             recovered += 1
     if recovered:

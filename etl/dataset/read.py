@@ -1,0 +1,67 @@
+"""`etl.read`: one series of a config's output as a pandas DataFrame, whatever the sink's format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from os import PathLike
+from typing import Literal
+
+import pandas as pd
+
+from etl.config import Config, load_config
+from etl.dataset.query import connect, views
+from etl.errors import ConfigError
+from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
+from etl.timeutil import to_ms
+
+Time = datetime | int | str
+NAMES = ("object_name", "param_name", "unit")
+
+
+def read(
+    config: Config | str | PathLike[str],
+    series: Literal["raw", "average", "candles", "quality"] = "raw",
+    *,
+    start: Time | None = None,
+    end: Time | None = None,
+    params: Iterable[int] | None = None,
+    named: bool = False,
+) -> pd.DataFrame:
+    """The config's source's rows of one series (or of the quality dataset), sorted by parameter and
+    time, from any sink format (Parquet, CSV, Delta, Iceberg; local or object storage).
+
+    `start`/`end` keep `ts` in [start, end) (ISO 8601 with an offset, an aware datetime or epoch ms; the
+    quality dataset is kept by `date`); `params` keeps these parameter ids; `named` adds `object_name`,
+    `param_name` and `unit` from the reference tables. `ts` is a timezone-aware UTC column.
+    """
+    config = config if isinstance(config, Config) else load_config(config, offline=True)
+    if series not in (*Series, QUALITY):
+        raise ConfigError(f"series {series!r}: use raw, average, candles or quality")
+    con = connect(config)
+    view = f"{series}_named" if named else series
+    if view not in views(con):
+        return _empty(series, named)
+    time = "date" if series == QUALITY else "ts"
+    where: list[str] = ["(source = ? or source is null)"]  # older files: no source
+    values: list[object] = [config.source.name]
+    for bound, op in ((start, ">="), (end, "<")):
+        if bound is not None:
+            cast = "cast(to_timestamp(? / 1000) as date)" if time == "date" else "to_timestamp(? / 1000)"
+            where.append(f"{time} {op} {cast}")
+            values.append(to_ms(bound))
+    ids = sorted({int(p) for p in params}) if params is not None else None
+    if ids is not None:
+        where.append("list_contains(?, param_id)")
+        values.append(ids)
+    sql = f"select * from {view} where {' and '.join(where)} order by source, param_id, {time}"
+    frame = con.execute(sql, values).df()
+    return frame.drop(columns=["date"]) if time == "ts" and "date" in frame.columns else frame
+
+
+def _empty(series: str, named: bool) -> pd.DataFrame:
+    schema = QUALITY_SCHEMA if series == QUALITY else SCHEMAS[Series(series)]
+    frame = schema.empty_table().to_pandas()
+    if named:
+        frame = pd.concat([pd.DataFrame({n: pd.Series(dtype="object") for n in NAMES}), frame], axis=1)
+    return frame
