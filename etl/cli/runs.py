@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
-from types import ModuleType
+from types import FrameType, ModuleType
 
 import click
 
@@ -94,7 +94,7 @@ class _PandasForEtlOnly(MetaPathFinder):
     ) -> ModuleSpec | None:
         if fullname != "pandas":
             return None
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             if frame.f_globals.get("__name__") in self.ALLOWED:
                 return None  # the normal finders take it from here

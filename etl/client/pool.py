@@ -124,6 +124,7 @@ class LeanTransport(httpx.AsyncHTTPTransport):
 
         def tls() -> ssl.SSLContext:
             # The SSL context httpx builds from `verify`, taken from the pool it makes (not used otherwise).
-            return httpx.AsyncHTTPTransport(verify=verify)._pool._ssl_context  # type: ignore[attr-defined]
+            context = httpx.AsyncHTTPTransport(verify=verify)._pool._ssl_context
+            return context if context is not None else ssl.create_default_context()
 
         self._pool = _Connections(tls, limits)  # type: ignore[assignment]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,7 +120,7 @@ async def _search(
     client: MonitoringClient,
     chunks: list[list[int]],
     selection: _Selection,
-    first_pages: list[asyncio.Future] | None = None,
+    first_pages: Sequence[asyncio.Future] | None = None,
 ) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
     `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
