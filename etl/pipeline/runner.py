@@ -38,7 +38,6 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
-from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
 from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms, to_ms
@@ -211,6 +210,9 @@ class Runner:
         coverage = self.store.load()
         if self.build.lake is not None and not self.options.dry_run:
             tables = [self.build.lake.series(s) for s in self.config.series]
+            # Imported here: the lake modules (pyarrow.dataset, deltalake, pyiceberg) load for lake formats only.
+            from etl.sinks.lake.writer import recover
+
             await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
