@@ -60,3 +60,20 @@ def test_a_missing_tool_is_skipped_with_the_command_that_installs_it(monkeypatch
     monkeypatch.setattr(nginx, "ECHO_MODULE", Path("/nonexistent/ngx_http_echo_module.so"))
     assert "make bench-tools" in (wrk.missing() or "")
     assert "make bench-tools" in (nginx.missing() or "")
+
+
+def test_the_in_flight_trace_times_every_series_request(emulator, tmp_path):
+    from tests.support.configs import config_dict, write_config
+
+    config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
+    done = subprocess.run(
+        [sys.executable, "benchmarks/inflight.py", "--", "run", "-c", str(config), "--no-progress"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-1500:]
+    trace = json.loads(done.stderr.strip().splitlines()[-1])
+    assert trace["series_requests"] > 0 and 0 < trace["mean_in_flight"] <= 8  # the test config's concurrency
+    assert len(trace["timeline"]) >= 1
