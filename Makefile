@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser
+.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,7 +44,14 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends chromium >/dev/null; }
 
-test: $(STAMP) browser
+# The Iceberg catalog's tests start a throwaway cluster of Debian's PostgreSQL (tests/postgres.py), as they
+# start the S3 server; the package is installed here when it is missing (as root, or through sudo).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the Iceberg catalog's tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends postgresql >/dev/null; }
+
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -q
 
 ## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
