@@ -63,7 +63,10 @@ def running_postgres() -> Iterator[RunningPostgres]:
     prefix: list[str] = []
     owner: pwd.struct_passwd | None = None
     if os.geteuid() == 0:
-        owner = pwd.getpwnam("postgres")  # created by Debian's postgresql-common
+        try:
+            owner = pwd.getpwnam("postgres")  # created by Debian's postgresql-common
+        except KeyError:
+            raise RuntimeError("PostgreSQL refuses to run as root and there is no 'postgres' user") from None
         prefix = ["runuser", "-u", "postgres", "--"]
     home = tempfile.mkdtemp(prefix="pg-etl-tests-")
     data = os.path.join(home, "data")
