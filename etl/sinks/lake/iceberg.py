@@ -11,7 +11,6 @@ their summary properties.
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections import defaultdict
 from datetime import UTC, datetime
@@ -51,7 +50,9 @@ def catalog(storage: Storage, uri: str | None) -> Any:
         redact.register(*redact.url_passwords(uri))
         # SQLAlchemy 2.1 made psycopg (3) the driver of a bare postgresql://; the lake extra brings
         # psycopg2 (pyiceberg[sql-postgres]), the driver SQLAlchemy 2.0 chose.
-        props.update(type="sql", uri=re.sub(r"^postgresql://", "postgresql+psycopg2://", uri))
+        if uri.startswith("postgresql://"):
+            uri = "postgresql+psycopg2://" + uri.removeprefix("postgresql://")
+        props.update(type="sql", uri=uri)
     if storage.s3:
         props.update(s3_properties(storage.options))
     try:
