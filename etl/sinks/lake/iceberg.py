@@ -198,8 +198,14 @@ class IcebergTable(LakeTable):
         if any(task.delete_files for task in tasks):  # merge-on-read deletes of another writer: read them
             return ds.dataset(table.scan().to_arrow())
         schema = table.schema().as_arrow()
+        paths = [self._path(t.file.file_path) for t in tasks]
+        if not self.storage.local:
+            # The files are the snapshot's: a folder listing fsspec cached before pyiceberg (through its
+            # own S3 client) wrote some of them would hide them from the reader.
+            for folder in {p.rsplit("/", 1)[0] for p in paths}:
+                self.storage.fs.invalidate_cache(folder)
         return ds.dataset(
-            [self._path(t.file.file_path) for t in tasks],
+            paths,
             schema=schema,
             format="parquet",
             filesystem=None if self.storage.local else self.storage.fs,
