@@ -13,7 +13,8 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools soak clean demo-s3 demo-dask browser docs
+.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools soak clean demo-s3 demo-dask browser docs \
+	postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +46,14 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends chromium >/dev/null; }
 
-test: $(STAMP) browser bench-tools
+# The Iceberg catalog's tests start a throwaway cluster of Debian's PostgreSQL (tests/support/postgres.py), as they
+# start the S3 server; the package is installed here when it is missing (as root, or through sudo).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the Iceberg catalog's tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends postgresql >/dev/null; }
+
+test: $(STAMP) browser postgres bench-tools
 	$(BIN)/python -m pytest -q
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
