@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from os import PathLike
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import orjson
@@ -30,7 +30,7 @@ from etl.client import ClientStats, MonitoringClient
 from etl.config import Config, load_config
 from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, error_from
 from etl.model import Shard
-from etl.pipeline import dimensions, maintenance, metrics
+from etl.pipeline import dimensions, metrics
 from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
@@ -38,12 +38,13 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
-from etl.sinks.lake.committer import Committer, Landed
-from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
 from etl.storage import spools
 from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms, to_ms
+
+if TYPE_CHECKING:  # the lake modules load for lake formats only
+    from etl.sinks.lake.committer import Committer, Landed
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
@@ -265,7 +266,9 @@ class Runner:
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
         if self.build.lake is not None and self.fatal is None and not self.interrupted:
-            summary.upkeep = await asyncio.to_thread(maintenance.upkeep, self.build, end)
+            from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
+
+            summary.upkeep = await asyncio.to_thread(upkeep, self.build, end)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -277,6 +280,9 @@ class Runner:
             )
 
     def _recover(self, coverage: Coverage) -> None:
+        # Imported here: the lake modules (pyarrow.dataset, deltalake, pyiceberg) load for lake formats only.
+        from etl.sinks.lake.writer import recover
+
         lake = self.build.lake
         assert lake is not None
         recover([lake.series(s) for s in self.config.series], self.store, coverage, self.build.app)
@@ -361,8 +367,10 @@ class Runner:
                 self.summary.client.add(result.client)
             progress.advance(result.windows, result.points)
 
-        committer = None
+        committer: Committer | None = None
         if self.build.lake is not None:
+            from etl.sinks.lake.committer import Committer  # noqa: F811 - the class, not only its type
+
             if executor.remote:  # workers write data files into the tables: they must exist
                 await asyncio.to_thread(self.build.lake.prepare, list(self.config.series))
 
@@ -434,7 +442,10 @@ def run(
     )
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
-    import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
+    # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
+    # its process (etl/cli/runs.py): pyarrow works without it.
+    with suppress(ImportError):
+        import pandas  # noqa: F401
 
     allocator.release_freed_memory()
     runner = Runner(config, options)
