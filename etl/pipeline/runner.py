@@ -384,6 +384,8 @@ class Runner:
                 self.config.sink.commit,
                 landed,
             )
+            for series, planned in plan.summary().items():
+                committer.expect(series, planned["slabs"])
         previous = {signum: signal.getsignal(signum) for signum in signals}
         for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)

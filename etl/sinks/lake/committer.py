@@ -20,6 +20,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -49,6 +50,8 @@ class _Queue:
     table: str
     pending: list[tuple[Staged, asyncio.Future]] = field(default_factory=list)
     nbytes: int = 0
+    expected: int = 0  # slabs the run plans for the table (0: unknown)
+    submitted: int = 0
     timer: asyncio.TimerHandle | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -72,13 +75,20 @@ class Committer:
         self._state = asyncio.Lock()  # the state store writes one segment at a time
         self.commits = 0
 
+    def expect(self, table: str, slabs: int) -> None:
+        """The run plans `slabs` slabs for `table`: its group is committed as soon as the last one is in,
+        while the other tables' slabs are still fetched (the run's tail holds only the last table's)."""
+        self._queues.setdefault(table, _Queue(table)).expected = slabs
+
     async def submit(self, staged: Staged) -> Landed:
         """Add a slab's rows to its table's group; returns once the group is committed and checkpointed."""
         queue = self._queues.setdefault(staged.table, _Queue(staged.table))
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         queue.pending.append((staged, done))
         queue.nbytes += staged.nbytes
-        if len(queue.pending) >= self.limits.slabs or queue.nbytes >= self.limits.size:
+        queue.submitted += 1
+        last = 0 < queue.expected <= queue.submitted
+        if last or len(queue.pending) >= self.limits.slabs or queue.nbytes >= self.limits.size:
             self._flush(queue)
         elif queue.timer is None:
             queue.timer = asyncio.get_running_loop().call_later(
@@ -141,16 +151,24 @@ class Committer:
                 _remove(staged)
 
     def _commit_group(self, name: str, parts: list[Staged], windows: Windows) -> tuple[int, list[str]]:
-        """In a thread: the quality rows, then the group's rows with its checkpoint, in one commit."""
+        """In a thread: the group's rows with its checkpoint, in one commit; for the raw table, the
+        quality rows first (their commit runs while the raw files are written, and the raw commit
+        becomes visible only after it)."""
         table = self.lake.series(Series(name))
         quality = [p for p in parts if p.quality is not None and p.quality_days is not None]
-        if quality:
-            rows = pa.concat_tables(
-                [p.quality for p in quality if p.quality is not None], promote_options="default"
-            )
-            days = Windows.concat(Series.RAW, [p.quality_days for p in quality if p.quality_days is not None])
-            self.lake.quality().commit(rows, Replace.of(days, QUALITY_TIME_KEY))
         with contextlib.ExitStack() as stack:
+            ready = None
+            if quality:
+                rows = pa.concat_tables(
+                    [p.quality for p in quality if p.quality is not None], promote_options="default"
+                )
+                days = Windows.concat(
+                    Series.RAW, [p.quality_days for p in quality if p.quality_days is not None]
+                )
+                pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="etl-quality"))
+                ready = pool.submit(
+                    self.lake.quality().commit, rows, Replace.of(days, QUALITY_TIME_KEY)
+                ).result
             tables = []
             for part in parts:
                 if part.spool is not None and not part.files:
@@ -158,7 +176,14 @@ class Committer:
                     tables.append(pa.ipc.open_file(mapped).read_all())
             rows = pa.concat_tables(tables, promote_options="default") if tables else None
             files = [f for p in parts for f in p.files]
-            committed = table.commit(rows, Replace.of(windows), (self.app, self.run, windows), files)
+            try:
+                committed = table.commit(
+                    rows, Replace.of(windows), (self.app, self.run, windows), files, ready
+                )
+            finally:
+                if ready is not None:  # the quality commit is over whatever happened to ours
+                    with contextlib.suppress(Exception):
+                        ready()
         assert committed.version is not None  # a commit with a checkpoint always gets a version
         return committed.version, committed.files
 

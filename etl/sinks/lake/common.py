@@ -20,7 +20,7 @@ import base64
 import threading
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -245,9 +245,11 @@ class LakeTable(ABC):
         files: Sequence[Any],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
     ) -> list[str]:
         """Remove what `replace` matches and add `rows` (and `files`, data files already written into the
-        table), in one commit carrying `checkpoint`; the data files it added."""
+        table), in one commit carrying `checkpoint`; the data files it added. `ready` is called (and may
+        raise) just before the commit becomes visible: what must be visible first."""
 
     @abstractmethod
     def prepare(self, schema: pa.Schema) -> None:
@@ -295,16 +297,18 @@ class LakeTable(ABC):
         replace: Replace | None,
         checkpoint: tuple[str, str, Windows] | None = None,
         files: Sequence[Any] = (),
+        ready: Callable[[], object] | None = None,
     ) -> Committed:
-        """One commit; with a checkpoint (app, run, windows) it gets the app's next version."""
+        """One commit; with a checkpoint (app, run, windows) it gets the app's next version. `ready`:
+        waited for just before the commit becomes visible (its files may be written meanwhile)."""
         with table_lock(self.uri):
             if checkpoint is None:
-                return Committed(None, self._commit(rows, files, replace, None))
+                return Committed(None, self._commit(rows, files, replace, None, ready))
             app, run, windows = checkpoint
             if app not in self._version:
                 self._version[app] = self.latest(app) if self.exists() else 0
             version = self._version[app] + 1
-            added = self._commit(rows, files, replace, Checkpoint(app, version, run, windows))
+            added = self._commit(rows, files, replace, Checkpoint(app, version, run, windows), ready)
             self._version[app] = version
             return Committed(version, added)
 

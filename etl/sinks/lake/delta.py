@@ -22,7 +22,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -196,8 +196,11 @@ class DeltaTable(LakeTable):
         files: Sequence[Any],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
     ) -> list[str]:
         dl = self.deltalake
+        if ready is not None:  # delta-rs writes and commits in one call: nothing to overlap
+            ready()
         try:
             if not self.exists():
                 return self._create(rows, checkpoint)

@@ -26,7 +26,7 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, ClassVar
@@ -202,6 +202,7 @@ class IcebergTable(LakeTable):
         self.catalog, self.storage = catalog_, storage
         self.identifier = (NAMESPACE, name.replace("/", "_"))
         self._table: Any = None  # the handle: pyiceberg updates its metadata in place with each commit
+        self._exists = False
 
     @property
     def uri(self) -> str:
@@ -212,7 +213,9 @@ class IcebergTable(LakeTable):
         return ".".join(self.identifier)
 
     def exists(self) -> bool:
-        return self._table is not None or self.catalog.table_exists(self.identifier)
+        if self._table is None and not self._exists:  # asked once until true: a catalog query each
+            self._exists = self.catalog.table_exists(self.identifier)
+        return self._table is not None or self._exists
 
     def _load(self) -> Any:
         try:
@@ -257,6 +260,8 @@ class IcebergTable(LakeTable):
     def _create(self, schema: pa.Schema) -> Any:
         from pyiceberg.transforms import DayTransform, IdentityTransform
 
+        if not self.time_key and not self.partition_by:  # a reference table: one catalog commit
+            return self.catalog.create_table(self.identifier, schema=schema, properties=TABLE_PROPERTIES)
         txn = self.catalog.create_table_transaction(
             self.identifier, schema=schema, properties=TABLE_PROPERTIES
         )
@@ -276,6 +281,7 @@ class IcebergTable(LakeTable):
         files: Sequence[Any],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
     ) -> list[str]:
         from pyiceberg.exceptions import CommitFailedException, ValidationException
 
@@ -283,7 +289,7 @@ class IcebergTable(LakeTable):
             for attempt in range(CONFLICT_ATTEMPTS):
                 table = self._handle(rows.schema if rows is not None else None)
                 try:
-                    return self._commit_once(table, rows, files, replace, checkpoint)
+                    return self._commit_once(table, rows, files, replace, checkpoint, ready)
                 except (CommitFailedException, ValidationException):
                     if attempt == CONFLICT_ATTEMPTS - 1:
                         raise
@@ -312,6 +318,7 @@ class IcebergTable(LakeTable):
         files: Sequence[Any],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
     ) -> list[str]:
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan, _check_pyarrow_schema_compatible
@@ -369,6 +376,8 @@ class IcebergTable(LakeTable):
             if checkpoint is not None:
                 txn.set_properties({CHECKPOINT_PROPERTY + checkpoint.app: json.dumps(properties)})
             expired = self._stage_expiry(txn, self.policy.retention_ms, self.policy.versions)
+            if ready is not None:
+                ready()
             txn.commit_transaction()
         except BaseException:
             for data_file in written:  # never referenced: gone with the failed commit
@@ -385,10 +394,15 @@ class IcebergTable(LakeTable):
         `policy.slack` of them add up (the cleanup that follows reads every kept snapshot's list)."""
         from pyiceberg.table.update.snapshot import ExpireSnapshots
 
+        before = txn._table.metadata  # without this transaction's changes: cheap to read
+        cutoff = None if retention_ms is None else time.time() * 1000 - retention_ms
+        oldest = min((s.timestamp_ms for s in before.snapshots), default=None)
+        young = cutoff is None or oldest is None or oldest >= cutoff
+        if not force and young and len(before.snapshots) + 1 < versions + self.policy.slack:
+            return []  # nothing past `versions` or the retention yet
         metadata = txn.table_metadata
         current = metadata.current_snapshot_id
         ordered = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
-        cutoff = None if retention_ms is None else time.time() * 1000 - retention_ms
         newest = {s.snapshot_id for s in ordered[-versions:]}
         old = [
             s
