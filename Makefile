@@ -13,7 +13,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres
 
 $(STAMP): pyproject.toml
@@ -121,6 +121,12 @@ FLEET_FOREIGN_ARGS ?= --params 800 8000 40000 --days 1 --period-range 10:900 --s
 bench-fleet: $(STAMP) bench-tools
 	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/foreign.py $(FLEET_FOREIGN_ARGS)
+
+## make bench-schedule: 200 hourly runs (after a first one-day run) into Parquet, Delta and Iceberg, no
+## maintenance command: CPU and wall of the first and last 10 runs, files per day partition, bytes that
+## are not data, peak RSS, exactness (docs/lake.md). Hours on 2 cores; BENCH_ARGS="--runs 40" for less.
+bench-schedule: $(STAMP)
+	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

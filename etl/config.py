@@ -168,6 +168,41 @@ class ExtractConfig(Strict):
 
 
 LAKE_FORMATS = ("delta", "iceberg")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_size(value: Any) -> int:
+    """Bytes: a number, or '128MB', '1GiB'..."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a size like 64MB or 1GiB")
+    return int(float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()])
+
+
+class CommitConfig(Strict):
+    """Lake tables: the slabs of a run are committed to each table in groups, each group one commit
+    carrying every slab's checkpoint. A group is committed when it reaches `slabs` or `size`, when its
+    first slab has waited `interval`, and when the run ends or is stopped."""
+
+    slabs: int = Field(64, ge=1, le=100_000, description="slabs in one table commit at most")
+    size: int = Field(128 * 2**20, ge=1, description="spooled rows in one table commit at most, e.g. 128MiB")
+    interval: int = Field(60_000, description="a group waits this long at most for more slabs, e.g. 60s")
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> int:
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("interval", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> int:
+        return _duration(value)
 
 
 class SinkConfig(Strict):
@@ -182,6 +217,20 @@ class SinkConfig(Strict):
     buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
     storage_options: dict[str, Any] = {}
+    # Lake tables only (docs/lake.md): grouped commits, and the upkeep each run does.
+    commit: CommitConfig = CommitConfig()
+    retention: int | None = Field(
+        7 * DAY_MS, description="old versions' files are deleted after this long, e.g. 7d; off: kept"
+    )
+    versions: int = Field(50, ge=2, le=10_000, description="table versions kept for time travel at most")
+    compact: int = Field(4, ge=0, le=10_000, description="day partitions compacted per table and run at most")
+
+    @field_validator("retention", mode="before")
+    @classmethod
+    def _retention(cls, value: Any) -> int | None:
+        if value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off"):
+            return None
+        return _duration(value)
 
     @field_validator("partition_by")
     @classmethod

@@ -155,14 +155,13 @@ class Build:
             time_key=QUALITY_TIME_KEY,
         )
 
-    def slab_writer(self, slab: Slab) -> SlabSink:
+    def slab_writer(self, slab: Slab, remote: bool = False) -> SlabSink:
+        """`remote`: on a Dask worker (lake tables: data files written there, committed by the run)."""
         if self.lake is not None:
             quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
             from etl.sinks.lake.writer import LakeSlabWriter
 
-            return LakeSlabWriter(
-                self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality
-            )
+            return LakeSlabWriter(self.lake.series(slab.series), self.layout(slab.series), quality, remote)
         if slab.series is Series.RAW:
             # The raw files' observer computes each parameter-day's quality row from the rows it writes;
             # the writer writes those rows once its own files are in, before the slab is checkpointed.

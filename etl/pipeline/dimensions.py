@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,6 +20,7 @@ from etl.client import MonitoringClient
 from etl.errors import StorageError
 from etl.pipeline import records
 from etl.sinks import FileFormat
+from etl.storage import spools
 from etl.storage.files import Storage
 
 FOLDER = "dimensions"
@@ -56,7 +56,7 @@ class Rows:
         table = records.records_table(self._pending)
         self._pending = []
         try:
-            self._folder = self._folder or tempfile.mkdtemp(prefix="etl-rows-")
+            self._folder = self._folder or spools.spool_folder("rows-")
             path = os.path.join(self._folder, f"{len(self._pages)}.arrow")
             with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)

@@ -2,8 +2,10 @@
 
 Both executors take slabs from the plan as they go (the plan makes them lazily), a bounded number at
 a time, in plan order, and hand each result to the coordinator's `commit` as soon as it arrives; the
-coordinator checkpoints it. A stop (a signal, a fatal error) admits no more slabs; those in flight
-write what they fetched and are committed, on the cluster too.
+coordinator checkpoints it. A slab leaves the admission count when it has run, before its commit: a
+lake slab's commit waits for its group (etl/sinks/lake/committer.py), which `drain` commits once no
+slab is left to run. A stop (a signal, a fatal error) admits no more slabs; those in flight write what
+they fetched and are committed, on the cluster too.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ log = logging.getLogger("etl")
 RunJob = Callable[[SlabJob, FetchFlow], Awaitable[SlabResult]]
 Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
 Fail = Callable[[SlabJob, BaseException], None]
+Drain = Callable[[], Awaitable[None]]
 
 
 MAX_SLABS = 32  # slabs in flight at most, however small (each holds a few open files)
@@ -77,6 +80,12 @@ class _Admission:
         flow.close()
         self.changed.set()
 
+    async def idle(self) -> None:
+        """Until every admitted slab has run."""
+        while self.slabs:
+            self.changed.clear()
+            await self.changed.wait()
+
 
 class _Flow:
     """One admitted slab's share of the admission's tallies (`FetchFlow`). Admitting it reserves the
@@ -123,28 +132,41 @@ class _Flow:
 
 
 async def execute(
-    executor: Executor, jobs: Iterator[SlabJob], commit: Commit, fail: Fail, stop: asyncio.Event
+    executor: Executor,
+    jobs: Iterator[SlabJob],
+    commit: Commit,
+    fail: Fail,
+    stop: asyncio.Event,
+    drain: Drain | None = None,
 ) -> None:
     admission = _Admission(executor)
 
     async def one(job: SlabJob, flow: _Flow) -> None:
         try:
-            await commit(job, await executor.run_job(job, flow))
+            result = await executor.run_job(job, flow)
         except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
             fail(job, exc)
+            return
         finally:
             admission.leave(flow)
+        try:
+            await commit(job, result)
+        except Exception as exc:  # a commit that failed
+            fail(job, exc)
 
     running: set[asyncio.Task] = set()
     try:
         for job in jobs:
             flow = await admission.enter(len(job.slab.windows))
             if stop.is_set():
-                admission.leave(flow)
+                admission.leave(flow)  # admitted, never run
                 break
             task = asyncio.ensure_future(one(job, flow))
             running.add(task)
             task.add_done_callback(running.discard)
+        if drain is not None:  # every slab has run: what waits for a group can be committed now
+            await admission.idle()
+            await drain()
         if running:
             await asyncio.gather(*running)
     except BaseException:

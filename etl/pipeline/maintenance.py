@@ -1,22 +1,37 @@
-"""`etl compact` and `etl vacuum`: a sink's maintenance, holding the state locks so no run writes meanwhile.
+"""A sink's maintenance: each lake run's own upkeep, and `etl compact` / `etl vacuum` for manual use,
+holding the state locks so no run writes meanwhile.
 
-Parquet/CSV datasets: the rows of foreign files (other shard counts, bucket counts, older versions)
-move into the config's layout (etl/sinks/compact.py), and temp files of killed runs are removed. Lake
-tables: small files are bin-packed into new versions, and versions older than a retention are expired
-with the files only they reference; a reader on the current version (or any version inside the
-retention) keeps working.
+Every `etl run` into lake tables ends with `upkeep` (under its run lock, bounded): the tables it wrote
+compact at most `sink.compact` day partitions each (days that are over, or with too many small files),
+expire versions beyond `sink.versions` or older than `sink.retention`, and at most once a day (or once
+per retention, when shorter) delete the files no kept version references once older than the
+retention. So a schedule needs no maintenance command.
+
+Parquet/CSV datasets (`etl compact`): the rows of foreign files (other shard counts, bucket counts, older
+versions) move into the config's layout (etl/sinks/compact.py), and temp files of killed runs are
+removed. Lake tables: `etl compact` merges every partition's small files, `etl vacuum` expires versions
+older than a retention with the files only they reference; a reader on the current version (or any
+version inside the retention) keeps working.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+
+import orjson
 
 from etl.config import Config
 from etl.model import Series
 from etl.pipeline.build import Build
 from etl.sinks.compact import compact_layout
-from etl.sinks.lake.common import LakeTable
+from etl.sinks.lake.common import LakeTable, Upkeep
+from etl.timeutil import DAY_MS
+
+log = logging.getLogger(__name__)
+SWEPT = "swept.json"  # in the state folder: when each table's files were last swept
 
 
 @dataclass
@@ -66,3 +81,41 @@ def vacuum(config: Config, retain_ms: int) -> Maintenance:
         for table in _lake_tables(build):
             out.files[table.name] = table.vacuum(retain_ms)
     return out
+
+
+def upkeep(build: Build, horizon: int) -> dict:
+    """A lake run's upkeep of the tables it wrote (the caller holds the run lock); what it did."""
+    lake = build.lake
+    assert lake is not None
+    retention = build.config.sink.retention
+    store = build.state_store()
+    swept = _swept(build)
+    now = int(time.time() * 1000)
+    every = None if retention is None else min(retention, DAY_MS)
+    total = Upkeep()
+    for table in lake.opened():
+        # A table first seen now is swept a period from now: a one-off run does not list its files.
+        sweep = every is not None and now - swept.setdefault(table.name, now) >= every
+        try:
+            done = table.maintain(horizon, sweep)
+        except Exception as exc:  # noqa: BLE001 - the data is committed and checkpointed: upkeep waits
+            log.warning(
+                "upkeep of %s skipped: %s",
+                table.name,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            continue
+        total.add(done)
+        if sweep:
+            swept[table.name] = now
+    if swept:
+        store.storage.write_atomic(SWEPT, orjson.dumps(swept))
+    return asdict(total)
+
+
+def _swept(build: Build) -> dict[str, int]:
+    data = build.state_store().storage.read(SWEPT)
+    try:
+        return {str(k): int(v) for k, v in orjson.loads(data).items()} if data else {}
+    except (orjson.JSONDecodeError, AttributeError, ValueError):
+        return {}

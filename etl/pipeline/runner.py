@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from os import PathLike
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import orjson
@@ -39,8 +39,12 @@ from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
 from etl.state.coverage import Coverage, intervals_of
+from etl.storage import spools
 from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms, to_ms
+
+if TYPE_CHECKING:  # the lake modules load for lake formats only
+    from etl.sinks.lake.committer import Committer, Landed
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
@@ -89,6 +93,8 @@ class RunSummary:
     executor: str = "local"
     shard: Shard | None = None
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lake_commits: int = 0  # lake tables: grouped commits of the series tables
+    upkeep: dict | None = None  # lake tables: what the run's maintenance did
     lowest_completeness: float | None = None  # among them
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
@@ -126,6 +132,11 @@ class RunSummary:
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+            **(
+                {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}
+                if self.upkeep is not None or self.lake_commits
+                else {}
+            ),
         }
 
 
@@ -160,11 +171,6 @@ class Runner:
         kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
         if kind == "local":
             return None
-        if self.config.sink.lake:
-            raise ConfigError(
-                f"sink.format {self.config.sink.format} runs slabs with the local executor only "
-                "(each table commit carries a version counted in this process)"
-            )
         address = self.options.scheduler or self.config.executor.address
         if not address:
             raise ConfigError(
@@ -178,7 +184,7 @@ class Runner:
             self.scheduler = self._scheduler()
             if not self.options.dry_run:
                 self.data.check_writable()
-                with self.store.lock():
+                with self.store.lock(), spools.held():
                     await self._run_locked()
             else:
                 await self._run_locked()
@@ -206,18 +212,21 @@ class Runner:
         summary = self.summary
         start, end = self._window()  # a window with nothing in it is refused before any I/O
         if not self.options.dry_run:
-            summary.temp_files_removed = self.data.remove_temp_files()
+            summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
         coverage = self.store.load()
+        recovering = None
         if self.build.lake is not None and not self.options.dry_run:
-            tables = [self.build.lake.series(s) for s in self.config.series]
-            # Imported here: the lake modules (pyarrow.dataset, deltalake, pyiceberg) load for lake formats only.
-            from etl.sinks.lake.writer import recover
-
-            await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
+            # Opening the tables (and importing their library) goes on while the platform answers the
+            # sign-in and the listings; planning waits for it.
+            recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
-            await client.sign_in()
-            found = await discover(client, self.config.select)
+            try:
+                await client.sign_in()
+                found = await discover(client, self.config.select)
+            finally:
+                if recovering is not None:
+                    await recovering
             allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
@@ -256,6 +265,10 @@ class Runner:
                 await snapshot
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
+        if self.build.lake is not None and self.fatal is None and not self.interrupted:
+            from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
+
+            summary.upkeep = await asyncio.to_thread(upkeep, self.build, end)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
@@ -265,6 +278,14 @@ class Runner:
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them"
             )
+
+    def _recover(self, coverage: Coverage) -> None:
+        # Imported here: the lake modules (pyarrow.dataset, deltalake, pyiceberg) load for lake formats only.
+        from etl.sinks.lake.writer import recover
+
+        lake = self.build.lake
+        assert lake is not None
+        recover([lake.series(s) for s in self.config.series], self.store, coverage, self.build.app)
 
     @asynccontextmanager
     async def _executor(self, client: MonitoringClient, scheduler: str | None):
@@ -320,10 +341,15 @@ class Runner:
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.stop.set()
+            if result.staged is not None and committer is not None:
+                # Lake tables: the committer commits the slab with its group, then checkpoints them.
+                landed = await committer.submit(result.staged)
+                result.lake, result.files = (landed.table, landed.version), landed.files
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
                 async with commit_lock:
-                    await asyncio.to_thread(self.store.commit, result.done, result.lake)
+                    if result.staged is None:
+                        await asyncio.to_thread(self.store.commit, result.done)
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
                     # copies the whole coverage while other slabs hold their data.
                     self.committed.append(intervals_of(result.done))
@@ -341,12 +367,40 @@ class Runner:
                 self.summary.client.add(result.client)
             progress.advance(result.windows, result.points)
 
+        committer: Committer | None = None
+        if self.build.lake is not None:
+            from etl.sinks.lake.committer import Committer  # noqa: F811 - the class, not only its type
+
+            if executor.remote:  # workers write data files into the tables: they must exist
+                await asyncio.to_thread(self.build.lake.prepare, list(self.config.series))
+
+            def landed(commit: Landed) -> None:
+                self.summary.lake_commits += 1
+
+            committer = Committer(
+                self.build.lake,
+                self.store,
+                (self.build.app, self.build.run_id),
+                self.config.sink.commit,
+                landed,
+            )
+            for series, planned in plan.summary().items():
+                committer.expect(series, planned["slabs"])
         previous = {signum: signal.getsignal(signum) for signum in signals}
         for signum in previous:
             loop.add_signal_handler(signum, on_signal, signum)
         try:
-            await execute(executor, self._jobs(executor, plan), commit, fail, self.stop)
+            await execute(
+                executor,
+                self._jobs(executor, plan),
+                commit,
+                fail,
+                self.stop,
+                committer.drain if committer is not None else None,
+            )
         finally:
+            if committer is not None:
+                committer.discard()
             progress.close()
             for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)

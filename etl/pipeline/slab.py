@@ -30,7 +30,7 @@ from etl.pipeline.build import Build
 from etl.pipeline.clean import WindowData, clean, to_table
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
-from etl.sinks.base import SlabSink
+from etl.sinks.base import SlabSink, Staged
 from etl.support import allocator
 from etl.timeutil import iso
 
@@ -70,6 +70,7 @@ class SlabResult:
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
     quality_rows: int = 0  # rows written to the quality dataset (raw slabs: etl/quality.py)
     lowest_completeness: float | None = None
+    staged: Staged | None = None  # lake formats: the rows, for the run's committer
     lake: tuple[str, int] | None = None  # lake formats: (table, version) of the commit holding the slab
 
     def detached(self) -> SlabResult:
@@ -214,7 +215,7 @@ async def process_slab(
         result.done = slab.windows[done]
         result.points, result.files = finished.points, finished.files
         result.quality_rows, result.lowest_completeness = finished.quality_rows, finished.lowest_completeness
-        result.lake = finished.commit
+        result.staged = finished.staged
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)
@@ -252,7 +253,7 @@ def run_slab(job: SlabJob) -> SlabResult:
     async def go() -> SlabResult:
         stats = ClientStats()
         async with built.client(stats) as client:
-            result = await process_slab(job, client, built.slab_writer(job.slab))
+            result = await process_slab(job, client, built.slab_writer(job.slab, remote=True))
         result.client = stats
         return result.detached()
 

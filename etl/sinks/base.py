@@ -3,19 +3,36 @@ and makes them visible at once when the slab ends (or not at all), saying what i
 
 Implemented by `etl.sinks.files.SlabWriter` (bucket files of a Parquet/CSV dataset),
 `etl.quality.writer.QualitySlabWriter` (a raw slab's files and its quality rows) and
-`etl.sinks.lake.writer.LakeSlabWriter` (one table commit carrying the slab's checkpoint).
+`etl.sinks.lake.writer.LakeSlabWriter` (a lake slab's rows staged for the run's committer, which commits
+them with other slabs' in one table commit carrying their checkpoint).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from etl.model import Windows
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A lake slab's rows, ready but not visible: the run's committer (etl/sinks/lake/committer.py)
+    commits them with other slabs' of the same table, and only then is the slab checkpointed.
+    Picklable: a Dask worker hands it back to the coordinator."""
+
+    table: str  # the series table
+    windows: Windows  # the slab's windows whose rows these are (all of them: none failed)
+    points: int = 0
+    spool: str | None = None  # an Arrow IPC file of the rows, on the coordinator's machine
+    files: tuple[Any, ...] = ()  # or data files a worker wrote into the table (the format's own records)
+    nbytes: int = 0  # the rows' size, for grouping
+    quality: pa.Table | None = None  # a raw slab's quality rows (one per parameter-day)...
+    quality_days: Windows | None = None  # ...and the (parameter, day) windows they replace
 
 
 @dataclass(frozen=True)
@@ -26,7 +43,7 @@ class SlabOutcome:
     files: list[str] = field(default_factory=list)  # data files that hold the slab's rows now
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset (raw slabs)
     lowest_completeness: float | None = None  # among them
-    commit: tuple[str, int] | None = None  # lake tables: (table, version) of the commit holding the slab
+    staged: Staged | None = None  # lake tables: the rows, for the run's committer
 
 
 class SlabSink(Protocol):

@@ -105,6 +105,9 @@ def _parse_segment(data: bytes, seen: dict[str, set[int]]) -> tuple[np.ndarray, 
     if "lake" in body:
         table, version = body["lake"]
         seen.setdefault(str(table), set()).add(int(version))
+    if "lake_through" in body:  # every version up to this one is accounted for (see StateStore.skip)
+        table, version = body["lake_through"]
+        seen.setdefault(str(table), set()).update(range(1, int(version) + 1))
     for series, start, end, params in body["windows"]:
         keys.append(key_of(np.array(params, np.int64), Series(series)))
         starts.append(np.full(len(params), start, np.int64))
@@ -192,6 +195,18 @@ class StateStore:
         if mark is not None:
             self._seen.setdefault(mark[0], set()).add(mark[1])
             self.marks = advance(self.marks, {mark[0]: self._seen[mark[0]]})
+
+    def skip(self, table: str, through: int) -> None:
+        """Lake formats: count every commit of `table` up to `through` as held, whether or not its
+        windows are (a commit older than the table's kept history cannot be read back: its windows are
+        fetched again and replace what it wrote)."""
+        self.run_lock.check()
+        self._seq += 1
+        body = orjson.dumps({"version": 2, "windows": [], "lake_through": [table, through]})
+        self.storage.write_atomic(f"log/{self._seq:012d}.json", body)
+        self._segments.append(self._seq)
+        self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
+        self.marks = advance(self.marks, {table: self._seen[table]})
 
     def compact(self, coverage: Coverage, *, force: bool = False) -> None:
         """Fold the log into a new base (when it has grown, or always with force)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import tempfile
 import time
 import uuid
 
@@ -23,10 +22,11 @@ def beside(path: str) -> str:
 
 
 def spool() -> str:
-    """A local temp file for a copy of a remote file (removed by whoever consumes it)."""
-    fd, path = tempfile.mkstemp(prefix="etl-spool-", suffix=TMP_SUFFIX)
-    os.close(fd)
-    return path
+    """A local temp file for a copy of a remote file (removed by whoever consumes it; by the next run
+    if this process is killed first)."""
+    from etl.storage.spools import spool_file
+
+    return spool_file("copy-", TMP_SUFFIX)
 
 
 def is_temp(name: str) -> bool:

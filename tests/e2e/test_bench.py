@@ -61,3 +61,21 @@ def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
     assert set(doc["latencies"]) == {"0ms", "10ms"}
     assert doc["history"]["2"]["points"] > doc["history"]["1"]["points"]
     assert "peak RSS from the smallest to the widest fleet" in done.stdout
+
+
+def test_schedule_benchmark_runs_hourly_runs_into_every_format(tmp_path):
+    out = tmp_path / "schedule.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/schedule.py", "--quick", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    doc = json.loads(out.read_text())
+    assert set(doc["formats"]) == {"parquet", "delta", "iceberg"}
+    for name, f in doc["formats"].items():
+        assert len(f["runs"]) == 3 and f["exact"], (name, f["exact_detail"])
+        assert f["files_per_partition_max"] >= 1 and f["non_data_bytes"] > 0 and f["first"]["cpu_seconds"] > 0
+    assert "files/day" in done.stdout

@@ -48,8 +48,8 @@ def config_file(emulator: RunningEmulator, tmp_path: Path, **sections) -> Path:
     return write_config(tmp_path / "c.yaml", data)
 
 
-def start(path: Path) -> subprocess.Popen:
-    return etl_process("run", "-c", str(path), "--no-progress")
+def start(path: Path, *options: str) -> subprocess.Popen:
+    return etl_process("run", "-c", str(path), "--no-progress", *options)
 
 
 FORMATS = ["parquet", "delta", "iceberg"]
@@ -179,34 +179,85 @@ def moments(emulator: RunningEmulator, out: Path, rnd: random.Random, fmt: str =
     def checkpointing():
         return lambda: any(p.name.endswith(TMP_SUFFIX) for p in state_dir.rglob(".*"))
 
-    return {"fetching": fetching, "writing": writing, "checkpointing": checkpointing}
+    def committing():
+        """Lake tables: once a commit's first data file exists (the commit may not be made yet)."""
+        before = lake_data_files(out)
+        return lambda: bool(lake_data_files(out) - before)
+
+    return {
+        "fetching": fetching,
+        "writing": writing,
+        "checkpointing": checkpointing,
+        "committing": committing,
+    }
+
+
+def lake_data_files(out: Path) -> set[Path]:
+    return {
+        p
+        for pattern in ("*/date=*/*.parquet", "etl/*/data/*/*.parquet")
+        for p in out.glob(pattern)
+        if not p.name.startswith(".")
+    }
+
+
+def spools_of(pids: list[int]) -> list[str]:
+    """Spool folders (etl/storage/spools.py) of these processes, and spools in the temp folder itself."""
+    from etl.storage import spools
+
+    root = Path(spools.root())
+    mine = {str(pid) for pid in pids}
+    left = [p.name for p in root.glob("*-*") if p.name.split("-")[0] in mine] if root.exists() else []
+    return left
 
 
 def kill_and_recover(
-    emulator: RunningEmulator, tmp_path: Path, phases: list[str], seed: int, fmt: str = "parquet"
+    emulator: RunningEmulator,
+    tmp_path: Path,
+    phases: list[str],
+    seed: int,
+    fmt: str = "parquet",
+    kills: int | None = None,
 ) -> list[str]:
-    """Kill a run at each phase in turn, starting the next run each time, then let one finish."""
-    path = config_file(emulator, tmp_path, sink={"format": fmt})
+    """Kill a run at each phase in turn, starting the next run each time, then let one finish. Lake
+    tables keep 3 versions: every few commits expire older ones, and recovery must not care. With
+    `kills`, phases are taken in turn until that many kills hit, a run that finished first is followed
+    by a --full-refresh one (so there is always work to be killed in)."""
+    sink = {"format": fmt} if fmt == "parquet" else {"format": fmt, "versions": 3}
+    path = config_file(emulator, tmp_path, sink=sink)
     out = tmp_path / "out"
     rnd = random.Random(seed)
     pick = moments(emulator, out, rnd, fmt)
     hit = []
+    killed: list[int] = []
+    spooled = 0  # killed runs that left spools (the next run removes them)
+    refresh = False
+    order = phases if kills is None else [phases[i % len(phases)] for i in range(4 * kills)]
     with reading(out, fmt) as reader:
-        for phase in phases:
+        for phase in order:
+            if kills is not None and len(hit) >= kills:
+                break
             emulator.clear_requests()
-            proc = start(path)
+            proc = start(path, *(["--full-refresh"] if refresh else []))
             if kill_when(proc, pick[phase]()):
                 hit.append(phase)
+                killed.append(proc.pid)
+                spooled += bool(spools_of([proc.pid]))
+                refresh = False
             else:
                 stderr = proc.stderr.read()
                 assert proc.returncode == 0, stderr  # finished before the moment came: also fine
                 assert "another run holds the state lock" not in stderr
+                refresh = kills is not None
         final = etl("run", "-c", str(path), "--json")
         assert final.returncode == 0, final.stderr  # a killed run's lock never blocks the next one
     assert reader.reads > 0
     assert_exact(out)
     assert temp_files(out) == []
+    assert spools_of(killed) == []  # the killed runs' spools were removed by the next run
     assert_quality_of_a_clean_run(emulator, path, out, tmp_path / "clean")
+    if fmt != "parquet" and len(hit) >= 5:
+        assert spooled, "no killed run had spooled anything: the check above proves nothing"
     return hit
 
 
@@ -232,6 +283,17 @@ def test_sigkill_at_random_moments_then_rerun_gives_exactly_the_source(slow_emul
     assert "fetching" in hit  # the others depend on catching a temp file that lives milliseconds
     if fmt != "parquet":
         assert "writing" in hit  # killed right after a table commit: its checkpoint came back from the table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_ten_sigkills_at_random_moments_then_rerun_gives_exactly_the_source(slow_emulator, tmp_path, fmt):
+    rnd = random.Random(20)
+    phases = [
+        rnd.choice(["fetching", "committing", "writing", "writing", "checkpointing"]) for _ in range(10)
+    ]
+    hit = kill_and_recover(slow_emulator, tmp_path, phases, seed=20, fmt=fmt, kills=10)
+    assert len(hit) == 10 and {"writing", "committing"} <= set(hit), hit
 
 
 @pytest.mark.slow
@@ -273,6 +335,27 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert [s["status"] for s in summaries] == ["interrupted"]
 
     slow_emulator.clear_requests()
+    result = etl("run", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert_exact(out)
+
+
+def test_a_signal_commits_the_lake_groups_in_flight_then_stops(slow_emulator, tmp_path):
+    """Lake slabs wait for their group's commit (etl/sinks/lake/committer.py): a stop commits the groups
+    of the slabs done, with their checkpoints, before the run ends."""
+    path = config_file(slow_emulator, tmp_path, sink={"format": "delta"})
+    out = tmp_path / "out"
+    proc = start(path)
+    deadline = time.monotonic() + 60
+    while sum("interval_ms" in r for r in slow_emulator.requests()) < 12:  # a few slabs done
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    state = checkpoints(out)
+    assert len(state)  # committed by the stop, not by the (60 s) interval
+    assert_output_matches_state(out, state)
     result = etl("run", "-c", str(path))
     assert result.returncode == 0, result.stderr
     assert_exact(out)

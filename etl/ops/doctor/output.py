@@ -14,6 +14,7 @@ from etl.errors import EtlError, StorageError
 from etl.model import Series
 from etl.ops.doctor.deployment import SPOOLS, Deployment, human
 from etl.ops.findings import Finding, fail, ok, warn
+from etl.storage import spools as spool_folders
 from etl.storage import tempfiles
 from etl.storage.files import Storage
 from etl.timeutil import HOUR_MS
@@ -56,7 +57,7 @@ def spools(d: Deployment) -> list[Finding]:
         for pattern in SPOOLS
         for path in glob.glob(os.path.join(folder, pattern))
         if _mtime(path) < cutoff
-    ]
+    ] + spool_folders.dead(folder)  # a killed run's spool folder (the next run removes it)
     if not left:
         return [ok("leftovers.spool", f"no old spool in {folder}")]
     size = sum(_size(p) for p in left)
@@ -65,7 +66,7 @@ def spools(d: Deployment) -> list[Finding]:
             "leftovers.spool",
             f"{len(left)} spool(s) of killed runs in {folder}, older than {human(d.limits.spool_age_ms)} "
             f"({size / 1e6:.1f} MB)",
-            "remove them: rm -r " + " ".join(os.path.join(folder, p) for p in SPOOLS),
+            "the next etl run removes them; or: rm -r " + " ".join(os.path.join(folder, p) for p in SPOOLS),
         )
     ]
 

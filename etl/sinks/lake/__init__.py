@@ -3,11 +3,12 @@ reference table, written exactly once with the slab's checkpoint inside the comm
 
 from __future__ import annotations
 
+import threading
 from functools import cached_property
 
 from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
-from etl.sinks.lake.common import LakeTable
+from etl.sinks.lake.common import LakeTable, Policy
 from etl.storage.files import Storage
 
 DIMENSIONS_FOLDER = "dimensions"
@@ -18,27 +19,37 @@ class Lake:
 
     def __init__(self, sink: SinkConfig, storage: Storage) -> None:
         self.sink, self.storage = sink, storage
+        self.policy = Policy(sink.retention, sink.versions, sink.compact)
         self._tables: dict[str, LakeTable] = {}
+        # One object per table, whichever thread asks first: it holds the table's version counter.
+        self._guard = threading.RLock()
 
     @cached_property
     def _catalog(self):
         from etl.sinks.lake.iceberg import catalog
 
-        return catalog(self.storage, self.sink.catalog)
+        with self._guard:
+            return catalog(self.storage, self.sink.catalog)
 
     def _table(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
+        with self._guard:
+            return self._made(name, time_key, partitioned)
+
+    def _made(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
         if name not in self._tables:
             if self.sink.format == "delta":
                 from etl.sinks.lake.delta import DeltaTable
 
                 columns = tuple(self.sink.partition_by) if partitioned else ()
-                self._tables[name] = DeltaTable(self.storage, name, columns, time_key)
+                self._tables[name] = DeltaTable(self.storage, name, columns, time_key, self.policy)
             else:
                 from etl.sinks.lake.iceberg import IcebergTable
 
                 # Iceberg partitions by day(time_key) itself; `date` stays a plain column for readers.
                 columns = tuple(c for c in self.sink.partition_by if c != "date") if partitioned else ()
-                self._tables[name] = IcebergTable(self._catalog, self.storage, name, columns, time_key)
+                self._tables[name] = IcebergTable(
+                    self._catalog, self.storage, name, columns, time_key, self.policy
+                )
         return self._tables[name]
 
     def series(self, series: Series) -> LakeTable:
@@ -49,6 +60,21 @@ class Lake:
 
     def dimension(self, name: str) -> LakeTable:
         return self._table(f"{DIMENSIONS_FOLDER}/{name}", None, False)
+
+    def prepare(self, series: list[Series]) -> None:
+        """The series tables and the quality table made, empty, where missing: Dask workers write data
+        files into them before the run's first commit."""
+        from etl.model import QUALITY_SCHEMA, SCHEMAS
+        from etl.sinks.lake.common import with_date
+
+        for s in series:
+            self.series(s).prepare(with_date(SCHEMAS[Series(s)].empty_table(), "ts").schema)
+        if Series.RAW in series:
+            self.quality().prepare(with_date(QUALITY_SCHEMA.empty_table(), QUALITY_TIME_KEY).schema)
+
+    def opened(self) -> list[LakeTable]:
+        """The tables this object has made so far (those a run wrote)."""
+        return list(self._tables.values())
 
     def dimension_names(self) -> list[str]:
         if self.sink.format == "delta":

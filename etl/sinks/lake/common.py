@@ -1,10 +1,17 @@
-"""What Delta Lake and Iceberg tables share here: the checkpoint a commit carries, the rows a slab
-replaces, the columns a table holds, and the interface the writer, the recovery and the readers use.
+"""What Delta Lake and Iceberg tables share here: the checkpoint a commit carries, the rows a commit
+replaces, the upkeep policy, and the interface the committer, the recovery and the readers use.
 
-A slab's commit replaces exactly the (parameter, window) ranges it fetched: one transaction deletes the
-rows matching `Replace` and appends the fetched rows. The same commit carries the slab's `Checkpoint`
-(docs/lake.md): which run of which app made it, a per-(table, app) version counting our commits, and the
-slab's windows in the state log's own encoding, so the checkpoints can be rebuilt from the table alone.
+A commit replaces exactly the (parameter, window) ranges its slabs fetched: one transaction removes the
+rows matching `Replace` and adds the fetched rows. When no stored file can hold such a row (the
+windows are beyond every stored row, or their days are new) the commit is a plain append; otherwise
+only the files whose partition and statistics say they may hold one are looked at. The same commit
+carries the group's `Checkpoint` (docs/lake.md): which run of which app made it, a per-(table, app)
+version counting our commits, and the windows in the state log's own encoding, so the checkpoints can
+be rebuilt from the table alone.
+
+One object per table per run (`Lake` caches them): it keeps the table's handle (a loaded Delta log or
+Iceberg metadata) from one commit to the next, so a commit reads nothing that grows with the table's
+history, and refreshes it only when another writer got in between.
 """
 
 from __future__ import annotations
@@ -13,24 +20,31 @@ import base64
 import threading
 import zlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from etl.model import Windows
 from etl.state.store import segment, windows_of
+from etl.timeutil import DAY_MS
 
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
 TS_US = pa.timestamp("us", tz="UTC")
 APP, VERSION, RUN, WINDOWS = "etl.app", "etl.version", "etl.run", "etl.windows"
+CONFLICT_ATTEMPTS = 5  # a commit planned again on the newer version, when another writer got in between
+MANY_FILES = 8  # a day partition with more small files than this is compacted even before its day ends
+SMALL_FILE = 32 * 2**20  # bytes: files under this are worth merging
+COMPACT_BYTES = 256 * 2**20  # bytes of small files merged per partition at most (their rows are held)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """One slab's checkpoint, as it rides in the table commit that holds its rows."""
+    """The checkpoint of the slabs one commit holds, as it rides in that commit."""
 
     app: str  # etl-{source}[-s{I}of{N}]: one writer's commits, whatever other writers add to the table
     version: int  # 1, 2, ... per (table, app): the state log records the last one it holds
@@ -39,7 +53,7 @@ class Checkpoint:
 
     def properties(self) -> dict[str, str]:
         """Commit metadata (Delta) or snapshot summary properties (Iceberg): strings only. The windows are
-        the state log segment, compressed: a slab's parameter ids mostly share a few (start, end)."""
+        the state log segment, compressed: a group's parameter ids mostly share a few (start, end)."""
         packed = base64.b64encode(zlib.compress(segment(self.windows), 6)).decode()
         return {APP: self.app, VERSION: str(self.version), RUN: self.run, WINDOWS: packed}
 
@@ -71,27 +85,134 @@ class Replace:
             groups.setdefault((a, b), set()).add(p)
         return cls(time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
 
+    def days(self) -> list[int]:
+        """The day partitions (days since the epoch) its ranges touch."""
+        found: set[int] = set()
+        for a, b, _ in self.groups:
+            found.update(range(a // DAY_MS, (b - 1) // DAY_MS + 1))
+        return sorted(found)
+
+    def matches(self, rows: pa.Table) -> np.ndarray:
+        """True for the rows it replaces."""
+        if self.source is not None:
+            return np.asarray(pc.equal(rows.column("source"), self.source).to_numpy(zero_copy_only=False))
+        mask = np.zeros(rows.num_rows, bool)
+        if not rows.num_rows:
+            return mask
+        key = rows.column(self.time_key).cast(TS_US).cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
+        pids = rows.column("param_id").to_numpy(zero_copy_only=False)
+        for a, b, ids in self.groups:
+            mask |= (key >= a) & (key < b) & np.isin(pids, np.asarray(ids, np.int64))
+        return mask
+
+    def may_match(
+        self, min_key: np.ndarray, max_key: np.ndarray, min_pid: np.ndarray, max_pid: np.ndarray
+    ) -> np.ndarray:
+        """Per file, from its statistics (epoch ms and parameter ids; NaN where unknown): may it hold a
+        row this replaces? Unknown statistics answer yes."""
+        hit = np.zeros(len(min_key), bool)
+        if self.source is not None:
+            return ~hit
+        for a, b, ids in self.groups:
+            low, high = min(ids), max(ids)
+            hit |= ~((max_key < a) | (min_key >= b) | (max_pid < low) | (min_pid > high))
+        return hit
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A table's upkeep (sink.retention, sink.versions, sink.compact)."""
+
+    retention_ms: int | None = 7 * DAY_MS  # None: old versions and their files are kept
+    versions: int = 50
+    compact: int = 4  # day partitions compacted per run at most
+
+    @property
+    def slack(self) -> int:
+        """Versions let past `versions` before they are expired together (cleanup reads the rest)."""
+        return max(2, self.versions // 4)
+
+
+@dataclass
+class Upkeep:
+    """What a table's maintenance did."""
+
+    compacted: int = 0  # day partitions compacted
+    files_rewritten: int = 0  # small files merged away
+    versions_expired: int = 0
+    files_deleted: int = 0  # files no kept version references, older than the retention
+
+    def add(self, other: Upkeep) -> None:
+        for name in ("compacted", "files_rewritten", "versions_expired", "files_deleted"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(frozen=True)
+class DayFiles:
+    """The data files of one day partition of the current version (with identity partitions of
+    `object_id`, one entry per (day, object))."""
+
+    day: int  # days since the epoch
+    key: tuple = ()  # the partition, as the format names it
+    files: int = 0
+    small: int = 0  # of them under SMALL_FILE
+    small_bytes: int = 0
+
+
+def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None) -> list[DayFiles]:
+    """The partitions worth compacting, newest first: a day that is over (before `horizon`, epoch ms)
+    with several small files, or any day with more than MANY_FILES of them; at most `limit`.
+    `horizon` None: every day with several small files (etl compact)."""
+    picked = [
+        d
+        for d in days
+        if d.small > 1 and (horizon is None or (d.day + 1) * DAY_MS <= horizon or d.small > MANY_FILES)
+    ]
+    picked.sort(key=lambda d: d.day, reverse=True)
+    return picked if limit is None else picked[:limit]
+
+
+def same_rows(stored: pa.Table, rows: pa.Table) -> bool:
+    """Do two tables hold the same rows, whatever their order and the stored column types?"""
+    if stored.num_rows != rows.num_rows or set(stored.column_names) != set(rows.column_names):
+        return False
+    try:
+        rows = rows.select(stored.column_names).cast(stored.schema)
+        nested = (pa.types.is_nested, pa.types.is_dictionary)
+        keys = [(f.name, "ascending") for f in stored.schema if not any(test(f.type) for test in nested)]
+        return stored.sort_by(keys).equals(rows.sort_by(keys))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False
+
 
 def with_date(table: pa.Table, time_key: str) -> pa.Table:
     """Timestamps in microseconds, and the `date` column (UTC) that partitions a table and that the
     Hive-partitioned datasets carry in their folder names."""
-    for i, field in enumerate(table.schema):
-        if pa.types.is_timestamp(field.type) and field.type != TS_US:
-            table = table.set_column(i, field.name, table.column(i).cast(TS_US))
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type) and f.type != TS_US:
+            table = table.set_column(i, f.name, table.column(i).cast(TS_US))
     day = pc.cast(table.column(time_key), pa.timestamp("us")).cast(pa.date32())
     return table.append_column("date", day) if "date" not in table.column_names else table
 
 
-_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS: dict[str, threading.RLock] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
-def table_lock(uri: str) -> threading.Lock:
-    """One commit at a time per table within a process (slabs run concurrently): our version counter
-    must go up by one per commit. Two processes are kept apart by the run lock, and the table's own
-    optimistic concurrency refuses a commit made on a stale version."""
+def table_lock(uri: str) -> threading.RLock:
+    """One commit at a time per table within a process: our version counter goes up by one per
+    commit, and the table's handle is not shared by two commits. Two processes are kept apart by the
+    run lock, and the table's own optimistic concurrency refuses a commit made on a stale version."""
     with _LOCKS_GUARD:
-        return _LOCKS.setdefault(uri, threading.Lock())
+        return _LOCKS.setdefault(uri, threading.RLock())
+
+
+@dataclass
+class Committed:
+    """A commit made: our app's version (None without a checkpoint) and the data files it added."""
+
+    version: int | None
+    files: list[str] = field(default_factory=list)
 
 
 class LakeTable(ABC):
@@ -99,11 +220,16 @@ class LakeTable(ABC):
 
     kind: ClassVar[str]
 
-    def __init__(self, name: str, partition_by: tuple[str, ...], time_key: str | None) -> None:
+    def __init__(
+        self, name: str, partition_by: tuple[str, ...], time_key: str | None, policy: Policy
+    ) -> None:
         self.name = name
         self.partition_by = partition_by  # columns (delta) or identity fields besides day(time_key) (iceberg)
         self.time_key = time_key
+        self.policy = policy
         self._version: dict[str, int] = {}
+        self._read_lock = threading.Lock()
+        self._reader: Any = None
 
     @property
     @abstractmethod
@@ -114,56 +240,149 @@ class LakeTable(ABC):
 
     @abstractmethod
     def _commit(
-        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
-    ) -> None:
-        """Delete what `replace` matches and append `rows`, in one commit carrying `properties`."""
+        self,
+        rows: pa.Table | None,
+        files: Sequence[Any],
+        replace: Replace | None,
+        checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
+    ) -> list[str]:
+        """Remove what `replace` matches and add `rows` (and `files`, data files already written into the
+        table), in one commit carrying `checkpoint`; the data files it added. `ready` is called (and may
+        raise) just before the commit becomes visible: what must be visible first."""
+
+    @abstractmethod
+    def prepare(self, schema: pa.Schema) -> None:
+        """Make the table, empty, if it is missing (Dask workers write files into existing tables)."""
 
     @abstractmethod
     def history(self, app: str, after: int) -> list[Checkpoint]:
-        """Our app's checkpoints of version > after, oldest first (newest commits are read first, and
-        reading stops at the first one of ours at or below `after`)."""
+        """Our app's checkpoints of version > after that the table still holds, oldest first."""
+
+    @abstractmethod
+    def latest(self, app: str) -> int:
+        """The version of our app's last commit in the table (0: none); kept whatever expires."""
 
     @abstractmethod
     def dataset(self) -> ds.Dataset:
-        """The current snapshot's rows, lazily (a reader sees one committed version, never a partial one)."""
+        """The current version's rows, lazily (a reader sees one committed version, never a partial one)."""
 
     @abstractmethod
-    def compact(self) -> int:
-        """Bin-pack small files; the number of files rewritten."""
+    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
+        """Rows of these parameters with time_key in [start, end) in the run's read snapshot."""
 
     @abstractmethod
-    def vacuum(self, retain_ms: int) -> int:
-        """Expire versions older than `retain_ms` and delete the files only they reference; the count."""
+    def day_files(self) -> list[DayFiles]:
+        """The data files of each day partition of the current version."""
 
-    def latest(self, app: str) -> int:
-        """The version of our app's last commit in the table (0: none)."""
-        found = self.history(app, 0)
-        return found[-1].version if found else 0
+    @abstractmethod
+    def _compact(self, days: list[DayFiles]) -> int:
+        """Merge the small files of these partitions, in one commit; the files merged away."""
 
-    def replace(
+    @abstractmethod
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
+        """Forget versions beyond the newest `versions` or older than the retention (the current one
+        stays), with the log or metadata files only they needed, once `policy.slack` of them add up
+        (`now`: whatever their number); how many."""
+
+    @abstractmethod
+    def _sweep(self, retention_ms: int) -> int:
+        """Delete data files no kept version references, older than the retention; how many."""
+
+    # -- committing ------------------------------------------------------------------------------
+
+    def commit(
         self,
-        rows: pa.Table | pa.RecordBatchReader,
-        replace: Replace,
+        rows: pa.Table | None,
+        replace: Replace | None,
         checkpoint: tuple[str, str, Windows] | None = None,
-    ) -> int | None:
-        """One commit; with a checkpoint (app, run, windows) it gets the app's next version, returned."""
+        files: Sequence[Any] = (),
+        ready: Callable[[], object] | None = None,
+    ) -> Committed:
+        """One commit; with a checkpoint (app, run, windows) it gets the app's next version. `ready`:
+        waited for just before the commit becomes visible (its files may be written meanwhile)."""
         with table_lock(self.uri):
             if checkpoint is None:
-                self._commit(rows, replace, {})
-                return None
+                return Committed(None, self._commit(rows, files, replace, None, ready))
             app, run, windows = checkpoint
             if app not in self._version:
                 self._version[app] = self.latest(app) if self.exists() else 0
             version = self._version[app] + 1
-            self._commit(rows, replace, Checkpoint(app, version, run, windows).properties())
+            added = self._commit(rows, files, replace, Checkpoint(app, version, run, windows), ready)
             self._version[app] = version
-            return version
+            return Committed(version, added)
+
+    def replace(self, rows: pa.Table | pa.RecordBatchReader, replace: Replace) -> list[str]:
+        """Rows that replace what `replace` matches, without a checkpoint."""
+        table = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
+        return self.commit(table, replace).files
+
+    def snapshot(self, rows: pa.Table | pa.RecordBatchReader, source: str) -> bool:
+        """A dimension table's rows of `source` replaced by these, unless they hold them already (an
+        hourly run would otherwise add a version per reference table that changes nothing); True if
+        committed."""
+        table = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
+        with table_lock(self.uri):
+            if self.exists() and same_rows(self._rows_of(source), table):
+                return False
+            self.commit(table, Replace(source=source))
+        return True
+
+    def _rows_of(self, source: str) -> pa.Table:
+        """The current version's rows of one source (a dimension table's)."""
+        return self.dataset().to_table(filter=pc.field("source") == source)
+
+    # -- reading ---------------------------------------------------------------------------------------
 
     def read(self, params: list[int], start: int, end: int) -> pa.Table:
-        """Rows of these parameters with time_key in [start, end) (the rows a quality row is made of)."""
+        """Rows of these parameters with time_key in [start, end) (the rows a quality row is made of),
+        from one snapshot per run: a run's slabs never share a (parameter, day), so the rows outside a
+        slab's windows were all committed before the run began."""
         if not self.exists():
             return pa.table({})
-        key = pc.field(self.time_key)
-        low, high = pa.scalar(start * 1000, TS_US), pa.scalar(end * 1000, TS_US)
-        where = pc.field("param_id").isin(params) & (key >= low) & (key < high)
-        return self.dataset().to_table(filter=where)
+        return self._read(params, start, end)
+
+    def files_per_day(self) -> dict[str, int]:
+        """Data files of each day partition ('YYYY-MM-DD') of the current version."""
+        counts: dict[str, int] = {}
+        for d in self.day_files():
+            label = str(np.datetime64(d.day, "D"))
+            counts[label] = counts.get(label, 0) + d.files
+        return counts
+
+    # -- upkeep ----------------------------------------------------------------------------------------
+
+    def maintain(self, horizon: int, sweep: bool) -> Upkeep:
+        """A run's upkeep, bounded: compact at most `policy.compact` partitions (days that are over, or
+        with too many small files), expire old versions, and with `sweep` delete the files no kept
+        version references once older than the retention. Readers of the current version, or of any
+        version younger than the retention, keep working."""
+        out = Upkeep()
+        if not self.exists():
+            return out
+        with table_lock(self.uri):
+            if self.time_key and self.policy.compact:
+                days = to_compact(self.day_files(), horizon, self.policy.compact)
+                if days:
+                    out.files_rewritten = self._compact(days)
+                    out.compacted = len(days)
+            out.versions_expired = self._expire(self.policy.retention_ms, self.policy.versions)
+            if sweep and self.policy.retention_ms is not None:
+                out.files_deleted = self._sweep(self.policy.retention_ms)
+        return out
+
+    def compact(self) -> int:
+        """etl compact: every partition's small files merged; the files merged away."""
+        if not self.exists() or not self.time_key:
+            return 0
+        with table_lock(self.uri):
+            days = to_compact(self.day_files(), None, None)
+            return self._compact(days) if days else 0
+
+    def vacuum(self, retain_ms: int) -> int:
+        """etl vacuum: versions older than `retain_ms` expired, then the files only they needed deleted."""
+        if not self.exists():
+            return 0
+        with table_lock(self.uri):
+            self._expire(retain_ms, self.policy.versions, now=True)
+            return self._sweep(retain_ms)

@@ -1,26 +1,55 @@
 """Delta Lake tables through delta-rs (`deltalake`): `{sink.path}/{series}`, `{sink.path}/quality` and
 `{sink.path}/dimensions/{name}`.
 
-A slab's commit is one `write_deltalake(mode="overwrite", predicate=...)`: delta-rs deletes the rows the
-predicate matches (rewriting only the files that hold some) and adds the new files in a single log entry,
-with the checkpoint as the entry's commit metadata and as an application transaction (`txn`, app id and
-version), which Delta readers and writers know as "this app's progress". On S3 delta-rs commits with a
-conditional PUT of the log entry (`conditional_put: etag`), so two writers never both win one version.
+A commit is one log entry. When a group's windows may have rows in the table (some file's partition
+and statistics overlap them), `write_deltalake(mode="overwrite", predicate=...)` removes them (rewriting
+only the files that hold some) and adds the new files in that entry; otherwise the rows are appended
+(`mode="append"`, a blind append nothing is planned for). Files written elsewhere (by Dask workers) are
+committed with `create_write_transaction`. The checkpoint is the entry's commit metadata (`commitInfo`),
+and `etl.app`/`etl.version` are also an application transaction (`txn`), which Delta keeps in every
+snapshot and checkpoint: `transaction_version(app)` reads our last version whatever was cleaned up.
+On S3 delta-rs commits with a conditional PUT of the log entry (`conditional_put: etag`), so two
+writers never both win one version.
+
+The log does not grow with history: delta-rs writes a checkpoint every CHECKPOINT_EVERY versions, so
+loading reads the last checkpoint and at most that many entries, and the run's upkeep deletes entries
+the current version does not need once beyond the newest `sink.versions` or older than the retention.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from etl.errors import StorageError
-from etl.sinks.lake.common import Checkpoint, LakeTable, Replace
+from etl.sinks.lake.common import (
+    APP,
+    CONFLICT_ATTEMPTS,
+    SMALL_FILE,
+    TS_US,
+    VERSION,
+    Checkpoint,
+    DayFiles,
+    LakeTable,
+    Policy,
+    Replace,
+)
 from etl.storage.files import Storage
 from etl.support.optional import require
+
+CHECKPOINT_EVERY = 10  # versions between two log checkpoints: what a load replays at most
+LOG_ENTRY = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet|crc)$")
+NEVER_MS = 100 * 365 * 86_400_000  # retention "off": a duration Delta accepts
 
 
 def delta_options(storage: Storage) -> dict[str, str]:
@@ -74,29 +103,73 @@ def predicate(replace: Replace) -> str:
     )
 
 
+def _interval(ms: int | None) -> str:
+    return f"interval {max(0, (NEVER_MS if ms is None else ms)) // 1000} seconds"
+
+
+def _numbers(column: Any, unit_ms: int = 1) -> np.ndarray:
+    """A statistics column as float64 (NaN where unknown): timestamps in epoch ms."""
+    array = pa.array(column) if not isinstance(column, pa.ChunkedArray | pa.Array) else column
+    if pa.types.is_timestamp(array.type):
+        array = array.cast(TS_US).cast(pa.int64())
+        return np.asarray(pc.divide(array.cast(pa.float64()), 1000.0).to_numpy(zero_copy_only=False), float)
+    return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False), float) * unit_ms
+
+
+def _paths(dt: Any) -> set[str]:
+    """The data files of the loaded version, relative to the table."""
+    return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
+
+
 class DeltaTable(LakeTable):
     kind: ClassVar[str] = "delta"
 
     def __init__(
-        self, storage: Storage, rel: str, partition_by: tuple[str, ...], time_key: str | None
+        self, storage: Storage, rel: str, partition_by: tuple[str, ...], time_key: str | None, policy: Policy
     ) -> None:
-        super().__init__(rel, partition_by, time_key)
+        super().__init__(rel, partition_by, time_key, policy)
         self.deltalake = require("deltalake", "sink.format delta")
         self.storage, self.rel = storage, rel
         self.options = delta_options(storage)
         self._exists = False
+        self._dt: Any = None  # the handle, kept from one commit to the next
 
     @property
     def uri(self) -> str:
         return self.storage.display(self.rel) if not self.storage.local else self.storage.full(self.rel)
 
-    def _table(self):
+    def _open(self) -> Any:
         try:
             return self.deltalake.DeltaTable(self.uri, storage_options=self.options)
         except Exception as exc:  # noqa: BLE001 - delta-rs raises its own classes, and OSError
             raise StorageError(
                 f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}"
             ) from None
+
+    def _handle(self) -> Any:
+        if self._dt is None:
+            self._dt = self._open()
+            self._configure(self._dt)
+        return self._dt
+
+    def configuration(self) -> dict[str, str]:
+        """Table properties: a checkpoint every CHECKPOINT_EVERY versions; the retention as Delta's own
+        (for other tools' vacuum); log cleanup is ours (it also keeps at most `sink.versions`)."""
+        retention = _interval(self.policy.retention_ms)
+        return {
+            "delta.checkpointInterval": str(CHECKPOINT_EVERY),
+            "delta.logRetentionDuration": retention,
+            "delta.deletedFileRetentionDuration": retention,
+            "delta.enableExpiredLogCleanup": "false",
+        }
+
+    def _configure(self, dt: Any) -> None:
+        """A table made by an older version, or under another retention, gets these properties once."""
+        want = self.configuration()
+        have = dt.metadata().configuration
+        if any(have.get(k) != v for k, v in want.items()):
+            with contextlib.suppress(Exception):  # best effort: the table works without them
+                dt.alter.set_table_properties(want, raise_if_not_exists=False)
 
     def exists(self) -> bool:
         # Asked once until true: delta-rs holds the GIL through this call's requests, which would stall
@@ -105,37 +178,139 @@ class DeltaTable(LakeTable):
             self._exists = self.deltalake.DeltaTable.is_deltatable(self.uri, storage_options=self.options)
         return self._exists
 
-    def _commit(
-        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
-    ) -> None:
+    # -- committing --------------------------------------------------------------------------------
+
+    def _properties(self, checkpoint: Checkpoint | None) -> Any:
         dl = self.deltalake
-        txns = [dl.Transaction(properties["etl.app"], int(properties["etl.version"]))] if properties else None
-        new = not self.exists()
+        if checkpoint is None:
+            return dl.CommitProperties()
+        properties = checkpoint.properties()
+        return dl.CommitProperties(
+            custom_metadata=properties,
+            app_transactions=[dl.Transaction(properties[APP], int(properties[VERSION]))],
+        )
+
+    def _commit(
+        self,
+        rows: pa.Table | None,
+        files: Sequence[Any],
+        replace: Replace | None,
+        checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
+    ) -> list[str]:
+        dl = self.deltalake
+        if ready is not None:  # delta-rs writes and commits in one call: nothing to overlap
+            ready()
         try:
-            dl.write_deltalake(
-                self.uri,
-                rows,
-                mode="append" if new else "overwrite",
-                predicate=None if new else predicate(replace),
-                partition_by=list(self.partition_by) or None,
-                storage_options=self.options,
-                writer_properties=dl.WriterProperties(compression="ZSTD"),
-                commit_properties=dl.CommitProperties(
-                    custom_metadata=properties or None, app_transactions=txns
-                ),
-            )
+            if not self.exists():
+                return self._create(rows, checkpoint)
+            for attempt in range(CONFLICT_ATTEMPTS):
+                dt = self._handle()
+                before = _paths(dt)
+                try:
+                    touched = replace is not None and self._touched(dt, replace)
+                    if files:
+                        actions = list(files) + (self._rewrite(dt, replace) if touched and replace else [])
+                        dt.create_write_transaction(
+                            actions,
+                            mode="append",
+                            schema=dt.schema(),
+                            partition_by=list(self.partition_by) or None,
+                            commit_properties=self._properties(checkpoint),
+                        )
+                    else:
+                        assert rows is not None
+                        dl.write_deltalake(
+                            dt,
+                            rows,
+                            mode="overwrite" if touched else "append",
+                            predicate=predicate(replace) if touched and replace else None,
+                            writer_properties=dl.WriterProperties(compression="ZSTD"),
+                            commit_properties=self._properties(checkpoint),
+                        )
+                except dl.exceptions.CommitFailedError:
+                    if attempt == CONFLICT_ATTEMPTS - 1:
+                        raise
+                    # Another writer got in between: plan again on its version.
+                    dt.update_incremental()
+                    continue
+                return sorted(_paths(dt) - before)
+        except StorageError:
+            raise
         except Exception as exc:  # noqa: BLE001 - one line, the table named; never a traceback
             raise StorageError(
                 f"cannot commit to the Delta table {self.uri}: {str(exc).splitlines()[0]}"
             ) from None
+        return []
+
+    def _create(self, rows: pa.Table | None, checkpoint: Checkpoint | None) -> list[str]:
+        dl = self.deltalake
+        if rows is None:
+            raise StorageError(f"the Delta table {self.uri} is missing (it is made before workers write)")
+        dl.write_deltalake(
+            self.uri,
+            rows,
+            mode="append",
+            partition_by=list(self.partition_by) or None,
+            configuration=self.configuration(),
+            storage_options=self.options,
+            writer_properties=dl.WriterProperties(compression="ZSTD"),
+            commit_properties=self._properties(checkpoint),
+        )
+        self._exists = True
+        return sorted(_paths(self._handle()))
+
+    def prepare(self, schema: pa.Schema) -> None:
+        if not self.exists():
+            with contextlib.suppress(self.deltalake.exceptions.DeltaError):  # made meanwhile: fine
+                self.deltalake.DeltaTable.create(
+                    self.uri,
+                    schema,
+                    mode="ignore",
+                    partition_by=list(self.partition_by) or None,
+                    configuration=self.configuration(),
+                    storage_options=self.options,
+                )
+            self._exists = True
+
+    def _touched(self, dt: Any, replace: Replace) -> bool:
+        """May a file of the current version hold a row `replace` removes? From the log's statistics,
+        without reading a data file: new windows beyond every stored row append blindly."""
+        if replace.source is not None:
+            return bool(_paths(dt))
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if not actions.num_rows:
+            return False
+        key = replace.time_key
+
+        def stat(name: str) -> np.ndarray:
+            if name not in actions.column_names:
+                return np.full(actions.num_rows, np.nan)
+            return _numbers(actions.column(name))
+
+        hit = replace.may_match(
+            stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
+        )
+        return bool(hit.any())
+
+    def _rewrite(self, dt: Any, replace: Replace) -> list[Any]:
+        """Files of Dask workers replacing stored rows: the stored files that hold some are rewritten
+        without them (their remove actions and their rewrites' add actions)."""
+        from etl.sinks.lake.datafiles import rewrite_delta_files
+
+        return rewrite_delta_files(self, dt, replace)
+
+    # -- checkpoints -------------------------------------------------------------------------------
 
     def latest(self, app: str) -> int:
         # The application transaction is part of the table's snapshot: no need to read the history.
-        return self._table().transaction_version(app) or 0
+        if not self.exists():
+            return 0
+        return self._handle().transaction_version(app) or 0
 
     def history(self, app: str, after: int) -> list[Checkpoint]:
         found = []
-        for commit in self._table().history():  # newest first
+        for commit in self._open().history():  # newest first, as far as the log still goes
             checkpoint = Checkpoint.parse(commit)
             if checkpoint is None or checkpoint.app != app:
                 continue
@@ -144,17 +319,108 @@ class DeltaTable(LakeTable):
             found.append(checkpoint)
         return found[::-1]
 
+    # -- reading -----------------------------------------------------------------------------------
+
     def dataset(self) -> ds.Dataset:
-        return self._table().to_pyarrow_dataset()
+        return self._open().to_pyarrow_dataset()
 
-    def compact(self) -> int:
-        metrics = self._table().optimize.compact()
-        return int(metrics.get("numFilesRemoved", 0))
+    def _rows_of(self, source: str) -> pa.Table:
+        return self._handle().to_pyarrow_dataset().to_table(filter=pc.field("source") == source)
 
-    def vacuum(self, retain_ms: int) -> int:
-        table = self._table()
-        hours = max(0, retain_ms // 3_600_000)
-        # Files a version younger than `retain` still needs stay: a reader on such a version keeps working.
-        removed = table.vacuum(retention_hours=hours, enforce_retention_duration=False, dry_run=False)
-        table.cleanup_metadata()  # log entries past the retention (delta.logRetentionDuration)
+    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = self._open().to_pyarrow_dataset()
+            dataset = self._reader
+        assert self.time_key is not None
+        key = pc.field(self.time_key)
+        where = (
+            pc.field("param_id").isin(params)
+            & (key >= pa.scalar(start * 1000, TS_US))
+            & (key < pa.scalar(end * 1000, TS_US))
+        )
+        if "date" in self.partition_by:  # lets the dataset skip other days' files
+            days = pa.array([start // 86_400_000, (end - 1) // 86_400_000], pa.int32()).cast(pa.date32())
+            where = where & (pc.field("date") >= days[0]) & (pc.field("date") <= days[1])
+        return dataset.to_table(filter=where)
+
+    # -- upkeep ------------------------------------------------------------------------------------
+
+    def day_files(self) -> list[DayFiles]:
+        actions = pa.table(self._handle().get_add_actions(flatten=True))
+        if not actions.num_rows or "partition.date" not in actions.column_names:
+            return []
+        days = actions.column("partition.date").cast(pa.int32()).to_numpy(zero_copy_only=False)
+        sizes = actions.column("size_bytes").to_numpy(zero_copy_only=False)
+        keys = [actions.column(f"partition.{c}").to_pylist() for c in self.partition_by if c != "date"]
+        groups: dict[tuple, list[int]] = {}
+        for i, day in enumerate(days.tolist()):
+            groups.setdefault((day, *(k[i] for k in keys)), []).append(i)
+        out = []
+        for (day, *rest), rows in groups.items():
+            small = [int(sizes[i]) for i in rows if sizes[i] < SMALL_FILE]
+            out.append(DayFiles(int(day), tuple(rest), len(rows), len(small), sum(small)))
+        return out
+
+    def _compact(self, days: list[DayFiles]) -> int:
+        dt = self._handle()
+        merged = 0
+        others = [c for c in self.partition_by if c != "date"]
+        for d in days:
+            filters = [("date", "=", str(np.datetime64(d.day, "D")))]
+            filters += [(c, "=", str(v)) for c, v in zip(others, d.key, strict=True)]
+            metrics = dt.optimize.compact(
+                partition_filters=filters,
+                writer_properties=self.deltalake.WriterProperties(compression="ZSTD"),
+            )
+            merged += int(metrics.get("numFilesRemoved", 0))
+        return merged
+
+    def _log(self) -> dict[int, tuple[list[str], float]]:
+        """The log's files by version (entries, checkpoints, checksums), with the entry's time (ms)."""
+        folder = self.storage.full(f"{self.rel}/_delta_log")
+        found: dict[int, tuple[list[str], float]] = {}
+        self.storage.fs.invalidate_cache(folder)  # entries written since the last listing
+        for info in self.storage.fs.ls(folder, detail=True):
+            path = info["name"]
+            match = LOG_ENTRY.match(path.rsplit("/", 1)[-1])
+            if match:
+                paths, stamp = found.get(int(match.group(1)), ([], 0.0))
+                modified = info.get("mtime") or info.get("LastModified") or info.get("created")
+                ms = (modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)) * 1000
+                found[int(match.group(1))] = ([*paths, path], max(stamp, ms))
+        return found
+
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
+        """Log entries before the last checkpoint are only read by time travel: those beyond the newest
+        `versions` or older than the retention are deleted, once enough of them add up."""
+        current = self._handle().version()
+        log = self._log()
+        checkpoints = [v for v, (paths, _) in log.items() if any(".checkpoint." in p for p in paths)]
+        if not checkpoints:
+            return 0
+        floor = max(checkpoints)  # what loading the current version starts from
+        cutoff = None if retention_ms is None else time.time() * 1000 - retention_ms
+        old = [
+            v
+            for v, (_, stamp) in log.items()
+            if v < floor and (v <= current - versions or (cutoff is not None and stamp < cutoff))
+        ]
+        if not old or (len(old) < self.policy.slack and not now):
+            return 0
+        for v in old:
+            for path in log[v][0]:
+                with contextlib.suppress(FileNotFoundError):
+                    self.storage.fs.rm_file(path)
+        return len(old)
+
+    def _sweep(self, retention_ms: int) -> int:
+        # Files no version younger than the retention needs, and files no log entry names (a killed
+        # writer's): a reader on such a version keeps working.
+        removed = self._handle().vacuum(
+            retention_hours=max(0, retention_ms // 3_600_000),
+            enforce_retention_duration=False,
+            dry_run=False,
+            full=True,
+        )
         return len(removed)

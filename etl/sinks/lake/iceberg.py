@@ -1,18 +1,32 @@
-"""Apache Iceberg tables through pyiceberg: `etl.raw`, `etl.average`, `etl.candles`, `etl.quality.rows` and
+"""Apache Iceberg tables through pyiceberg: `etl.raw`, `etl.average`, `etl.candles`, `etl.quality` and
 `etl.dimensions_{name}` in a catalog (by default SQLite at `{sink.path}/catalog.db`, warehouse
 `{sink.path}`), partitioned by day of the time key (plus identity `object_id` when asked).
 
-A slab's commit is one pyiceberg transaction: a copy-on-write delete of the replaced ranges and an
-append, made visible by one swap of the table's metadata pointer in the catalog (which refuses a swap
-from a stale pointer: optimistic concurrency). Both snapshots of the transaction carry the checkpoint in
-their summary properties.
+A commit is ONE snapshot made visible by one swap of the table's metadata pointer in the catalog (which
+refuses a swap from a stale pointer: optimistic concurrency). When no stored file's partition and
+statistics overlap the group's windows it is an append; otherwise the files that hold replaced rows are
+rewritten without them (copy-on-write, only those files: the scan plan prunes the rest) and one
+overwrite snapshot removes them and adds their rewrites and the new files. The snapshot's summary
+carries the checkpoint, and the same transaction sets the table property `etl.checkpoint.{app}` to it:
+properties outlive expired snapshots, so recovery finds our last commit whatever expiry removed.
+
+Metadata does not grow with history: the same transaction expires snapshots beyond the newest
+`sink.versions` (or older than the retention) once enough add up, and their manifest lists and
+manifests are deleted; small manifests are merged as they add up; the catalog keeps at most
+PREVIOUS_METADATA older metadata files (`write.metadata.previous-versions-max`, deleted after commit).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import itertools
+import json
 import os
+import time
+import uuid
 import warnings
-from collections import defaultdict
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, ClassVar
@@ -21,15 +35,33 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.errors import ConfigError, StorageError
-from etl.sinks.lake.common import Checkpoint, LakeTable, Replace
+from etl.sinks.lake.common import (
+    COMPACT_BYTES,
+    CONFLICT_ATTEMPTS,
+    SMALL_FILE,
+    Checkpoint,
+    DayFiles,
+    LakeTable,
+    Policy,
+    Replace,
+    table_lock,
+)
 from etl.storage.files import Storage
 from etl.support import redact
 from etl.support.optional import require
-from etl.timeutil import DAY_MS
 
 NAMESPACE = "etl"
-# A slab of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
-# thread-safe, and slabs commit from several threads).
+CHECKPOINT_PROPERTY = "etl.checkpoint."  # + app: our last commit's checkpoint, kept through expiry
+PREVIOUS_METADATA = 4  # older metadata files the catalog keeps (for a rollback); the rest are deleted
+MERGE_MANIFESTS_AT = 4  # manifests merged into one once this many small ones add up
+MANIFEST_TARGET = 8 * 2**20
+TABLE_PROPERTIES = {
+    "write.metadata.previous-versions-max": str(PREVIOUS_METADATA),
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.parquet.compression-codec": "zstd",
+}
+# A group of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
+# thread-safe, and tables commit from several threads).
 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
 
 
@@ -112,35 +144,127 @@ def _properties(snapshot) -> dict[str, str]:
     return dict(getattr(summary, "additional_properties", {}) or {}) if summary is not None else {}
 
 
+def _thread_safe(evaluate: Any) -> Any:
+    """pyiceberg's manifest evaluator keeps the manifest it is looking at on itself (`partition_fields`)
+    while it walks the filter, and an overwrite evaluates manifests from a thread pool with one shared
+    evaluator: a thread could judge its manifest by another one's partition bounds, skip the manifest
+    holding a file it must remove, and fail the commit with "Missing required files to delete". Each
+    call here evaluates on a copy of its own."""
+    visitor = evaluate.__self__
+    return lambda manifest: copy.copy(visitor).eval(manifest)
+
+
+def _producers() -> tuple[type, type]:
+    """pyiceberg's append and overwrite snapshot producers, made to keep the manifest list short: small
+    manifests are merged once MERGE_MANIFESTS_AT add up, and an overwrite drops the manifests left with
+    no live file (pyiceberg's overwrite carries every earlier delete's manifest along forever)."""
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles, _OverwriteFiles
+
+    def merged(producer: Any, manifests: list) -> list:
+        data = [m for m in manifests if m.content == ManifestContent.DATA]
+        others = [m for m in manifests if m.content != ManifestContent.DATA]
+        return (
+            _ManifestMergeManager(MANIFEST_TARGET, MERGE_MANIFESTS_AT, True, producer).merge_manifests(data)
+            + others
+        )
+
+    class Append(_MergeAppendFiles):
+        def _process_manifests(self, manifests: list) -> list:
+            return merged(self, manifests)
+
+    class Overwrite(_OverwriteFiles):
+        def _build_manifest_evaluator(self, spec_id: int) -> Any:
+            return _thread_safe(super()._build_manifest_evaluator(spec_id))
+
+        def _existing_manifests(self) -> list:
+            return [m for m in super()._existing_manifests() if m.has_added_files() or m.has_existing_files()]
+
+        def _process_manifests(self, manifests: list) -> list:
+            return merged(self, manifests)
+
+    return Append, Overwrite
+
+
 class IcebergTable(LakeTable):
     kind: ClassVar[str] = "iceberg"
 
     def __init__(
-        self, catalog_: Any, storage: Storage, name: str, partition_by: tuple[str, ...], time_key: str | None
+        self,
+        catalog_: Any,
+        storage: Storage,
+        name: str,
+        partition_by: tuple[str, ...],
+        time_key: str | None,
+        policy: Policy,
     ) -> None:
-        super().__init__(name, partition_by, time_key)
+        super().__init__(name, partition_by, time_key, policy)
         self.catalog, self.storage = catalog_, storage
         self.identifier = (NAMESPACE, name.replace("/", "_"))
+        self._table: Any = None  # the handle: pyiceberg updates its metadata in place with each commit
+        self._exists = False
 
     @property
     def uri(self) -> str:
         return f"iceberg:{self.storage.display()}:{'.'.join(self.identifier)}"
 
-    def exists(self) -> bool:
-        return self.catalog.table_exists(self.identifier)
+    @property
+    def label(self) -> str:
+        return ".".join(self.identifier)
 
-    def _load(self):
+    def exists(self) -> bool:
+        if self._table is None and not self._exists:  # asked once until true: a catalog query each
+            self._exists = self.catalog.table_exists(self.identifier)
+        return self._table is not None or self._exists
+
+    def _load(self) -> Any:
         try:
             return self.catalog.load_table(self.identifier)
         except Exception as exc:  # noqa: BLE001
             raise StorageError(
-                f"cannot open the Iceberg table {'.'.join(self.identifier)}: {str(exc).splitlines()[0]}"
+                f"cannot open the Iceberg table {self.label}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _create(self, schema: pa.Schema):
+    def _handle(self, schema: pa.Schema | None = None) -> Any:
+        """The table, loaded once per run (made first, when `schema` is given and it is missing)."""
+        if self._table is None:
+            from pyiceberg.exceptions import TableAlreadyExistsError
+
+            if schema is not None and not self.exists():
+                try:
+                    self._table = self._create(schema)
+                except TableAlreadyExistsError:
+                    self._table = self._load()
+            else:
+                self._table = self._load()
+            props = self._table.metadata.properties
+            if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
+                with self._table.transaction() as txn:
+                    txn.set_properties(TABLE_PROPERTIES)
+        return self._table
+
+    def prepare(self, schema: pa.Schema) -> None:
+        with table_lock(self.uri):
+            self._handle(schema)
+
+    def write_files(self, rows: pa.Table) -> list[Any]:
+        """The rows as data files of the table, not committed (a Dask worker's)."""
+        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+        table = self._handle()
+        _check_pyarrow_schema_compatible(
+            table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
+        )
+        return self._write(table, rows)
+
+    def _create(self, schema: pa.Schema) -> Any:
         from pyiceberg.transforms import DayTransform, IdentityTransform
 
-        txn = self.catalog.create_table_transaction(self.identifier, schema=schema)
+        if not self.time_key and not self.partition_by:  # a reference table: one catalog commit
+            return self.catalog.create_table(self.identifier, schema=schema, properties=TABLE_PROPERTIES)
+        txn = self.catalog.create_table_transaction(
+            self.identifier, schema=schema, properties=TABLE_PROPERTIES
+        )
         with txn.update_spec() as spec:
             if self.time_key:
                 spec.add_field(self.time_key, DayTransform(), f"{self.time_key}_day")
@@ -149,45 +273,197 @@ class IcebergTable(LakeTable):
         txn.commit_transaction()
         return self._load()
 
-    def _commit(
-        self, rows: pa.Table | pa.RecordBatchReader, replace: Replace, properties: dict[str, str]
-    ) -> None:
-        from pyiceberg.exceptions import TableAlreadyExistsError
+    # -- committing ----------------------------------------------------------------------------------
 
-        rows = rows.read_all() if isinstance(rows, pa.RecordBatchReader) else rows
+    def _commit(
+        self,
+        rows: pa.Table | None,
+        files: Sequence[Any],
+        replace: Replace | None,
+        checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
+    ) -> list[str]:
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+
         try:
-            try:
-                table = self._load() if self.exists() else self._create(rows.schema)
-            except TableAlreadyExistsError:
-                table = self._load()
-            with table.transaction() as txn:
-                if table.current_snapshot() is not None:
-                    txn.delete(expression(replace), snapshot_properties=properties)
-                if rows.num_rows or table.current_snapshot() is None:
-                    txn.append(rows, snapshot_properties=properties)
+            for attempt in range(CONFLICT_ATTEMPTS):
+                table = self._handle(rows.schema if rows is not None else None)
+                try:
+                    return self._commit_once(table, rows, files, replace, checkpoint, ready)
+                except (CommitFailedException, ValidationException):
+                    if attempt == CONFLICT_ATTEMPTS - 1:
+                        raise
+                    table.refresh()  # another writer got in between: plan again on its snapshot
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise StorageError(
-                f"cannot commit to the Iceberg table {'.'.join(self.identifier)}: {str(exc).splitlines()[0]}"
+                f"cannot commit to the Iceberg table {self.label}: {str(exc).splitlines()[0]}"
             ) from None
+        return []
+
+    def _write(self, table: Any, rows: pa.Table) -> list[Any]:
+        from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+        return list(
+            _dataframe_to_data_files(
+                table.metadata, rows, table.io, write_uuid=uuid.uuid4(), counter=itertools.count()
+            )
+        )
+
+    def _commit_once(
+        self,
+        table: Any,
+        rows: pa.Table | None,
+        files: Sequence[Any],
+        replace: Replace | None,
+        checkpoint: Checkpoint | None,
+        ready: Callable[[], object] | None = None,
+    ) -> list[str]:
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan, _check_pyarrow_schema_compatible
+        from pyiceberg.table.snapshots import Operation
+
+        written: list[Any] = []
+        try:
+            new = list(files)
+            if rows is not None and rows.num_rows:
+                _check_pyarrow_schema_compatible(
+                    table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
+                )
+            removed, kept, kept_bytes = [], [], 0
+            if replace is not None and table.current_snapshot() is not None:
+                schema = table.metadata.schema()
+                for task in table.scan(row_filter=expression(replace)).plan_files():
+                    old = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table([task])
+                    hit = replace.matches(old)
+                    if not hit.any():
+                        continue  # its statistics overlap, its rows do not
+                    removed.append(task.file)
+                    if not hit.all():
+                        kept.append(old.filter(pa.array(~hit)))
+                        kept_bytes += task.file.file_size_in_bytes
+            if rows is not None and rows.num_rows and kept and kept_bytes < SMALL_FILE:
+                # Small rewrites go into the new rows' files: an hourly run's partition keeps one file
+                # rather than gaining one per run (large ones are rewritten apart: never a day's rows).
+                merged = pa.concat_tables(
+                    [rows, *(k.select(rows.column_names).cast(rows.schema) for k in kept)]
+                )
+                if self.time_key:
+                    merged = merged.sort_by([("param_id", "ascending"), (self.time_key, "ascending")])
+                rows, kept = merged, []
+            if rows is not None and rows.num_rows:
+                written += self._write(table, rows)
+            if kept:
+                written += self._write(table, pa.concat_tables(kept))
+            new += written
+            if not (new or removed or checkpoint):
+                return []
+            properties = checkpoint.properties() if checkpoint else {}
+            append, overwrite = _producers()
+            txn = table.transaction()
+            if removed:
+                producer = overwrite(Operation.OVERWRITE, txn, table.io, snapshot_properties=properties)
+                if replace is not None:  # a concurrent writer's files in our ranges fail the commit
+                    producer.delete_by_predicate(expression(replace))
+            else:
+                producer = append(Operation.APPEND, txn, table.io, snapshot_properties=properties)
+            with producer:
+                for data_file in removed:
+                    producer.delete_data_file(data_file)
+                for data_file in new:
+                    producer.append_data_file(data_file)
+            if checkpoint is not None:
+                txn.set_properties({CHECKPOINT_PROPERTY + checkpoint.app: json.dumps(properties)})
+            expired = self._stage_expiry(txn, self.policy.retention_ms, self.policy.versions)
+            if ready is not None:
+                ready()
+            txn.commit_transaction()
+        except BaseException:
+            for data_file in written:  # never referenced: gone with the failed commit
+                with contextlib.suppress(Exception):
+                    table.io.delete(data_file.file_path)
+            raise
+        self._forget(table, expired)
+        return [f.file_path for f in new]
+
+    def _stage_expiry(
+        self, txn: Any, retention_ms: int | None, versions: int, force: bool = False
+    ) -> list[Any]:
+        """Snapshots beyond the newest `versions` or older than the retention, expired in `txn` once
+        `policy.slack` of them add up (the cleanup that follows reads every kept snapshot's list)."""
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+        before = txn._table.metadata  # without this transaction's changes: cheap to read
+        cutoff = None if retention_ms is None else time.time() * 1000 - retention_ms
+        oldest = min((s.timestamp_ms for s in before.snapshots), default=None)
+        young = cutoff is None or oldest is None or oldest >= cutoff
+        if not force and young and len(before.snapshots) + 1 < versions + self.policy.slack:
+            return []  # nothing past `versions` or the retention yet
+        metadata = txn.table_metadata
+        current = metadata.current_snapshot_id
+        ordered = sorted(metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+        newest = {s.snapshot_id for s in ordered[-versions:]}
+        old = [
+            s
+            for s in ordered
+            if s.snapshot_id != current
+            and (s.snapshot_id not in newest or (cutoff is not None and s.timestamp_ms < cutoff))
+        ]
+        if not old or (len(old) < self.policy.slack and not force):
+            return []
+        ExpireSnapshots(txn).by_ids([s.snapshot_id for s in old]).commit()
+        return old
+
+    def _forget(self, table: Any, expired: list[Any]) -> None:
+        """The manifest lists of expired snapshots, and the manifests no kept snapshot lists."""
+        if not expired:
+            return
+        io = table.io
+        kept = {m.manifest_path for s in table.metadata.snapshots for m in s.manifests(io)}
+        for snapshot in expired:
+            with contextlib.suppress(Exception):
+                for manifest in snapshot.manifests(io):
+                    if manifest.manifest_path not in kept:
+                        io.delete(manifest.manifest_path)
+                io.delete(snapshot.manifest_list)
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+
+    def _property(self, table: Any, app: str) -> Checkpoint | None:
+        value = table.metadata.properties.get(CHECKPOINT_PROPERTY + app)
+        return Checkpoint.parse(json.loads(value)) if value else None
+
+    def latest(self, app: str) -> int:
+        if not self.exists():
+            return 0
+        table = self._handle()
+        last = self._property(table, app)
+        if last is not None:
+            return last.version
+        found = self.history(app, 0)
+        return found[-1].version if found else 0
 
     def history(self, app: str, after: int) -> list[Checkpoint]:
         if not self.exists():
             return []
         table = self._load()
-        found: list[Checkpoint] = []
+        found: dict[int, Checkpoint] = {}
         snapshot = table.current_snapshot()
-        while snapshot is not None:  # newest first, along the parents
+        while snapshot is not None:  # newest first, along the parents, as far as they are kept
             checkpoint = Checkpoint.parse(_properties(snapshot))
             if checkpoint is not None and checkpoint.app == app:
                 if checkpoint.version <= after:
                     break
-                if not found or found[-1].version != checkpoint.version:  # a transaction's two snapshots
-                    found.append(checkpoint)
+                found.setdefault(checkpoint.version, checkpoint)
             parent = snapshot.parent_snapshot_id
             snapshot = table.snapshot_by_id(parent) if parent is not None else None
-        return found[::-1]
+        last = self._property(table, app)  # our last commit, even if its snapshot was expired
+        if last is not None and last.version > after:
+            found.setdefault(last.version, last)
+        return [found[v] for v in sorted(found)]
+
+    # -- reading -------------------------------------------------------------------------------------
 
     def _path(self, uri: str) -> str:
         return uri.removeprefix("file://") if self.storage.local else uri.split("://", 1)[1]
@@ -211,54 +487,135 @@ class IcebergTable(LakeTable):
             filesystem=None if self.storage.local else self.storage.fs,
         )
 
-    def compact(self) -> int:
-        """pyiceberg has no data-file rewrite action: each partition of several files is rewritten into
-        one by an overwrite of its rows (copy-on-write; a partition's rows are held in memory)."""
-        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThan
+    def _rows_of(self, source: str) -> pa.Table:
+        from pyiceberg.expressions import EqualTo
 
-        table = self._load()
-        groups: dict[tuple, list[str]] = defaultdict(list)
-        for task in table.scan().plan_files():
-            groups[tuple(task.file.partition)].append(task.file.file_path)
-        rewritten = 0
-        for key, files in groups.items():
-            if len(files) < 2:
-                continue
-            if not self.time_key:  # a dimension table: unpartitioned, one file per snapshot already
-                continue
-            day = key[0]  # days since the epoch (the day transform)
-            where = And(
-                GreaterThanOrEqual(self.time_key, _iso(day * DAY_MS)),
-                LessThan(self.time_key, _iso((day + 1) * DAY_MS)),
-            )
-            for column, value in zip(self.partition_by, key[1:], strict=True):
-                where = And(where, EqualTo(column, value))
-            rows = table.scan(row_filter=where).to_arrow()
-            table.overwrite(rows, overwrite_filter=where)
-            table = self._load()
-            rewritten += len(files)
-        return rewritten
+        table = self._handle()
+        if table.current_snapshot() is None:
+            return pa.table({})
+        return table.scan(row_filter=EqualTo("source", source)).to_arrow()
 
-    def vacuum(self, retain_ms: int) -> int:
-        """Expire snapshots older than the retention (the current one always stays), then delete the data
-        files that no remaining snapshot references and that are older than the retention too."""
-        table = self._load()
-        cutoff = int(datetime.now(tz=UTC).timestamp() * 1000) - retain_ms
-        old = [
-            s.snapshot_id
-            for s in table.snapshots()
-            if s.timestamp_ms < cutoff and s.snapshot_id != table.current_snapshot().snapshot_id
-        ]
-        if old:
-            table.maintenance.expire_snapshots().by_ids(old).commit()
-            table = self._load()
+    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
+        from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThan
+
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = self._load()
+            table = self._reader
+        assert self.time_key is not None
+        where = And(
+            In("param_id", set(params)),
+            GreaterThanOrEqual(self.time_key, _iso(start)),
+            LessThan(self.time_key, _iso(end)),
+        )
+        return table.scan(row_filter=where).to_arrow()
+
+    # -- upkeep --------------------------------------------------------------------------------------
+
+    def _tasks(self, table: Any) -> list[Any]:
+        return list(table.scan().plan_files()) if table.current_snapshot() is not None else []
+
+    def day_files(self) -> list[DayFiles]:
+        if not self.time_key:
+            return []
+        groups: dict[tuple, list[int]] = {}
+        for task in self._tasks(self._handle()):
+            key = tuple(task.file.partition)
+            groups.setdefault(key, []).append(int(task.file.file_size_in_bytes))
+        out = []
+        for key, sizes in groups.items():
+            small = [s for s in sizes if s < SMALL_FILE]
+            out.append(DayFiles(int(key[0]), tuple(key[1:]), len(sizes), len(small), sum(small)))
+        return out
+
+    def _compact(self, days: list[DayFiles]) -> int:
+        """Each partition's small files rewritten into as few as the target size allows, all in one
+        overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are held)."""
+        from pyiceberg.expressions import AlwaysTrue
+        from pyiceberg.io.pyarrow import ArrowScan
+        from pyiceberg.table.snapshots import Operation
+
+        table = self._handle()
+        wanted = {(d.day, *d.key) for d in days}
+        groups: dict[tuple, list[Any]] = {}
+        for task in self._tasks(table):
+            key = tuple(task.file.partition)
+            if key in wanted and task.file.file_size_in_bytes < SMALL_FILE:
+                groups.setdefault(key, []).append(task)
+        schema = table.metadata.schema()
+        removed, written = [], []
+        try:
+            for tasks in groups.values():
+                picked: list[Any] = []
+                size = 0
+                for task in sorted(tasks, key=lambda t: t.file.file_size_in_bytes):
+                    if size + task.file.file_size_in_bytes > COMPACT_BYTES and len(picked) > 1:
+                        break
+                    picked.append(task)
+                    size += task.file.file_size_in_bytes
+                if len(picked) < 2:
+                    continue
+                rows = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(picked)
+                assert self.time_key is not None
+                rows = rows.sort_by([("param_id", "ascending"), (self.time_key, "ascending")])
+                written += self._write(table, rows)
+                removed += [t.file for t in picked]
+            if not removed:
+                return 0
+            _, overwrite = _producers()
+            txn = table.transaction()
+            with overwrite(Operation.OVERWRITE, txn, table.io) as producer:
+                for data_file in removed:
+                    producer.delete_data_file(data_file)
+                for data_file in written:
+                    producer.append_data_file(data_file)
+            expired = self._stage_expiry(txn, self.policy.retention_ms, self.policy.versions)
+            txn.commit_transaction()
+        except BaseException:
+            for data_file in written:
+                with contextlib.suppress(Exception):
+                    table.io.delete(data_file.file_path)
+            raise
+        self._forget(table, expired)
+        return len(removed)
+
+    def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
+        table = self._handle()
+        if retention_ms is None and len(table.metadata.snapshots) <= versions:
+            return 0
+        txn = table.transaction()
+        expired = self._stage_expiry(txn, retention_ms, versions, force=now)
+        if not expired:
+            return 0
+        txn.commit_transaction()
+        self._forget(table, expired)
+        return len(expired)
+
+    def _sweep(self, retention_ms: int) -> int:
+        """Files under the table's location that no kept snapshot or metadata file references (removed
+        data files, a killed writer's), older than the retention."""
+        table = self._handle()
+        table.refresh()
         keep = {self._path(p) for p in table.inspect.all_files().column("file_path").to_pylist()}
-        folder = self._path(table.location()) + "/data"
+        io = table.io
+        for snapshot in table.metadata.snapshots:
+            keep.add(self._path(snapshot.manifest_list))
+            keep.update(self._path(m.manifest_path) for m in snapshot.manifests(io))
+        keep.add(self._path(table.metadata_location))
+        keep.update(self._path(entry.metadata_file) for entry in table.metadata.metadata_log)
+        cutoff = time.time() * 1000 - retention_ms
         removed = 0
-        for path, info in self.storage.fs.find(folder, detail=True).items():
+        root = self._path(table.location())
+        self.storage.fs.invalidate_cache(root)
+        for path, info in self.storage.fs.find(root, detail=True).items():
             modified = info.get("mtime") or info.get("LastModified")
             stamp = modified.timestamp() if hasattr(modified, "timestamp") else float(modified or 0)
-            if path.endswith(".parquet") and path not in keep and stamp * 1000 < cutoff:
-                self.storage.fs.rm(path)
-                removed += 1
+            if (
+                path not in keep
+                and path.endswith((".parquet", ".avro", ".metadata.json"))
+                and stamp * 1000 < cutoff
+            ):
+                with contextlib.suppress(FileNotFoundError):
+                    self.storage.fs.rm_file(path)
+                    removed += 1
         return removed

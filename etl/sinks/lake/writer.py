@@ -1,11 +1,16 @@
-"""A slab into a lake table in one commit that carries its checkpoint; checkpoints recovered from the
-tables; dimension snapshots as tables.
+"""A slab's rows staged for a lake table; checkpoints recovered from the tables; dimension snapshots.
 
-The slab's batches are spooled to a local Arrow IPC file (memory stays bounded while it is fetched) and
-committed when the slab ends, memory-mapped: one transaction replaces the slab's (parameter, window)
-ranges and names the slab's windows (etl/sinks/lake/common.py). For a raw slab the quality rows of its
-parameter-days are committed first, to the quality table: a crash between the two commits leaves the
-slab unchecked, so the next run redoes both (the quality rows are replaced, never doubled).
+The slab's batches are spooled to a local Arrow IPC file (memory stays bounded while it is fetched).
+When the slab ends, `finish` makes a raw slab's quality rows and hands everything to the run's
+committer (etl/sinks/lake/committer.py), which commits it with other slabs of the same table in one
+commit carrying their windows; the slab is checkpointed after that commit. On a Dask worker (`remote`)
+`finish` writes the rows as data files into the table instead, and the coordinator commits them.
+
+A raw slab's quality rows are made from every raw row of each of its parameter-days: the fetched ones,
+and, only when a window misses part of its day, those the table keeps (read from one snapshot per run:
+a run's slabs never share a parameter-day). The committer commits them to the quality table before
+the raw rows: a crash between the two commits leaves the slabs unchecked, so the next run redoes both
+(the quality rows are replaced, never doubled).
 """
 
 from __future__ import annotations
@@ -13,36 +18,36 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Windows
-from etl.sinks.base import QualityRows, SlabOutcome
-from etl.sinks.lake.common import LakeTable, Replace, with_date
+from etl.sinks.base import QualityRows, SlabOutcome, Staged
+from etl.sinks.lake.common import LakeTable, with_date
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
+from etl.storage.spools import spool_file
 from etl.timeutil import DAY_MS
 
 log = logging.getLogger(__name__)
 
 
 class LakeSlabWriter:
-    """The SlabSink of a lake table: `write` spools, `finish` commits, `abort` forgets."""
+    """The SlabSink of a lake table: `write` spools, `finish` stages, `abort` forgets."""
 
     def __init__(
         self,
         table: LakeTable,
         layout: Layout,
-        checkpoint: tuple[str, str],
         quality: tuple[LakeTable, QualityRows] | None = None,
+        remote: bool = False,
     ) -> None:
         self.table, self.layout = table, layout
-        self.app, self.run = checkpoint
         self.quality = quality
+        self.remote = remote  # a Dask worker: data files written into the table, not a local spool
         self.parts: list[Windows] = []
         self.points = 0
         self._path: str | None = None
@@ -52,8 +57,7 @@ class LakeSlabWriter:
     def write(self, table: pa.Table, windows: Windows) -> None:
         rows = with_date(table, self.layout.time_key)
         if self._sink is None:
-            fd, self._path = tempfile.mkstemp(prefix="etl-lake-", suffix=".arrow")
-            os.close(fd)
+            self._path = spool_file("lake-", ".arrow")
             self._schema = rows.schema
             self._sink = pa.ipc.new_file(self._path, rows.schema)
         self._sink.write_table(rows.cast(self._schema))
@@ -61,31 +65,53 @@ class LakeSlabWriter:
         self.points += table.num_rows
 
     def finish(self) -> SlabOutcome:
+        if self._sink is None or self._path is None:
+            self.abort()
+            return SlabOutcome()
         try:
-            if self._sink is None or self._path is None:
-                return SlabOutcome()
             windows = Windows.concat(self.parts[0].series, self.parts)
             self._sink.close()
-            with pa.memory_map(self._path) as mapped:
-                rows = pa.ipc.open_file(mapped).read_all()
-                quality = self._commit_quality(rows, windows) if self.quality is not None else None
-                version = self.table.replace(rows, Replace.of(windows), (self.app, self.run, windows))
-            assert version is not None  # a commit with a checkpoint always gets a version
+            self._sink = None
+            quality, days = None, None
+            if self.quality is not None:
+                with pa.memory_map(self._path) as mapped:
+                    quality, days = self._quality(pa.ipc.open_file(mapped).read_all(), windows)
+            files: tuple = ()
+            nbytes = os.path.getsize(self._path)
+            if self.remote:
+                from etl.sinks.lake.datafiles import write_data_files
+
+                with pa.memory_map(self._path) as mapped:
+                    files = tuple(write_data_files(self.table, pa.ipc.open_file(mapped).read_all()))
+                self.abort()
+            staged = Staged(
+                self.table.name,
+                windows,
+                self.points,
+                spool=self._path,
+                files=files,
+                nbytes=nbytes,
+                quality=quality,
+                quality_days=days,
+            )
+            self._path = None  # the committer's now
+            tracker = self.quality[1] if self.quality is not None else None
             return SlabOutcome(
                 self.points,
-                [self.table.name],
-                quality.rows if quality else 0,
-                quality.lowest_completeness if quality else None,
-                (self.table.name, version),
+                [],
+                tracker.rows if tracker else 0,
+                tracker.lowest_completeness if tracker else None,
+                staged,
             )
-        finally:
+        except BaseException:
             self.abort()
+            raise
 
-    def _commit_quality(self, rows: pa.Table, windows: Windows) -> QualityRows:
+    def _quality(self, rows: pa.Table, windows: Windows) -> tuple[pa.Table, Windows]:
         """The quality rows of the slab's parameter-days, from every raw row of each: the fetched ones,
         and those the table keeps outside the windows (read only when a window misses part of its day)."""
         assert self.quality is not None
-        table, tracker = self.quality
+        _, tracker = self.quality
         ranges = Ranges.of(windows)
         day = int(windows.start[0]) // DAY_MS * DAY_MS
         whole = (windows.start == day) & (windows.end == day + DAY_MS)
@@ -99,9 +125,7 @@ class LakeSlabWriter:
         every = every.take(pc.sort_indices(every, [("param_id", "ascending"), ("ts", "ascending")]))
         tracker(every, ranges)
         result, days = tracker.result(self.layout.by_object)
-        if len(days):
-            table.replace(with_date(result, QUALITY_TIME_KEY), Replace.of(days, QUALITY_TIME_KEY))
-        return tracker
+        return with_date(result, QUALITY_TIME_KEY), days
 
     def abort(self) -> None:
         if self._sink is not None:
@@ -109,7 +133,8 @@ class LakeSlabWriter:
                 self._sink.close()
             self._sink = None
         if self._path is not None:
-            os.unlink(self._path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._path)
             self._path = None
 
 
@@ -128,28 +153,40 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
         if not table.exists():
             continue
         mark = store.marks.get(table.name, 0)
-        if table.latest(app) <= mark:
+        latest = table.latest(app)
+        if latest <= mark:
             continue
-        for checkpoint in table.history(app, mark):
+        found = table.history(app, mark)
+        for checkpoint in found:
             store.commit(checkpoint.windows, (table.name, checkpoint.version))
             coverage.add(checkpoint.windows)
             recovered += 1
+        missing = latest - mark - len(found)
+        if missing > 0:
+            store.skip(table.name, latest)
+            log.warning(
+                "%s: %d commit(s) of ours are older than the table's kept history; their windows will "
+                "be fetched again (and replace what they wrote)",
+                table.name,
+                missing,
+            )
     if recovered:
         log.warning(
-            "recovered %d slab checkpoint(s) from the tables' commits (a run stopped between a table "
-            "commit and its state entry)",
+            "recovered %d commit checkpoint(s) from the tables (a run stopped between a table commit "
+            "and its state entry)",
             recovered,
         )
     return recovered
 
 
 def write_dimensions(tables: dict, lake_table, source: str) -> list[str]:
-    """Each reference table's snapshot replaces this source's rows of its lake table, in one commit."""
+    """Each reference table's snapshot replaces this source's rows of its lake table, in one commit
+    (none when they are the same rows)."""
     written = []
     for name, rows in tables.items():
         try:
             target = lake_table(name)
-            target.replace(rows.reader(source), Replace(source=source))
+            target.snapshot(rows.reader(source), source)
             written.append(target.name)
         finally:
             rows.close()
