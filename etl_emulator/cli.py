@@ -103,6 +103,12 @@ _rate = click.FloatRange(0, 1)
 )
 @click.option("--now", callback=_now, help="Fix the clock (epoch ms or ISO 8601); default the real time.")
 @click.option(
+    "--date-header/--no-date-header",
+    default=True,
+    show_default=True,
+    help="Tell the clock in each answer's Date header (off: as a server without a clock).",
+)
+@click.option(
     "--users",
     "users_file",
     type=click.Path(exists=True, dir_okay=False),
@@ -203,6 +209,7 @@ def serve(
     calc_per_object,
     period_range,
     now,
+    date_header,
     users_file,
     workers,
     request_log,
@@ -247,6 +254,7 @@ def serve(
         period_range=period_range,
         users=_users(users_file),
         now_ms=now,
+        date_header=date_header,
         faults=faults,
         request_log=request_log,
         workers=workers,

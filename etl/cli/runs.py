@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
+from etl.cli.params import SERIES_CHOICE, SHARD, TIME, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
 from etl.errors import EtlError
@@ -169,10 +169,18 @@ def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
 @config_option
 @click.option("--param", "params", type=int, multiple=True, metavar="ID", help="Only these parameter ids.")
 @click.option("--series", "series", type=SERIES_CHOICE, multiple=True, help="Only these series.")
+@click.option(
+    "--from", "since", type=TIME, help="Only from this time on (ISO 8601 with an offset, or epoch ms)."
+)
 @shard_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def state_reset(
-    config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard: Shard | None, yes: bool
+    config_path: str,
+    params: tuple[int, ...],
+    series: tuple[str, ...],
+    since: int | None,
+    shard: Shard | None,
+    yes: bool,
 ) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
     store = _store(config_path, shard)
@@ -180,6 +188,6 @@ def state_reset(
         click.confirm("Forget these checkpoints?", abort=True)
     with store.lock():
         current = store.load()
-        removed = current.reset(set(params) or None, set(series) or None)
+        removed = current.reset(set(params) or None, set(series) or None, since)
         store.replace(current)
     click.echo(f"removed {removed} checkpoint(s)")

@@ -35,7 +35,7 @@ from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
-from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
 from etl.sinks.lake.writer import recover
@@ -45,6 +45,7 @@ from etl.timeutil import iso, now_ms, to_ms
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
+HORIZON_MARGIN_S = HORIZON_MARGIN_MS // 1000
 MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
 
 log = logging.getLogger("etl")
@@ -156,6 +157,39 @@ class Runner:
             raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
         return start, end
 
+    def _up_to_the_server_clock(self, start: int, end: int, server_now: int, coverage: Coverage) -> int:
+        """The window's end, cut where the server's clock stands (less a margin): a window is never
+        checkpointed past what the server could have served. Names checkpoints already past it."""
+        limit = horizon(server_now)
+        ahead = coverage.end > limit
+        if ahead.any():
+            keys = len(np.unique(coverage.key[ahead]))
+            self.summary.warnings["checkpoints_past_the_server_clock"] = keys
+            log.warning(
+                "checkpoints of %d (parameter, series) reach %s, past the server's clock (%s): a run whose "
+                "window ended in the future set them, and points since that run were never fetched; repair: "
+                "etl state reset -c CONFIG --from TIME (TIME: when that run started, see _runs/), then run again",
+                keys,
+                iso(int(coverage.end[ahead].max())),
+                iso(server_now),
+            )
+        if end <= limit:
+            return end
+        if start >= limit:
+            raise ConfigError(
+                f"nothing to fetch yet: the window starts at {iso(start)}, after the server's clock "
+                f"({iso(server_now)}) less {HORIZON_MARGIN_S} s"
+            )
+        if self.options.end is not None or self.config.window.end != "now":
+            log.warning(
+                "the window's end %s is in the future (the server's clock: %s): fetching up to %s; "
+                "the next run picks up from there",
+                iso(end),
+                iso(server_now),
+                iso(limit),
+            )
+        return limit
+
     def _scheduler(self) -> str | None:
         """The Dask scheduler to use, or None to run here."""
         kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
@@ -215,6 +249,12 @@ class Runner:
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
             await client.sign_in()
+            server_now = client.server_now()
+            end = self._up_to_the_server_clock(start, end, server_now, coverage)
+            summary.window = (start, end)
+            # Quality rows describe the config's window (a backfill's --to does not end a day early), cut
+            # at the server's clock too.
+            self.build.window_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
             found = await discover(client, self.config.select)
             allocator.trim()
             # A shard fetches its own parameters; its dimension tables still name every parameter.
@@ -370,7 +410,8 @@ def run(
     """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
 
     `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, a datetime or
-    epoch ms) backfill another window; `shard` ("I/N") takes one shard of the parameters; `executor`
+    epoch ms) backfill another window (an end past the server's clock is cut there, less a minute, with
+    a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
     in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
     or is interrupted (its `summary` holds what got done); never exits the process.
