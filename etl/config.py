@@ -79,17 +79,13 @@ class SourceConfig(Strict):
             raise ValueError("give ca_bundle or verify_tls: false, not both")
         return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_name(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _default_name(self) -> SourceConfig:
         """The host of base_url names the instance unless `name` does."""
-        if isinstance(data, dict) and data.get("name") is None and isinstance(data.get("base_url"), str):
-            try:
-                host = urlsplit(data["base_url"]).hostname
-            except ValueError:
-                return data  # base_url's own check says what is wrong
-            return {**data, "name": slug(host or "source")}
-        return data
+        if not self.name:
+            # Frozen, but still being built: the one place a default is made from another field.
+            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
+        return self
 
     @field_validator("name")
     @classmethod
@@ -97,6 +93,11 @@ class SourceConfig(Strict):
         if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
         return value
+
+    @property
+    def name_given(self) -> bool:
+        """Whether the config names the instance itself (else the name is base_url's host)."""
+        return "name" in self.model_fields_set
 
 
 class ParameterSelect(Strict):

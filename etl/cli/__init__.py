@@ -87,7 +87,8 @@ def cli(debug: bool, quiet: bool) -> None:
       etl emulator serve            a local platform to try everything against
       etl plan -c configs/demo.yaml what a run would fetch
       etl run  -c configs/demo.yaml fetch, write, checkpoint
-    Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch milliseconds.
+    Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch numbers: seconds,
+    milliseconds or microseconds told apart by size, or with their unit (1793491200s, 1793491200000ms).
     Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
     7 output, 8 locked, 9 quality below 'etl report --fail-under', 70 internal, 130 interrupted.
     """

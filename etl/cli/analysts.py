@@ -13,6 +13,7 @@ from etl.cli.params import (
     config_option,
     connection_option,
     open_client,
+    output_file,
     window_options,
 )
 from etl.cli.render import echo_json
@@ -38,6 +39,8 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 
     from etl.dataset.query import connect, views
 
+    if output:
+        output_file(output, (".csv", ".parquet"))
     con = connect(load_config(config_path, offline=True))
     if not sql:
         click.echo("\n".join(views(con)))
@@ -49,10 +52,13 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     if relation is None:
         return
     if output:
-        if output.endswith(".parquet"):
-            relation.write_parquet(output)
-        else:
-            relation.write_csv(output)
+        try:
+            if output.lower().endswith(".parquet"):
+                relation.write_parquet(output)
+            else:
+                relation.write_csv(output)
+        except duckdb.IOException as exc:
+            raise StorageError(f"cannot write {output}: {str(exc).splitlines()[0]}") from None
         click.echo(f"wrote {output}")
     else:
         click.echo(relation.df().to_string(index=False, max_rows=200))
@@ -78,8 +84,7 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
     from etl.pipeline.pull import pull as pull_series
     from etl.pipeline.pull import save
 
-    if not output.endswith((".csv", ".parquet")):
-        raise ConfigError(f"output {output}: name it .csv or .parquet")
+    path = output_file(output, (".csv", ".parquet"))
     if start >= end:
         raise ConfigError("--from must be before --to")
 
@@ -88,7 +93,7 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
             return await pull_series(client, await find_param(client, param_id), Series(kind), start, end)
 
     table, counters = asyncio.run(go())
-    save(table, Path(output))
+    save(table, path)
     click.echo(
         f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
         f" ({counters['requests']} requests)"
@@ -101,13 +106,19 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 @window_options(required=True, what="Plot")
 @click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png"
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    metavar="FILE",
+    help="FILE.png or FILE.svg",
 )
 def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
     from etl.dataset.plot import plot as draw
 
-    points = draw(load_config(config_path, offline=True), param_id, Series(kind), start, end, Path(output))
+    path = output_file(output, (".png", ".svg"))
+    points = draw(load_config(config_path, offline=True), param_id, Series(kind), start, end, path)
     click.echo(f"plotted {points:,} points to {output}")
 
 
@@ -166,6 +177,9 @@ def report(
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
     from etl.dataset.report import ReportOptions, build, label, percent, text
     from etl.dataset.report_html import render
+
+    if output:
+        output_file(output, (".html", ".htm"))
 
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
     result = build(load_config(config_path, offline=True), options)

@@ -170,7 +170,7 @@ def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
 @click.option("--param", "params", type=int, multiple=True, metavar="ID", help="Only these parameter ids.")
 @click.option("--series", "series", type=SERIES_CHOICE, multiple=True, help="Only these series.")
 @click.option(
-    "--from", "since", type=TIME, help="Only from this time on (ISO 8601 with an offset, or epoch ms)."
+    "--from", "since", type=TIME, help="Only from this time on (ISO 8601 with an offset, or an epoch number)."
 )
 @shard_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")

@@ -35,13 +35,14 @@ from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
+from etl.pipeline.identity import check_source_identity
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
 from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
 from etl.support import allocator, redact
-from etl.timeutil import iso, now_ms, to_ms
+from etl.timeutil import iso, now_ms, parse_time
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
@@ -257,6 +258,7 @@ class Runner:
             self.build.window_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
             found = await discover(client, self.config.select)
             allocator.trim()
+            await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
             mine = found.params.of_shard(shard)
@@ -409,8 +411,8 @@ def run(
 ) -> RunSummary:
     """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
 
-    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, a datetime or
-    epoch ms) backfill another window (an end past the server's clock is cut there, less a minute, with
+    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
+    datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
     a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
     in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
@@ -418,8 +420,8 @@ def run(
     """
     config = config if isinstance(config, Config) else load_config(config)
     options = RunOptions(
-        start=None if start is None else to_ms(start),
-        end=None if end is None else to_ms(end),
+        start=None if start is None else _time(start, "start"),
+        end=None if end is None else _time(end, "end"),
         full_refresh=full_refresh,
         shard=Shard.parse(shard) if isinstance(shard, str) else shard,
         progress=progress,
@@ -450,6 +452,13 @@ def run(
     if metrics_file is not None and not dry_run:
         metrics.write(str(metrics_file), summary.as_dict(), config.source.name, ExitCode.OK)
     return summary
+
+
+def _time(value: Time, name: str) -> int:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _stopped(exc: BaseException) -> bool:
