@@ -123,7 +123,13 @@ def _main(argv: list[str] | None) -> None:
         click.echo("aborted", err=True)
         sys.exit(1)
     except click.ClickException as exc:
-        exc.show()
+        # One line, as every other error: click's usage block would bury it (the hint says where help is).
+        message = exc.format_message()
+        if "\n" in message:  # a group called without a command: its help is the answer
+            exc.show()
+            sys.exit(exc.exit_code)
+        hint = f" (see '{exc.ctx.command_path} -h')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        click.echo(f"etl: error: {redact.redact(message)}{hint}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
