@@ -315,6 +315,30 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
+def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
+    """From the moment etl's code runs (its imports included), wherever SIGINT lands. The child says when
+    the entry module is in: before it, the interpreter's start and import machinery answer SIGINT, as
+    for any Python program (the first ~30 ms of a process)."""
+    data = config_dict(emulator.base_url, tmp_path / "out")
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    started = "import sys, etl.cli; sys.stderr.write('started\\n'); sys.stderr.flush(); etl.cli.main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", started, "run", "-c", str(write_config(tmp_path / "c.yaml", data))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    assert proc.stderr is not None and proc.stderr.readline() == "started\n"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("etl: ")]
+    assert len(said) == 1 and said[0].startswith("etl: interrupted") and "Traceback" not in stderr, stderr
+
+
 # -- the state lock ---------------------------------------------------------------------------------
 
 
