@@ -116,3 +116,33 @@ def test_no_connection_and_wrong_password(monkeypatch, emulator, capsys):
     monkeypatch.setenv("ETL_PASSWORD", "s3cret-wrong")
     code, out, err = etl(capsys, "api", "objects")
     assert code == 3 and "s3cret-wrong" not in out + err and err.startswith("etl: error: sign-in refused")
+
+
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["object", "99"], "object 99 does not exist or is not visible to this login"),
+        (["units", "99"], "object 99 does not exist or is not visible to this login"),
+        (["params", "99"], "object 99 does not exist or is not visible to this login"),
+        (["commands", "99"], "device 99 does not exist or is not visible to this login"),
+        (["status", "99"], "parameter 99 does not exist or is not visible to this login"),
+        (["status", "1501"], "status is for physical parameters; 1501 is a calculated one"),
+        (
+            ["set-value", "1501", "1", "--yes"],
+            "setting a value is for physical parameters; 1501 is a calculated",
+        ),
+        (
+            ["run-command", "99", "1", "x", "--yes"],
+            "device 99 or its command 1 does not exist or is not visible",
+        ),
+        (
+            ["series", "99", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"],
+            "parameter 99 does not exist or is not visible to this login",
+        ),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_wrong_id_is_a_sentence_and_exit_2(env, capsys, args, sentence):
+    code, out, err = etl(capsys, "api", *args)
+    assert (code, out) == (2, "") and err.startswith(f"etl: error: {sentence}") and err.count("\n") == 1, err
+    assert "/db/" not in err  # never the raw route

@@ -103,9 +103,9 @@ def test_lookup_asks_the_calculated_list_only_when_needed(env, capsys):
 def test_an_unknown_parameter_is_one_line_with_exit_2(env, capsys, tmp_path):
     code, out, err = etl(capsys, "pull", "9999", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv"))
     assert (code, out) == (2, "")
-    assert (
-        err
-        == "etl: error: parameter 9999 is in neither parameter list (physical, calculated) of this login\n"
+    assert err == (
+        "etl: error: parameter 9999 does not exist or is not visible to this login (in neither its physical "
+        "nor its calculated parameter list)\n"
     )
     assert not (tmp_path / "x.csv").exists()
 
