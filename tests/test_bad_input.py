@@ -265,3 +265,22 @@ def test_usage_errors_exit_2(tmp_path):
     assert result.returncode == 2 and "No such option" in result.stderr and "Traceback" not in result.stderr
     result = etl("run", "-c", str(tmp_path / "missing.yaml"))
     assert_one_error_line(result, 2, "missing.yaml: no such file")
+
+
+def test_json_summary_is_on_stdout_whatever_the_outcome(emulator, existing, tmp_path):
+    """--json: a failed run prints its summary too, its status, error and exit code in it."""
+    data = config_dict(emulator.base_url, existing, select={"objects": [99]})
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--json")
+    assert result.returncode == 2
+    summary = json.loads(result.stdout)
+    assert (
+        summary["status"] == "failed" and summary["exit_code"] == 2 and "select.objects" in summary["error"]
+    )
+    assert summary["window"] and summary["run_id"]  # the run's own summary, as in _runs/
+    result = etl("run", "-c", str(tmp_path / "missing.yaml"), "--json")  # before any run began
+    assert json.loads(result.stdout) == {
+        "status": "failed",
+        "error": f"config error: {tmp_path / 'missing.yaml'}: no such file",
+        "exit_code": 2,
+    }

@@ -315,28 +315,45 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
-def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
-    """From the moment etl's code runs (its imports included), wherever SIGINT lands. The child says when
-    the entry module is in: before it, the interpreter's start and import machinery answer SIGINT, as
-    for any Python program (the first ~30 ms of a process)."""
-    data = config_dict(emulator.base_url, tmp_path / "out")
-    data["source"]["password"] = "${ETL_PASSWORD}"
+def start_marked(*args: str) -> subprocess.Popen:
+    """`etl ARGS`, returned once the child says its entry module is in: before that, the interpreter's own
+    start and import machinery answer a SIGINT, as for any Python program (its first ~30 ms)."""
     started = "import sys, etl.cli; sys.stderr.write('started\\n'); sys.stderr.flush(); etl.cli.main()"
     proc = subprocess.Popen(
-        [sys.executable, "-c", started, "run", "-c", str(write_config(tmp_path / "c.yaml", data))],
+        [sys.executable, "-c", started, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=ENV,
     )
     assert proc.stderr is not None and proc.stderr.readline() == "started\n"
+    return proc
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
+def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
+    """From the moment etl's code runs, its imports included, wherever SIGINT lands."""
+    data = config_dict(emulator.base_url, tmp_path / "out")
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    proc = start_marked("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     said = [line for line in stderr.splitlines() if line.startswith("etl: ")]
     assert len(said) == 1 and said[0].startswith("etl: interrupted") and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.8])
+def test_json_says_interrupted_on_stdout(slow_emulator, tmp_path, delay):
+    """--json: the summary on stdout whatever the outcome; here a Ctrl-C while loading, and while fetching."""
+    proc = start_marked("run", "-c", str(config_file(slow_emulator, tmp_path)), "--no-progress", "--json")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    summary = json.loads(stdout)
+    assert summary["status"] == "interrupted" and summary["exit_code"] == 130, stdout
 
 
 # -- the state lock ---------------------------------------------------------------------------------

@@ -22,12 +22,24 @@ def main(argv: list[str] | None = None) -> None:
 
         run(argv)
     except KeyboardInterrupt:  # before the command could handle it (loading), or while it reported
-        sys.stderr.write("etl: interrupted\n")
+        say_interrupted(argv)
         if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(_INTERRUPTED)
         raise SystemExit(_INTERRUPTED) from None
+
+
+def say_interrupted(argv: list[str] | None) -> None:
+    """The line of a Ctrl-C that came before a command could report it; and for `etl run --json`, the
+    summary stdout always gets."""
+    sys.stderr.write("etl: interrupted\n")
+    args = sys.argv[1:] if argv is None else argv
+    if next((a for a in args if not a.startswith("-")), None) == "run" and "--json" in args:
+        sys.stdout.write(
+            f'{{"status": "interrupted", "error": "interrupted", "exit_code": {_INTERRUPTED}}}\n'
+        )
+    sys.stdout.flush()
 
 
 def __getattr__(name: str) -> object:

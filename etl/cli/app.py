@@ -16,6 +16,7 @@ import traceback
 
 import click
 
+from etl.cli import say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
 
@@ -125,7 +126,7 @@ def _main(argv: list[str] | None) -> None:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C/SIGTERM into Abort
-            click.echo("etl: interrupted", err=True)
+            say_interrupted(argv)
             sys.exit(Interrupted.exit_code)
         click.echo("aborted", err=True)
         sys.exit(1)
@@ -147,7 +148,7 @@ def _main(argv: list[str] | None) -> None:
         click.echo(f"etl: {kind}{redact.redact(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("etl: interrupted", err=True)
+        say_interrupted(argv)
         sys.exit(Interrupted.exit_code)
     except Exception as exc:  # a bug: say so in one line; the traceback is one flag away
         if _debug:

@@ -7,7 +7,7 @@ import click
 from etl.cli.params import SERIES_CHOICE, SHARD, TIME, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
-from etl.errors import EtlError
+from etl.errors import EtlError, Interrupted
 from etl.model import Shard
 
 
@@ -26,7 +26,12 @@ from etl.model import Shard
 @click.option(
     "--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as JSON on stdout, whatever the outcome (status, error and exit_code in it).",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @click.option(
     "--metrics-file",
@@ -64,11 +69,16 @@ def run(
         )
     except EtlError as exc:
         done = exc.summary or {}
-        if done.get("series") or done.get("failed_window_count"):
+        if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
+            status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
+            echo_json(
+                {**done, "status": status, "error": done.get("error") or str(exc), "exit_code": exc.exit_code}
+            )
+        elif done.get("series") or done.get("failed_window_count"):
             click.echo(summary_text(done), err=True)  # what got done; else the error says it
         raise
     if as_json:
-        echo_json(summary.as_dict())
+        echo_json({**summary.as_dict(), "exit_code": 0})
     else:
         click.echo(summary_text(summary.as_dict()))
 
