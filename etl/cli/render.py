@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,48 @@ def echo_json(value: Any) -> None:
     )
 
 
-def echo_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
+WIDEST = 48  # characters of a table cell; a longer one is cut, and ends with an ellipsis
+ELLIPSIS = "…"
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?")
+_BREAKS = ' ,;:{}[]()"'  # a cut falls after one of these when one is near (not inside a word)
+
+
+def fit(text: str, width: int = WIDEST) -> str:
+    """`text` in about `width` characters: cut at a word's end when one is near, never inside a time stamp
+    (one that the cut would fall in is kept whole), with an ellipsis that says so."""
+    if len(text) <= width:
+        return text
+    cut = width - len(ELLIPSIS)
+    stamp = next((m for m in _STAMP.finditer(text) if m.start() < cut < m.end()), None)
+    if stamp is not None:  # the whole stamp stays: a cell may be a few characters wider
+        cut = stamp.end()
+        if cut == len(text):
+            return text
+    else:
+        near = max(text.rfind(c, 0, cut) for c in _BREAKS) + 1
+        if near > cut - 16:
+            cut = near
+    return text[:cut].rstrip() + ELLIPSIS
+
+
+def echo_table(rows: list[dict], columns: Iterable[str] | None = None, numeric: Iterable[str] = ()) -> None:
+    """Rows as aligned columns (`numeric` ones to the right); cells cut by `fit`."""
     if not rows:
         click.echo("(nothing)")
         return
     columns = list(columns or rows[0].keys())
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [min(48, max(len(c), *(len(row[i]) for row in cells))) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    right = set(numeric)
+    cells = [[fit(_cell(r.get(c))) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if c in right else v.ljust(w) for c, v, w in zip(columns, values, widths, strict=True)
+        ).rstrip()
+
+    click.echo(line(columns))
     for row in cells:
-        click.echo("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        click.echo(line(row))
 
 
 def echo_record(record: dict) -> None:
