@@ -66,7 +66,7 @@ def test_query_registers_series_dimension_and_named_views(lake):
     assert set(invoke("query", "-c", str(lake)).split()) == VIEWS
     for series in SERIES:
         count = invoke("query", "-c", str(lake), f"select count(*) as n from {series}").split()
-        assert count == ["n", str(want(series).num_rows)], series
+        assert count == ["n", str(want(series).num_rows), "(1", "row)"], series
     # *_named joins names to ids: every row named, as the dimension tables spell them
     named = invoke(
         "query",
@@ -75,15 +75,16 @@ def test_query_registers_series_dimension_and_named_views(lake):
         "select param_id, param_name, object_name, count(*) as n from raw_named "
         "group by all order by param_id",
     )
-    lines = named.splitlines()
+    *lines, count = named.splitlines()
     assert lines[0].split() == ["param_id", "param_name", "object_name", "n"] and len(lines) == 1 + 8
+    assert count == "(8 rows)"
     con = duckdb.connect()
     names = dict(
         con.sql(f"select id, name from '{lake.parent}/out/dimensions/parameters/*.parquet'").fetchall()
     )
     for line in lines[1:]:
         param_id, *_ = line.split()
-        assert names[int(param_id)] in line and "None" not in line and "NaN" not in line
+        assert names[int(param_id)] in line and "NULL" not in line and "NaN" not in line
 
 
 def test_query_writes_csv_and_parquet(lake, tmp_path):
@@ -256,3 +257,15 @@ def test_gaps_are_spacings_well_above_the_period_and_become_breaks():
             assert start.value // 10**6 < lo and hi <= end.value // 10**6  # the generator's gap, inside
         assert broken["value"].isna().sum() == 2
         assert not broken["value"].iloc[[0, -1]].isna().any()
+
+
+def test_query_prints_a_table_with_its_row_count(lake):
+    rows = invoke(
+        "query", "-c", str(lake), "select param_id, ts, value from raw order by param_id, ts"
+    ).splitlines()
+    assert rows[0].split() == ["param_id", "ts", "value"] and len(rows) == 1 + 100 + 1
+    assert rows[1].split()[1].endswith("Z") and rows[-1].startswith("(the first 100 rows; more follow")
+    assert invoke("query", "-c", str(lake), "select * from raw where false").splitlines() == [
+        "source  object_id  param_id  kind  ts  value  date",
+        "(no rows)",
+    ]

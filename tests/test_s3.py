@@ -149,7 +149,7 @@ def test_query_over_s3(emulator, bucket, tmp_path):
     )
     assert result.exit_code == 0, result.output
     want = expected_table(emulator_config(), "raw", to_ms(START), to_ms(END)).num_rows
-    assert result.output.split()[-2:] == [str(want), "8"]
+    assert result.output.splitlines()[1].split() == [str(want), "8"] and result.output.endswith("(1 row)\n")
     out = tmp_path / "candles.parquet"
     result = runner.invoke(
         cli, ["query", "-c", str(path), "select * from candles order by param_id, ts", "-o", str(out)]

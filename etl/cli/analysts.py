@@ -16,10 +16,14 @@ from etl.cli.params import (
     output_file,
     window_options,
 )
-from etl.cli.render import echo_json
+from etl.cli.render import echo_cells, echo_json, value_text
 from etl.config import load_config
 from etl.errors import ConfigError, QualityBelow, StorageError
 from etl.model import Series
+
+QUERY_ROWS = 100  # rows printed; -o writes them all
+NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+NUMERIC_TYPES |= {"UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"}
 
 
 @click.command()
@@ -33,8 +37,11 @@ from etl.model import Series
     help="Write the result to FILE.csv or FILE.parquet instead of printing it.",
 )
 def query(config_path: str, sql: str | None, output: str | None) -> None:
-    """Run SQL (DuckDB) over the output. Views: raw, average, candles, their *_named variants with
-    object and parameter names, and the dimension tables. Without SQL, list the views."""
+    """Run SQL (DuckDB) over the output; print the first 100 rows as a table, or write them all with -o.
+
+    Views: raw, average, candles and quality (a row per parameter and day of raw data), their *_named
+    variants (object_name, param_name and unit joined), and the dimension tables (objects, units,
+    parameters, zones, classifiers, room_types, rooms, commands). Without SQL, list the views."""
     import duckdb
 
     from etl.dataset.query import connect, views
@@ -61,7 +68,16 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
             raise StorageError(f"cannot write {output}: {str(exc).splitlines()[0]}") from None
         click.echo(f"wrote {output}")
     else:
-        click.echo(relation.df().to_string(index=False, max_rows=200))
+        columns, types = relation.columns, [str(t) for t in relation.types]
+        rows = relation.limit(QUERY_ROWS + 1).fetchall()
+        right = {i for i, t in enumerate(types) if t.split("(")[0] in NUMERIC_TYPES}
+        echo_cells(columns, [[value_text(v) for v in row] for row in rows[:QUERY_ROWS]], right)
+        if len(rows) > QUERY_ROWS:
+            click.echo(
+                f"(the first {QUERY_ROWS} rows; more follow: add a LIMIT, or -o FILE.csv for them all)"
+            )
+        else:
+            click.echo(f"({len(rows) or 'no'} row{'' if len(rows) == 1 else 's'})")
 
 
 @click.command()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -58,18 +59,35 @@ def echo_table(rows: list[dict], columns: Iterable[str] | None = None, numeric: 
         click.echo("(nothing)")
         return
     columns = list(columns or rows[0].keys())
-    right = set(numeric)
-    cells = [[fit(_cell(r.get(c))) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    echo_cells(columns, [[_cell(r.get(c)) for c in columns] for r in rows], set(numeric))
+
+
+def echo_cells(columns: list[str], rows: list[list[str]], right: set[int] | set[str] = set()) -> None:  # noqa: B006
+    """Text cells under their column names (the columns in `right`, by name or position, to the right)."""
+    cells = [[fit(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    flush_right = [i in right or c in right for i, c in enumerate(columns)]
 
     def line(values: list[str]) -> str:
         return "  ".join(
-            v.rjust(w) if c in right else v.ljust(w) for c, v, w in zip(columns, values, widths, strict=True)
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, flush_right, strict=True)
         ).rstrip()
 
     click.echo(line(columns))
     for row in cells:
         click.echo(line(row))
+
+
+def value_text(value: Any) -> str:
+    """A query result's value for people: stamps in ISO 8601 (Z for UTC), floats to 6 decimals, NULL."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        text = value.isoformat(sep="T", timespec="milliseconds" if value.microsecond else "seconds")
+        return text.replace("+00:00", "Z")
+    if isinstance(value, float):
+        return f"{value:.6g}" if value and abs(value) < 1e-3 else str(round(value, 6))
+    return _cell(value)
 
 
 def echo_record(record: dict) -> None:
