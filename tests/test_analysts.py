@@ -133,7 +133,7 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     invoke(
         "pull",
         "1501",
-        "--kind",
+        "--series",
         "candles",
         "--from",
         START,
@@ -187,7 +187,7 @@ def test_plot_writes_a_png_of_a_series(lake, tmp_path):
             START,
             "--to",
             END,
-            "--kind",
+            "--series",
             series,
             "-o",
             str(png),

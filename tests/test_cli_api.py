@@ -72,7 +72,7 @@ def test_series_command(env, capsys, kind, param_id, columns):
         "2026-11-01T00:00:00Z",
         "--to",
         "2026-11-01T06:00:00Z",
-        "--kind",
+        "--series",
         kind,
         "--json",
     )
@@ -146,3 +146,12 @@ def test_a_wrong_id_is_a_sentence_and_exit_2(env, capsys, args, sentence):
     code, out, err = etl(capsys, "api", *args)
     assert (code, out) == (2, "") and err.startswith(f"etl: error: {sentence}") and err.count("\n") == 1, err
     assert "/db/" not in err  # never the raw route
+
+
+def test_kind_is_an_old_name_for_series_and_warns(env, capsys):
+    window = ["--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z", "--json"]
+    code, out, err = etl(capsys, "api", "series", "1001", "--kind", "candles", *window)
+    assert code == 0 and set(json.loads(out)[0]) == {"ts", "open", "high", "low", "close"}
+    assert err == "etl: warning: --kind is now --series (the series: raw, average or candles)\n"
+    code, _, err = etl(capsys, "api", "series", "1001", "--kind", "raw", "--series", "average", *window)
+    assert code == 2 and "--kind raw and --series average disagree" in err

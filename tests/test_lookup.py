@@ -57,7 +57,7 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
         START,
         "--to",
         END,
-        "--kind",
+        "--series",
         series,
         "-o",
         str(tmp_path / "p.parquet"),
@@ -76,7 +76,7 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
 def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
     param_id = PARAMS[kind]
     code, out, err = etl(
-        capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--kind", series, "--json"
+        capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--series", series, "--json"
     )
     assert code == 0, err
     rows = [r for r in json.loads(out) if r["ts"] < iso(to_ms(SIX))]  # the platform includes the end too
@@ -124,7 +124,7 @@ def test_pull_takes_the_connection_from_a_config_too(emulator, capsys, tmp_path,
         START,
         "--to",
         END,
-        "--kind",
+        "--series",
         "average",
         "-o",
         str(tmp_path / "a.csv"),

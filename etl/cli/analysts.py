@@ -9,11 +9,11 @@ import click
 
 from etl.cli.params import (
     DURATION,
-    SERIES_CHOICE,
     config_option,
     connection_option,
     open_client,
     output_file,
+    series_option,
     window_options,
 )
 from etl.cli.render import echo_cells, echo_json, value_text
@@ -83,7 +83,7 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 @click.command()
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Export")
-@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@series_option
 @click.option(
     "-o",
     "--output",
@@ -93,7 +93,7 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     help="FILE.csv or FILE.parquet",
 )
 @connection_option
-def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
+def pull(param_id: int, start: int, end: int, series: str, output: str, config_path: str | None) -> None:
     """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
     the run's retries; no checkpoints."""
     from etl.client.lookup import find_param
@@ -106,12 +106,12 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 
     async def go():
         async with open_client(config_path) as client:
-            return await pull_series(client, await find_param(client, param_id), Series(kind), start, end)
+            return await pull_series(client, await find_param(client, param_id), Series(series), start, end)
 
     table, counters = asyncio.run(go())
     save(table, path)
     click.echo(
-        f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
+        f"wrote {table.num_rows:,} {series} points of parameter {param_id} to {output}"
         f" ({counters['requests']} requests)"
     )
 
@@ -120,7 +120,7 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 @config_option
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Plot")
-@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@series_option
 @click.option(
     "-o",
     "--output",
@@ -129,12 +129,12 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
     metavar="FILE",
     help="FILE.png or FILE.svg",
 )
-def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
+def plot(config_path: str, param_id: int, start: int, end: int, series: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
     from etl.dataset.plot import plot as draw
 
     path = output_file(output, (".png", ".svg"))
-    points = draw(load_config(config_path, offline=True), param_id, Series(kind), start, end, path)
+    points = draw(load_config(config_path, offline=True), param_id, Series(series), start, end, path)
     click.echo(f"plotted {points:,} points to {output}")
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, connection_option, open_client, window_options
+from etl.cli.params import connection_option, open_client, series_option, window_options
 from etl.cli.render import echo_json, echo_record, echo_table, plain, series_rows
 from etl.errors import ConfigError, NotFound
 
@@ -84,12 +84,12 @@ async def _status(c: MonitoringClient, param_id: int) -> Any:
     return await _physical(c, param_id, "status", c.param_status(param_id))
 
 
-async def _series(c: MonitoringClient, param_id: int, start: int, end: int, kind: str) -> list[dict]:
+async def _series(c: MonitoringClient, param_id: int, start: int, end: int, series: str) -> list[dict]:
     from etl.client.lookup import find_param
     from etl.model import Series
 
     param = await find_param(c, param_id)
-    return series_rows(await c.series(param.id, param.kind, Series(kind), start, end))
+    return series_rows(await c.series(param.id, param.kind, Series(series), start, end))
 
 
 def _confirm(action: str, yes: bool) -> None:
@@ -139,7 +139,7 @@ _api_command(
     _series,
     _id("param_id", type=int),
     window_options(required=True, what="Read", end_note="the platform includes it"),
-    click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series."),
+    series_option,
     help="A series of one parameter of any kind (raw windows at most 24 h; 'etl pull' takes longer ones).",
 )
 _api_command(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -84,6 +86,27 @@ connection_option = click.option(
     metavar="FILE",
     help="Take the connection from this config's source (default: ETL_BASE_URL, ETL_USERNAME, ETL_PASSWORD).",
 )
+
+
+def series_option(command: Callable) -> Callable:
+    """--series raw|average|candles (default raw). --kind, its old name, still works and warns: in the
+    data, `kind` is the parameter's kind (physical, calculated, signal), not the series."""
+
+    @functools.wraps(command)
+    def with_series(*args: Any, series: str | None, old_kind: str | None, **kwargs: Any) -> Any:
+        if old_kind is not None:
+            if series is not None and series != old_kind:
+                raise click.UsageError(
+                    f"--kind {old_kind} and --series {series} disagree: give --series only"
+                )
+            click.echo("etl: warning: --kind is now --series (the series: raw, average or candles)", err=True)
+        return command(*args, series=series or old_kind or "raw", **kwargs)
+
+    series = click.option(
+        "--series", type=SERIES_CHOICE, help="Which series: raw, average or candles.  [default: raw]"
+    )
+    old = click.option("--kind", "old_kind", type=SERIES_CHOICE, hidden=True)
+    return series(old(with_series))
 
 
 def output_file(path: str, suffixes: tuple[str, ...]) -> Path:
