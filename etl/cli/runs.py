@@ -101,14 +101,21 @@ def plan_cmd(
 @click.command("compact")
 @config_option
 def compact_cmd(config_path: str) -> None:
-    """Merge the files of each partition into one (after sharded runs; lake tables: bin-pack small
-    files in a new version); holds the state lock."""
+    """Move the rows of files of another layout (shards' files, files of an older sink.buckets) into the
+    current layout's files: sink.buckets files per partition; an unsharded dataset already has that
+    layout. Lake tables: bin-pack small files in a new version. Holds every state lock of the source."""
     from etl.pipeline import maintenance
 
     config = load_config(config_path, offline=True)
     done = maintenance.compact(config)
     if config.sink.lake:
         click.echo(f"compacted {done.tables} table(s): {sum(done.files.values())} file(s) rewritten")
+        return
+    if not done.partitions:
+        click.echo(
+            f"nothing to compact: every partition holds only its {config.sink.buckets} bucket file(s) "
+            f"(sink.buckets); {done.temp_files_removed} temp file(s) removed"
+        )
         return
     click.echo(
         f"compacted {done.partitions} partition(s): {sum(done.files.values())} file(s) merged away, "
