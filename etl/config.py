@@ -370,6 +370,7 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
         problems = _problems(exc)
         count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
+    redact.register_public(config.source.username)
     if config.source.password:
         redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):

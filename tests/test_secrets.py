@@ -254,3 +254,18 @@ def test_restricted_login_exports_nothing_of_other_objects(tmp_path):
     for table, sql in checks.items():
         con.sql(f"create or replace view t as select * from '{out}/dimensions/{table}/*.parquet'")
         assert sorted(con.sql(sql).fetchall()) == [(1,), (3,)], table
+
+
+def test_a_username_that_contains_the_password_is_shown_whole(monkeypatch, capsys):
+    """Redaction replaces the secret only: 'demo1' signing in with 'demo' is not 'user ***1'."""
+    from etl.cli import main
+
+    users = [{"login": "demo1", "password": "another", "objects": "all"}]
+    with run_emulator(emulator_config(users=users)) as emulator:
+        monkeypatch.setenv("ETL_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ETL_USERNAME", "demo1")
+        monkeypatch.setenv("ETL_PASSWORD", "demo")
+        with pytest.raises(SystemExit) as exit_info:
+            main(["api", "objects"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 3 and "sign-in refused for user 'demo1'" in err, err

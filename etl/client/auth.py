@@ -62,6 +62,7 @@ class SessionAuth(httpx.Auth):
         self, base_url: str, username: str, password: str, stats: ClientStats, sign_in: SignIn = "query"
     ) -> None:
         redact.register(password)
+        redact.register_public(username)
         self.base_url = base_url
         self.username = username
         self._password = password
