@@ -197,6 +197,20 @@ def test_tls_is_verified_by_default(tls_emulator, tmp_path):
     assert tls_emulator.requests() == []  # nothing, the password least, went to an unverified server
 
 
+def test_https_to_an_http_server_fails_at_once(private_emulator, tmp_path):
+    """A wrong scheme is a TLS protocol error: one line, exit 4, not retried (it would fail 6 times)."""
+    data = config_dict(private_emulator.base_url.replace("http://", "https://"), tmp_path / "out")
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    assert result.returncode == 4, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("etl: ")]
+    assert (
+        line.startswith("etl: error: TLS: no TLS handshake with https://127.0.0.1:")
+        and "not https://" in line
+    )
+    assert "gave up" not in line
+
+
 def test_the_ca_bundle_is_honoured(tls_emulator, certificate, tmp_path):
     result = etl("run", "-c", str(config_file(tls_emulator, tmp_path, ca_bundle=str(certificate[0]))))
     assert result.returncode == 0 and result.stderr.count("\n") <= 8, result.stderr  # the summary, no warning
