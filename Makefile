@@ -16,7 +16,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser
+.PHONY: run test test-fast lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,12 +52,21 @@ browser:
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -q
 
+## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
 ## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
 lint: $(STAMP)
 	$(BIN)/ruff check etl etl_emulator tests benchmarks
 	$(BIN)/ruff format --check etl etl_emulator tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## make demo-s3: the demo into a local S3 server (moto), then a DuckDB query over the bucket.
 demo-s3: $(STAMP)
@@ -102,4 +111,4 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) output/demo .pytest_cache
+	rm -rf $(VENV) output/demo .pytest_cache site

@@ -8,7 +8,7 @@ from types import ModuleType
 
 from etl.errors import ConfigError
 
-# Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
+# Module -> the requirement of pyproject's `scale` extra that brings it (tests/unit/test_optional_extras.py keeps
 # the two equal).
 REQUIREMENTS = {
     "distributed": "dask[distributed]>=2024.4",
