@@ -42,13 +42,14 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     Views: raw, average, candles and quality (a row per parameter and day of raw data), their *_named
     variants (object_name, param_name and unit joined), and the dimension tables (objects, units,
     parameters, zones, classifiers, room_types, rooms, commands). Without SQL, list the views."""
+    if output:
+        output_file(output, (".csv", ".parquet"))
+    config = load_config(config_path, offline=True)
     import duckdb
 
     from etl.dataset.query import connect, views
 
-    if output:
-        output_file(output, (".csv", ".parquet"))
-    con = connect(load_config(config_path, offline=True))
+    con = connect(config)
     if not sql:
         click.echo("\n".join(views(con)))
         return
@@ -96,13 +97,12 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
 def pull(param_id: int, start: int, end: int, series: str, output: str, config_path: str | None) -> None:
     """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
     the run's retries; no checkpoints."""
-    from etl.client.lookup import find_param
-    from etl.pipeline.pull import pull as pull_series
-    from etl.pipeline.pull import save
-
     path = output_file(output, (".csv", ".parquet"))
     if start >= end:
         raise ConfigError("--from must be before --to")
+    from etl.client.lookup import find_param
+    from etl.pipeline.pull import pull as pull_series
+    from etl.pipeline.pull import save
 
     async def go():
         async with open_client(config_path) as client:
@@ -131,10 +131,11 @@ def pull(param_id: int, start: int, end: int, series: str, output: str, config_p
 )
 def plot(config_path: str, param_id: int, start: int, end: int, series: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
+    path = output_file(output, (".png", ".svg"))
+    config = load_config(config_path, offline=True)
     from etl.dataset.plot import plot as draw
 
-    path = output_file(output, (".png", ".svg"))
-    points = draw(load_config(config_path, offline=True), param_id, Series(series), start, end, path)
+    points = draw(config, param_id, Series(series), start, end, path)
     click.echo(f"plotted {points:,} points to {output}")
 
 
@@ -191,14 +192,14 @@ def report(
 ) -> None:
     """Data quality of the raw series from the output's quality dataset: the least complete parameters
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
+    if output:
+        output_file(output, (".html", ".htm"))
+    config = load_config(config_path, offline=True)
     from etl.dataset.report import ReportOptions, build, label, percent, text
     from etl.dataset.report_html import render
 
-    if output:
-        output_file(output, (".html", ".htm"))
-
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
-    result = build(load_config(config_path, offline=True), options)
+    result = build(config, options)
     if output:
         try:
             Path(output).write_text(render(result), encoding="utf-8")

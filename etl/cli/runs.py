@@ -53,11 +53,12 @@ def run(
     metrics_file: str | None,
 ) -> None:
     """Fetch new data, write it, checkpoint it."""
-    import etl
-
     try:
+        config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
+        import etl
+
         summary = etl.run(
-            config_path,
+            config,
             start=start,
             end=end,
             full_refresh=full_refresh,
@@ -92,9 +93,10 @@ def plan_cmd(
     config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
 ) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config_path, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
     click.echo(plan_text(summary.as_dict()))
 
 
