@@ -134,3 +134,15 @@ def test_pull_takes_the_connection_from_a_config_too(emulator, capsys, tmp_path,
     )
     assert code == 0, err
     assert f"wrote {want('average', 2501, START, END).num_rows:,} average points of parameter 2501" in out
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_pull_reads_epoch_numbers_by_their_unit(env, capsys, tmp_path, unit):
+    """1793491200 is seconds (2026-11-01), not milliseconds in January 1970: the same rows as ISO 8601."""
+    factor = {"s": 1, "ms": 1000, "us": 1_000_000}[unit]
+    start, end = (to_ms(t) // 1000 * factor for t in (START, END))
+    code, out, err = etl_main(
+        capsys, "pull", "1001", "--from", str(start), "--to", str(end), "-o", str(tmp_path / "p.parquet")
+    )
+    expected = want("raw", 1001, START, END).drop_columns(["source", "object_id"])
+    assert code == 0 and err == "" and pq.read_table(tmp_path / "p.parquet").equals(expected), out
