@@ -68,3 +68,19 @@ def test_checkpoints_already_past_the_server_clock_are_named_with_the_repair(
     said = [r.getMessage() for r in caplog.records if "past the server's clock" in r.getMessage()]
     assert len(said) == 1 and "etl state reset -c CONFIG --from TIME" in said[0], said
     assert summary["warnings"]["checkpoints_past_the_server_clock"] == 8
+
+
+def test_a_future_to_is_cut_too_and_a_now_end_says_nothing(fresh_emulator, tmp_path, caplog):
+    """`etl run --to <future>` (Airflow's data_interval_end) as window.end; window.end "now" is the
+    server's now, no warning."""
+    config = make_config(
+        fresh_emulator.base_url, tmp_path, window={"start": START, "end": "now"}, series=["raw"]
+    )
+    horizon = to_ms(NOW) - HORIZON_MARGIN_MS
+    with caplog.at_level(logging.WARNING, logger="etl"):
+        assert run(config).as_dict()["window"]["end"] == iso(horizon)  # the server's clock, not ours
+    assert not [r for r in caplog.records if "in the future" in r.getMessage()]
+    with caplog.at_level(logging.WARNING, logger="etl"):
+        summary = run(config, start=START, end=END, full_refresh=True).as_dict()
+    assert summary["window"]["end"] == iso(horizon)
+    assert [r for r in caplog.records if "in the future" in r.getMessage()]
