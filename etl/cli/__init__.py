@@ -21,13 +21,32 @@ def main(argv: list[str] | None = None) -> None:
         from etl.cli.app import run
 
         run(argv)
+    except Exception as exc:  # a Ctrl-C inside a class being made (while a module loads) comes wrapped
+        if not interrupted(exc):
+            raise
+        _leave_interrupted(argv)
     except KeyboardInterrupt:  # before the command could handle it (loading), or while it reported
-        say_interrupted(argv)
-        if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(_INTERRUPTED)
-        raise SystemExit(_INTERRUPTED) from None
+        _leave_interrupted(argv)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt caused `exc`: Python 3.11 wraps one raised in a class's __set_name__
+    (functools.cached_property's, say, while `platform` loads) in a RuntimeError."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _leave_interrupted(argv: list[str] | None) -> None:
+    say_interrupted(argv)
+    if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_INTERRUPTED)
+    raise SystemExit(_INTERRUPTED) from None
 
 
 def say_interrupted(argv: list[str] | None) -> None:

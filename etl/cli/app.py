@@ -16,7 +16,7 @@ import traceback
 
 import click
 
-from etl.cli import say_interrupted
+from etl.cli import interrupted, say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
 
@@ -154,6 +154,9 @@ def _main(argv: list[str] | None) -> None:
         say_interrupted(argv)
         sys.exit(Interrupted.exit_code)
     except Exception as exc:  # a bug: say so in one line; the traceback is one flag away
+        if interrupted(exc):  # a Ctrl-C that came wrapped (etl.cli.interrupted)
+            say_interrupted(argv)
+            sys.exit(Interrupted.exit_code)
         if _debug:
             traceback.print_exc()
         click.echo(
