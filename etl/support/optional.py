@@ -18,7 +18,7 @@ REQUIREMENTS = {
 # Module -> the requirement of the `lake` extra (sink.format delta / iceberg).
 LAKE_REQUIREMENTS = {
     "deltalake": "deltalake>=1.1,<2",
-    "pyiceberg": "pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.9,<1",
+    "pyiceberg": "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]>=0.9,<1",
 }
 
 

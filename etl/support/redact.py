@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from urllib.parse import unquote
 
 MASK = "***"
 _lock = threading.Lock()
@@ -14,7 +15,11 @@ _public: set[str] = set()  # words shown as they are though they contain a secre
 _PATTERNS = [
     (re.compile(r"(password=)[^&\s'\"]*", re.IGNORECASE), r"\1" + MASK),
     (re.compile(r"((?:SEMSESSIONID|issToken)=)[^;&\s'\"]*"), r"\1" + MASK),
+    # user:password@ in a URL (a database or catalog URL); a '/' ends the match so host:port/path is kept
+    (re.compile(r"(://[^:/@\s]*:)[^@\s/]+@"), r"\1" + MASK + "@"),
 ]
+# The password of scheme://user:password@host... as SQLAlchemy parses it: anything up to the first '@'.
+_URL_PASSWORD = re.compile(r"^[\w+.-]+://[^:/@]*:([^@]*)@")
 
 
 def register(*values: str | None) -> None:
@@ -28,6 +33,14 @@ def register_public(*values: str | None) -> None:
     password "demo") stays whole. One that equals a secret is still masked."""
     with _lock:
         _public.update(v for v in values if v)
+
+
+def url_passwords(url: str) -> list[str]:
+    """The password of a URL with credentials, as written and percent-decoded (empty: none)."""
+    found = _URL_PASSWORD.match(url.strip())
+    if not found or not found.group(1):
+        return []
+    return list(dict.fromkeys([found.group(1), unquote(found.group(1))]))
 
 
 def redact(text: str) -> str:

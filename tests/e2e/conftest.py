@@ -1,5 +1,5 @@
 """The servers end-to-end tests run against, as fixtures: a real emulator on a free port, an S3 server
-(moto) and a Dask cluster of separate worker processes, all on loopback. Their helpers (emulator_config,
+(moto), a PostgreSQL cluster and a Dask cluster of separate worker processes, all on loopback. Their helpers (emulator_config,
 configs pointing at an emulator, S3_ENV) are in tests/support."""
 
 from __future__ import annotations
@@ -81,3 +81,21 @@ def dask_cluster():
         yield cluster
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL cluster (Debian's `postgresql`, installed by `make postgres`, part of
+    `make test`) on a free loopback port, for the Iceberg SQL catalog."""
+    import shutil
+
+    from tests.support.postgres import Missing, binaries, running_postgres
+
+    try:
+        binaries()
+    except Missing as exc:
+        if shutil.which("apt-get") is None:
+            pytest.skip(f"PostgreSQL is not installed and this machine has no apt to install it: {exc}")
+        pytest.fail(f"PostgreSQL is not installed ({exc}): `make postgres` installs Debian's postgresql")
+    with running_postgres() as running:
+        yield running

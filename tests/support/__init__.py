@@ -13,6 +13,7 @@
                 *args): the CLI's entry point in this process; sign_in_env, connection_env
 - client.py     the client against an emulator (client_for, FAST retries)
 - credentials.py  a login with an awkward password (PASSWORD, USERS, etl_user_config), leaks()
+- postgres.py   a throwaway PostgreSQL cluster (running_postgres) for the Iceberg SQL catalog
 
 The fixtures that start servers stay in tests/e2e/conftest.py; nothing here starts one on import.
 """
