@@ -11,7 +11,11 @@ EMULATOR_PORT ?= 8765
 DEMO_SQL := select object_name, kind, count(*) as points, min(ts) as first, max(ts) as last from raw_named group by all order by 1, 2
 S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
-WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
+# A demo's port: the one asked for when nothing listens there, else a free one (an emulator or S3 server
+# left running must not answer in place of the demo's own). configs/demo*.yaml read ETL_DEMO_PORT.
+free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket(); t.bind(('127.0.0.1', 0)); \
+	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
+WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
 .PHONY: run test test-fast lint emulator bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres
@@ -30,7 +34,8 @@ $(BENCH_STAMP): $(STAMP)
 
 ## make run: start the emulator, run configs/demo.yaml into output/demo, print the summary, stop.
 run: $(STAMP)
-	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & pid=$$!; \
+	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)); \
+	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
 	$(WAIT_EMULATOR) && \
 	ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --no-progress && \
@@ -74,10 +79,11 @@ docs: $(STAMP)
 
 ## make demo-s3: the demo into a local S3 server (moto), then a DuckDB query over the bucket.
 demo-s3: $(STAMP)
-	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & e=$$!; \
-	$(BIN)/moto_server -H 127.0.0.1 -p $(S3_PORT) >/dev/null 2>&1 & m=$$!; \
+	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)) s3=$(call free_port,$(S3_PORT)); \
+	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & e=$$!; \
+	$(BIN)/moto_server -H 127.0.0.1 -p $$s3 >/dev/null 2>&1 & m=$$!; \
 	trap 'kill $$e $$m 2>/dev/null; wait $$e $$m 2>/dev/null' EXIT; \
-	export AWS_ENDPOINT_URL=http://127.0.0.1:$(S3_PORT) AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo \
+	export AWS_ENDPOINT_URL=http://127.0.0.1:$$s3 AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo \
 	       AWS_DEFAULT_REGION=us-east-1 ETL_PASSWORD=demo; \
 	$(WAIT_EMULATOR) && \
 	$(BIN)/python -c "import s3fs; s3fs.S3FileSystem().mkdir('demo-lake')" &&  \
@@ -86,13 +92,14 @@ demo-s3: $(STAMP)
 
 ## make demo-dask: a Dask scheduler and 2 worker processes on loopback run the demo (all slabs again).
 demo-dask: $(STAMP)
-	@$(ETL) emulator serve --port $(EMULATOR_PORT) --log-level warning & e=$$!; \
-	$(BIN)/dask scheduler --host 127.0.0.1 --port $(SCHEDULER_PORT) --no-dashboard >$(VENV)/dask.log 2>&1 & s=$$!; \
-	$(BIN)/dask worker tcp://127.0.0.1:$(SCHEDULER_PORT) --nworkers 2 --nthreads 1 --no-dashboard \
+	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)) sp=$(call free_port,$(SCHEDULER_PORT)); \
+	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & e=$$!; \
+	$(BIN)/dask scheduler --host 127.0.0.1 --port $$sp --no-dashboard >$(VENV)/dask.log 2>&1 & s=$$!; \
+	$(BIN)/dask worker tcp://127.0.0.1:$$sp --nworkers 2 --nthreads 1 --no-dashboard \
 	  >>$(VENV)/dask.log 2>&1 & w=$$!; \
 	trap 'kill $$e $$w $$s 2>/dev/null; wait $$e $$w $$s 2>/dev/null' EXIT; \
 	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --full-refresh --no-progress \
-	  --executor dask --scheduler tcp://127.0.0.1:$(SCHEDULER_PORT)
+	  --executor dask --scheduler tcp://127.0.0.1:$$sp
 
 ## make bench-tools: the servers and client the benchmarks measure etl against, from Debian (as root, or
 ## through sudo): nginx with its echo module, and wrk. A benchmark skips what is missing, and says so.

@@ -12,8 +12,13 @@
 Every failure is an `EtlError` subclass whose `exit_code` is what the CLI exits with.
 """
 
+from __future__ import annotations
+
 import os
-from typing import TYPE_CHECKING, Any
+
+# Not `from typing import TYPE_CHECKING`: this module is the first the `etl` command loads, and a Ctrl-C
+# while it loads would be a traceback from inside an import (etl/cli/__init__.py catches it after).
+TYPE_CHECKING = False
 
 # Arrow's C++ default pool (mimalloc) reserves a 1 GiB arena and keeps freed pages in it: 30 MB and more
 # of a run's peak RSS that no later phase gets back. Read once, when Arrow first allocates: so it is set
@@ -23,6 +28,8 @@ os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from etl.client import MonitoringClient, SyncMonitoringClient
     from etl.config import Config, load_config
     from etl.dataset.query import connect

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
+from collections.abc import Iterator
 from datetime import datetime
 from os import PathLike
 from pathlib import Path
@@ -79,17 +81,13 @@ class SourceConfig(Strict):
             raise ValueError("give ca_bundle or verify_tls: false, not both")
         return self
 
-    @model_validator(mode="before")
-    @classmethod
-    def _default_name(cls, data: Any) -> Any:
+    @model_validator(mode="after")
+    def _default_name(self) -> SourceConfig:
         """The host of base_url names the instance unless `name` does."""
-        if isinstance(data, dict) and data.get("name") is None and isinstance(data.get("base_url"), str):
-            try:
-                host = urlsplit(data["base_url"]).hostname
-            except ValueError:
-                return data  # base_url's own check says what is wrong
-            return {**data, "name": slug(host or "source")}
-        return data
+        if not self.name:
+            # Frozen, but still being built: the one place a default is made from another field.
+            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
+        return self
 
     @field_validator("name")
     @classmethod
@@ -97,6 +95,11 @@ class SourceConfig(Strict):
         if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
             raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
         return value
+
+    @property
+    def name_given(self) -> bool:
+        """Whether the config names the instance itself (else the name is base_url's host)."""
+        return "name" in self.model_fields_set
 
 
 class ParameterSelect(Strict):
@@ -348,11 +351,61 @@ def _location(error: ErrorDetails) -> str:
 
 
 def _message(error: ErrorDetails) -> str:
-    if error["type"] == "extra_forbidden":
-        return "unknown key"
     if error["type"] == "missing":
         return "required key is missing"
     return error["msg"].removeprefix("Value error, ")
+
+
+def _model_at(path: tuple) -> type[BaseModel] | None:
+    """The section model that holds the keys at `path` (() is the top level)."""
+    model: type[BaseModel] = Config
+    for part in path:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every key of a section and the sections below it, dotted."""
+    for name, field in model.model_fields.items():
+        yield prefix + name
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            yield from _keys(field.annotation, f"{prefix}{name}.")
+
+
+def _did_you_mean(loc: tuple) -> str:
+    """A key close to an unknown one: in its own section, else anywhere (a key put in the wrong section)."""
+    key, section = str(loc[-1]), _model_at(loc[:-1])
+    if section is not None and (close := difflib.get_close_matches(key, list(section.model_fields), 1, 0.6)):
+        return f" (did you mean {close[0]}?)"
+    everywhere = {dotted.rsplit(".", 1)[-1]: dotted for dotted in _keys(Config) if "." in dotted}
+    if close := difflib.get_close_matches(key, list(everywhere), 1, 0.8):
+        return f" (did you mean {everywhere[close[0]]}?)"
+    return ""
+
+
+def _problems(exc: ValidationError) -> list[str]:
+    """One phrase per problem: unknown keys first (a typo in a required key also makes it "missing"),
+    then each key's problems, the alternatives a value could have taken in one phrase."""
+    unknown: list[str] = []
+    problems: dict[str, list[str]] = {}
+    for error in exc.errors():
+        if error["type"] == "extra_forbidden":
+            unknown.append(f"{_location(error)}: unknown key{_did_you_mean(error['loc'])}")
+        else:
+            problems.setdefault(_location(error), []).append(_message(error))
+    phrased = []
+    for where, messages in problems.items():
+        messages = list(dict.fromkeys(messages))
+        if len(messages) > 1 and all(m.startswith("Input should be ") for m in messages):
+            messages = [
+                messages[0] + "".join(" or " + m.removeprefix("Input should be ") for m in messages[1:])
+            ]
+        phrased.append(f"{where}: {'; '.join(messages)}")
+    return unknown + phrased
 
 
 def parse_config(data: Any, origin: str = "config", *, offline: bool = False) -> Config:
@@ -373,9 +426,10 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise ConfigError(f"config error: {_location(first)}: {_message(first)}{more}") from None
+        problems = _problems(exc)
+        count = f"{len(problems)} problems: " if len(problems) > 1 else ""
+        raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
+    redact.register_public(config.source.username)
     if config.source.password:
         redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):
@@ -385,16 +439,26 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     return config
 
 
+class _Loader(yaml.SafeLoader):
+    """safe_load's YAML, with timestamps left as text: the config's validation reads them and names the
+    key of an impossible one (an unquoted 2026-13-01T00:00:00Z), where the YAML parser would just fail."""
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+
+
 def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"config error: {path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config error: {path}: not a text file (a config is YAML, in UTF-8)") from None
     except OSError as exc:
         raise ConfigError(f"config error: {path}: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""

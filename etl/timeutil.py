@@ -28,6 +28,40 @@ def to_ms(value: datetime | int | float | str) -> int:
     raise TypeError(f"cannot read a time from {type(value).__name__}")
 
 
+# Epoch numbers a person gives, told apart by their count of digits: seconds, milliseconds and
+# microseconds of 1973..2286 have 9-10, 12-13 and 15-16 digits; any other count could be two of them
+# (or a typo) and needs its unit written out.
+_EPOCH_UNITS = {9: "s", 10: "s", 12: "ms", 13: "ms", 15: "us", 16: "us"}
+_EPOCH = re.compile(r"^([+-]?\d+)\s*(s|ms|us|µs)?$")
+
+
+def parse_time(value: datetime | int | str) -> int:
+    """Epoch ms from a time a person wrote: ISO 8601 with a UTC offset, an aware datetime, or an epoch
+    number, in seconds, milliseconds or microseconds told apart by size (`1793491200`, `1793491200000`),
+    or with its unit (`1793491200s`, `1793491200000ms`, `...us`). ValueError when it cannot be sure."""
+    if isinstance(value, bool):
+        raise ValueError("a time cannot be a boolean")
+    if isinstance(value, int):
+        return _epoch(value, None)
+    if isinstance(value, str) and (match := _EPOCH.match(value.strip())):
+        return _epoch(int(match.group(1)), match.group(2))
+    try:
+        return to_ms(value)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _epoch(number: int, unit: str | None) -> int:
+    if unit is None:
+        unit = _EPOCH_UNITS.get(len(str(abs(number)))) if number > 0 else None
+        if unit is None:
+            raise ValueError(
+                f"cannot tell the unit of the epoch number {number}: write it with one "
+                "(1793491200s, 1793491200000ms, 1793491200000000us) or as ISO 8601 with an offset"
+            )
+    return number * 1000 if unit == "s" else number if unit == "ms" else number // 1000
+
+
 def ms_to_datetime(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
 

@@ -10,6 +10,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from email.utils import formatdate
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -70,6 +71,7 @@ class Emulator:
             self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path
         )
         self.router = Router(self._routes())
+        self._date: tuple[int, bytes] = (-1, b"")  # the Date header of the clock's current second
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _DropFilter) for f in uvicorn_log.filters):
             uvicorn_log.addFilter(_DropFilter())
@@ -222,10 +224,20 @@ class Emulator:
             if fault:
                 entry["fault"] = fault
         self.log.record(entry)
+        if self.config.date_header:
+            answer.headers.append((b"date", self._date_header()))
         if decision and decision.drop:
             await send_partial(send, answer)
         else:
             await send_answer(send, answer)
+
+    def _date_header(self) -> bytes:
+        """The emulator's clock as an HTTP Date (as an origin server with a clock sends it): clients may
+        read the server's time there."""
+        second = self.clock.now() // 1000
+        if self._date[0] != second:
+            self._date = (second, formatdate(second, usegmt=True).encode())
+        return self._date[1]
 
     def _fault_answer(self, d: Decision) -> Answer | None:
         style = self.plan.faults.error_body

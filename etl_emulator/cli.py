@@ -53,8 +53,11 @@ def _hostile(_ctx, _param, value: str | None) -> tuple[str, ...]:
 def _users(path: str | None) -> list[dict] | None:
     if path is None:
         return None
-    with open(path, encoding="utf-8") as f:
-        users = yaml.safe_load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            users = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise click.BadParameter(f"{path}: {str(exc).splitlines()[0]}", param_hint="--users") from None
     if not isinstance(users, list) or not all(
         isinstance(u, dict) and {"login", "password"} <= set(u) for u in users
     ):
@@ -102,6 +105,12 @@ _rate = click.FloatRange(0, 1)
     help="Sampling periods MIN:MAX in seconds (each parameter gets one).",
 )
 @click.option("--now", callback=_now, help="Fix the clock (epoch ms or ISO 8601); default the real time.")
+@click.option(
+    "--date-header/--no-date-header",
+    default=True,
+    show_default=True,
+    help="Tell the clock in each answer's Date header (off: as a server without a clock).",
+)
 @click.option(
     "--users",
     "users_file",
@@ -203,6 +212,7 @@ def serve(
     calc_per_object,
     period_range,
     now,
+    date_header,
     users_file,
     workers,
     request_log,
@@ -223,7 +233,7 @@ def serve(
 
     from etl_emulator.app import CONFIG_ENV, create_app
     from etl_emulator.config import EmulatorConfig
-    from etl_emulator.server import bind_socket, uvicorn_config
+    from etl_emulator.server import uvicorn_config
     from etl_emulator.sessions import SECRET_ENV
 
     if (tls_cert is None) != (tls_key is None):
@@ -247,6 +257,7 @@ def serve(
         period_range=period_range,
         users=_users(users_file),
         now_ms=now,
+        date_header=date_header,
         faults=faults,
         request_log=request_log,
         workers=workers,
@@ -261,7 +272,9 @@ def serve(
         if config.users
         else ["demo (all objects)", "restricted (odd object ids)"]
     )
+    sock = _listen(host, port)
     if workers > 1:
+        sock.close()  # uvicorn binds for its workers itself: the port was free a moment ago
         os.environ[CONFIG_ENV] = config.to_json()
         os.environ[SECRET_ENV] = secrets.token_hex(32)  # so every worker accepts every session
         _announce(host, port, config, logins, workers)
@@ -281,10 +294,22 @@ def serve(
             **config.ssl_options(),
         )
         return
-    sock = bind_socket(host, port)
     _announce(host, sock.getsockname()[1], config, logins, workers)
     app = create_app(config)
     uvicorn.Server(uvicorn_config(app, log_level=log_level, **config.ssl_options())).run(sockets=[sock])
+
+
+def _listen(host: str, port: int):
+    from etl_emulator.server import bind_socket
+
+    try:
+        return bind_socket(host, port)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another emulator? stop it, or choose "
+            "another port; 0 picks a free one)",
+            param_hint="--port",
+        ) from None
 
 
 def _announce(host: str, port: int, config, logins: list[str], workers: int) -> None:

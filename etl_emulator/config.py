@@ -16,7 +16,8 @@ from etl_emulator.faults import Faults
 class EmulatorConfig:
     """Everything an emulator is made of. `users`: list of {login, password, objects: "all" | [ids]}
     (None: demo/demo sees all, restricted/restricted the odd ids). `now_ms`: a fixed clock (None:
-    the real time). `workers` > 1 only applies to `serve` (separate processes, separate state)."""
+    the real time); `date_header`: answers tell it in a Date header (False: as a server without a
+    clock, which RFC 9110 lets omit it). `workers` > 1 only applies to `serve` (separate processes, separate state)."""
 
     host: str = "127.0.0.1"
     port: int = 8765
@@ -28,6 +29,7 @@ class EmulatorConfig:
     period_range: tuple[int, int] = (10, 900)
     users: list[dict] | None = None
     now_ms: int | None = None
+    date_header: bool = True
     faults: Faults = field(default_factory=Faults)
     request_log: str | Path | None = None
     workers: int = 1

@@ -1,149 +1,70 @@
-"""Command line: parse, call the library, print. No pipeline logic lives here.
+"""Command line: parse, call the library, print. No pipeline logic lives here (etl/cli/app.py is the
+group; each command's module is loaded when it runs).
 
-Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `analysts` (query,
-pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
-printed. A command's module is imported when that command runs (an hourly `etl run` does not pay for
-the analysts' or the emulator's imports); `etl emulator` is the separate `etl_emulator` package.
+This module imports nothing heavy itself, so that a Ctrl-C at any moment, while the rest loads
+included, is one line and exit 130 rather than a traceback from inside an import.
 """
 
 from __future__ import annotations
 
-import importlib
-import logging
 import os
 import sys
-import traceback
-
-import click
-
-from etl.errors import EtlError, ExitCode, Interrupted
-from etl.support import redact
 
 __all__ = ["cli", "main"]
 
-_debug = False
-
-
-def _setup_logging(debug: bool, quiet: bool) -> None:
-    redact.install_log_redaction()
-    level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    if not debug:
-        for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
-            logging.getLogger(noisy).setLevel(logging.WARNING)
-
-
-# Each command, as "module:attribute", loaded when it is asked for (or listed by --help).
-COMMANDS = {
-    "run": "etl.cli.runs:run",
-    "plan": "etl.cli.runs:plan_cmd",
-    "state": "etl.cli.runs:state",
-    "compact": "etl.cli.runs:compact_cmd",
-    "vacuum": "etl.cli.runs:vacuum_cmd",
-    "init": "etl.cli.ops:init_cmd",
-    "doctor": "etl.cli.ops:doctor_cmd",
-    "query": "etl.cli.analysts:query",
-    "pull": "etl.cli.analysts:pull",
-    "plot": "etl.cli.analysts:plot",
-    "report": "etl.cli.analysts:report",
-    "api": "etl.cli.explorer:api",
-    "emulator": "etl_emulator.cli:emulator",
-}
-
-
-class LazyGroup(click.Group):
-    """click's group, with the commands of `COMMANDS` imported on first use."""
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *COMMANDS})
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name not in COMMANDS:
-            return super().get_command(ctx, name)
-        module, _, attribute = COMMANDS[name].partition(":")
-        try:
-            command = getattr(importlib.import_module(module), attribute)
-        except ModuleNotFoundError as exc:
-            if exc.name and not exc.name.startswith(("etl.", "etl_emulator")):
-                raise click.UsageError(
-                    f"'etl {name}' needs {exc.name}, which is not installed: "
-                    f"pip install 'etl[{'emulator' if name == 'emulator' else 'dev'}]'"
-                ) from None
-            raise
-        return command if isinstance(command, click.Command) else None
-
-
-@click.group(
-    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
-)
-@click.option("--debug", is_flag=True, help="Verbose logs and full tracebacks.")
-@click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
-@click.version_option(package_name="etl")
-def cli(debug: bool, quiet: bool) -> None:
-    """Export time series from the monitoring platform into partitioned Parquet/CSV datasets.
-
-    \b
-    Start here:
-      etl emulator serve            a local platform to try everything against
-      etl plan -c configs/demo.yaml what a run would fetch
-      etl run  -c configs/demo.yaml fetch, write, checkpoint
-    Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch milliseconds.
-    Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
-    7 output, 8 locked, 9 quality below 'etl report --fail-under', 10 'etl doctor' found something
-    to fix, 70 internal, 130 interrupted.
-    """
-    global _debug
-    _debug = debug
-    _setup_logging(debug, quiet)
+_INTERRUPTED = 130  # etl.errors.ExitCode.INTERRUPTED, without importing anything yet
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `etl` command: `argv` None reads the process's own arguments and may end the process."""
     try:
-        _main(argv)
-    except SystemExit as exc:
-        # Only as the process's own command (argv None): a caller of main([...]) keeps its interpreter.
-        if argv is None and "deltalake" in sys.modules:
-            # delta-rs's runtime threads sometimes abort the interpreter's shutdown (SIGABRT, "terminate
-            # called without an active exception"), which would turn a finished command into exit 134:
-            # everything is committed and flushed by now, so leave without that shutdown.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            code = exc.code
-            os._exit(code if isinstance(code, int) else (0 if code is None else 1))
-        raise
+        from etl.cli.app import run
+
+        run(argv)
+    except Exception as exc:  # a Ctrl-C inside a class being made (while a module loads) comes wrapped
+        if not interrupted(exc):
+            raise
+        _leave_interrupted(argv)
+    except KeyboardInterrupt:  # before the command could handle it (loading), or while it reported
+        _leave_interrupted(argv)
 
 
-def _main(argv: list[str] | None) -> None:
-    try:
-        cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt):  # click turns Ctrl-C/SIGTERM into Abort
-            click.echo("etl: interrupted", err=True)
-            sys.exit(Interrupted.exit_code)
-        click.echo("aborted", err=True)
-        sys.exit(1)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except EtlError as exc:
-        if _debug:
-            traceback.print_exc()
-        kind = "" if isinstance(exc, Interrupted) else "error: "
-        click.echo(f"etl: {kind}{redact.redact(str(exc))}", err=True)
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("etl: interrupted", err=True)
-        sys.exit(Interrupted.exit_code)
-    except Exception as exc:  # a bug: say so in one line; the traceback is one flag away
-        if _debug:
-            traceback.print_exc()
-        click.echo(
-            f"etl: internal error: {type(exc).__name__}: {redact.redact(str(exc))} (run with --debug for details)",
-            err=True,
+def interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt caused `exc`: Python 3.11 wraps one raised in a class's __set_name__
+    (functools.cached_property's, say, while `platform` loads) in a RuntimeError."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _leave_interrupted(argv: list[str] | None) -> None:
+    say_interrupted(argv)
+    if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_INTERRUPTED)
+    raise SystemExit(_INTERRUPTED) from None
+
+
+def say_interrupted(argv: list[str] | None) -> None:
+    """The line of a Ctrl-C that came before a command could report it; and for `etl run --json`, the
+    summary stdout always gets."""
+    sys.stderr.write("etl: interrupted\n")
+    args = sys.argv[1:] if argv is None else argv
+    if next((a for a in args if not a.startswith("-")), None) == "run" and "--json" in args:
+        sys.stdout.write(
+            f'{{"status": "interrupted", "error": "interrupted", "exit_code": {_INTERRUPTED}}}\n'
         )
-        sys.exit(ExitCode.INTERNAL)
-    sys.exit(0)
+    sys.stdout.flush()
+
+
+def __getattr__(name: str) -> object:
+    """`cli` (the click group) and `COMMANDS`, loaded on first use."""
+    if name in ("cli", "COMMANDS"):
+        from etl.cli import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'etl.cli' has no attribute {name!r}")

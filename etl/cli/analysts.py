@@ -9,16 +9,21 @@ import click
 
 from etl.cli.params import (
     DURATION,
-    SERIES_CHOICE,
     config_option,
     connection_option,
     open_client,
+    output_file,
+    series_option,
     window_options,
 )
-from etl.cli.render import echo_json
+from etl.cli.render import echo_cells, echo_json, value_text
 from etl.config import load_config
 from etl.errors import ConfigError, QualityBelow, StorageError
 from etl.model import Series
+
+QUERY_ROWS = 100  # rows printed; -o writes them all
+NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER"}
+NUMERIC_TYPES |= {"UBIGINT", "FLOAT", "DOUBLE", "DECIMAL"}
 
 
 @click.command()
@@ -32,13 +37,19 @@ from etl.model import Series
     help="Write the result to FILE.csv or FILE.parquet instead of printing it.",
 )
 def query(config_path: str, sql: str | None, output: str | None) -> None:
-    """Run SQL (DuckDB) over the output. Views: raw, average, candles, their *_named variants with
-    object and parameter names, and the dimension tables. Without SQL, list the views."""
+    """Run SQL (DuckDB) over the output; print the first 100 rows as a table, or write them all with -o.
+
+    Views: raw, average, candles and quality (a row per parameter and day of raw data), their *_named
+    variants (object_name, param_name and unit joined), and the dimension tables (objects, units,
+    parameters, zones, classifiers, room_types, rooms, commands). Without SQL, list the views."""
+    if output:
+        output_file(output, (".csv", ".parquet"))
+    config = load_config(config_path, offline=True)
     import duckdb
 
     from etl.dataset.query import connect, views
 
-    con = connect(load_config(config_path, offline=True))
+    con = connect(config)
     if not sql:
         click.echo("\n".join(views(con)))
         return
@@ -49,19 +60,31 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     if relation is None:
         return
     if output:
-        if output.endswith(".parquet"):
-            relation.write_parquet(output)
-        else:
-            relation.write_csv(output)
+        try:
+            if output.lower().endswith(".parquet"):
+                relation.write_parquet(output)
+            else:
+                relation.write_csv(output)
+        except duckdb.IOException as exc:
+            raise StorageError(f"cannot write {output}: {str(exc).splitlines()[0]}") from None
         click.echo(f"wrote {output}")
     else:
-        click.echo(relation.df().to_string(index=False, max_rows=200))
+        columns, types = relation.columns, [str(t) for t in relation.types]
+        rows = relation.limit(QUERY_ROWS + 1).fetchall()
+        right = {i for i, t in enumerate(types) if t.split("(")[0] in NUMERIC_TYPES}
+        echo_cells(columns, [[value_text(v) for v in row] for row in rows[:QUERY_ROWS]], right)
+        if len(rows) > QUERY_ROWS:
+            click.echo(
+                f"(the first {QUERY_ROWS} rows; more follow: add a LIMIT, or -o FILE.csv for them all)"
+            )
+        else:
+            click.echo(f"({len(rows) or 'no'} row{'' if len(rows) == 1 else 's'})")
 
 
 @click.command()
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Export")
-@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@series_option
 @click.option(
     "-o",
     "--output",
@@ -71,26 +94,24 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     help="FILE.csv or FILE.parquet",
 )
 @connection_option
-def pull(param_id: int, start: int, end: int, kind: str, output: str, config_path: str | None) -> None:
+def pull(param_id: int, start: int, end: int, series: str, output: str, config_path: str | None) -> None:
     """One-off export of one parameter of any kind (physical, signal or calculated), in windows, with
     the run's retries; no checkpoints."""
+    path = output_file(output, (".csv", ".parquet"))
+    if start >= end:
+        raise ConfigError("--from must be before --to")
     from etl.client.lookup import find_param
     from etl.pipeline.pull import pull as pull_series
     from etl.pipeline.pull import save
 
-    if not output.endswith((".csv", ".parquet")):
-        raise ConfigError(f"output {output}: name it .csv or .parquet")
-    if start >= end:
-        raise ConfigError("--from must be before --to")
-
     async def go():
         async with open_client(config_path) as client:
-            return await pull_series(client, await find_param(client, param_id), Series(kind), start, end)
+            return await pull_series(client, await find_param(client, param_id), Series(series), start, end)
 
     table, counters = asyncio.run(go())
-    save(table, Path(output))
+    save(table, path)
     click.echo(
-        f"wrote {table.num_rows:,} {kind} points of parameter {param_id} to {output}"
+        f"wrote {table.num_rows:,} {series} points of parameter {param_id} to {output}"
         f" ({counters['requests']} requests)"
     )
 
@@ -99,15 +120,22 @@ def pull(param_id: int, start: int, end: int, kind: str, output: str, config_pat
 @config_option
 @click.argument("param_id", type=int)
 @window_options(required=True, what="Plot")
-@click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series.")
+@series_option
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False), required=True, metavar="FILE", help="FILE.png"
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    required=True,
+    metavar="FILE",
+    help="FILE.png or FILE.svg",
 )
-def plot(config_path: str, param_id: int, start: int, end: int, kind: str, output: str) -> None:
+def plot(config_path: str, param_id: int, start: int, end: int, series: str, output: str) -> None:
     """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
+    path = output_file(output, (".png", ".svg"))
+    config = load_config(config_path, offline=True)
     from etl.dataset.plot import plot as draw
 
-    points = draw(load_config(config_path, offline=True), param_id, Series(kind), start, end, Path(output))
+    points = draw(config, param_id, Series(series), start, end, path)
     click.echo(f"plotted {points:,} points to {output}")
 
 
@@ -164,11 +192,14 @@ def report(
 ) -> None:
     """Data quality of the raw series from the output's quality dataset: the least complete parameters
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
+    if output:
+        output_file(output, (".html", ".htm"))
+    config = load_config(config_path, offline=True)
     from etl.dataset.report import ReportOptions, build, label, percent, text
     from etl.dataset.report_html import render
 
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
-    result = build(load_config(config_path, offline=True), options)
+    result = build(config, options)
     if output:
         try:
             Path(output).write_text(render(result), encoding="utf-8")

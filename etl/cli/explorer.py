@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, connection_option, open_client, window_options
+from etl.cli.params import connection_option, open_client, series_option, window_options
 from etl.cli.render import echo_json, echo_record, echo_table, plain, series_rows
+from etl.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
     from etl.client import MonitoringClient
@@ -25,17 +26,28 @@ async def _call(config_path: str | None, fetch: Callable[..., Awaitable], argume
         return await fetch(client, **arguments)
 
 
+def not_visible(what: str) -> ConfigError:
+    return ConfigError(f"{what} does not exist or is not visible to this login")
+
+
 def _api_command(
     name: str,
     fetch: Callable[..., Awaitable],
     *params: Callable,
     columns: list[str] | None = None,
+    missing: str = "",
     help: str = "",
 ) -> None:
-    """Register `etl api NAME`: connect, `await fetch(client, **arguments)`, print a table or JSON."""
+    """Register `etl api NAME`: connect, `await fetch(client, **arguments)`, print a table or JSON.
+    `missing` names what a 404 means, formatted with the arguments (e.g. "object {object_id}")."""
 
     def command(config_path: str | None, as_json: bool, **arguments: Any) -> None:
-        result = asyncio.run(_call(config_path, fetch, arguments))
+        try:
+            result = asyncio.run(_call(config_path, fetch, arguments))
+        except NotFound:
+            if not missing:
+                raise
+            raise not_visible(missing.format(**arguments)) from None
         if as_json:
             echo_json(result)
         elif isinstance(result, list):
@@ -50,15 +62,34 @@ def _api_command(
 
 
 async def _params(c: MonitoringClient, object_id: int) -> list:
-    return [*await c.physical_params(object_id), *await c.calculated_params(object_id)]
+    params = [*await c.physical_params(object_id), *await c.calculated_params(object_id)]
+    if not params and object_id not in {o.id for o in await c.objects_short()}:
+        raise not_visible(f"object {object_id}")  # the lists answer an unknown object with nothing
+    return params
 
 
-async def _series(c: MonitoringClient, param_id: int, start: int, end: int, kind: str) -> list[dict]:
+async def _physical(c: MonitoringClient, param_id: int, action: str, call: Awaitable) -> Any:
+    """A call only physical parameters take: a 404 for a calculated one says so."""
+    try:
+        return await call
+    except NotFound:
+        if any(p.id == param_id for p in await c.calculated_params()):
+            raise ConfigError(
+                f"{action} is for physical parameters; {param_id} is a calculated one"
+            ) from None
+        raise not_visible(f"parameter {param_id}") from None
+
+
+async def _status(c: MonitoringClient, param_id: int) -> Any:
+    return await _physical(c, param_id, "status", c.param_status(param_id))
+
+
+async def _series(c: MonitoringClient, param_id: int, start: int, end: int, series: str) -> list[dict]:
     from etl.client.lookup import find_param
     from etl.model import Series
 
     param = await find_param(c, param_id)
-    return series_rows(await c.series(param.id, param.kind, Series(kind), start, end))
+    return series_rows(await c.series(param.id, param.kind, Series(series), start, end))
 
 
 def _confirm(action: str, yes: bool) -> None:
@@ -68,7 +99,7 @@ def _confirm(action: str, yes: bool) -> None:
 
 async def _set_value(c: MonitoringClient, param_id: int, value: float, yes: bool) -> Any:
     _confirm(f"set parameter {param_id} to {value}", yes)
-    return await c.set_value(param_id, value) or {"ok": True}
+    return await _physical(c, param_id, "setting a value", c.set_value(param_id, value)) or {"ok": True}
 
 
 async def _run_command(c: MonitoringClient, device_id: int, command_id: int, data: str, yes: bool) -> Any:
@@ -87,10 +118,18 @@ _api_command(
     help="Objects visible to the login.",
 )
 _api_command(
-    "object", lambda c, object_id: c.object(object_id), _id("object_id", type=int), help="One object."
+    "object",
+    lambda c, object_id: c.object(object_id),
+    _id("object_id", type=int),
+    missing="object {object_id}",
+    help="One object.",
 )
 _api_command(
-    "units", lambda c, object_id: c.units(object_id), _id("object_id", type=int), help="Devices of an object."
+    "units",
+    lambda c, object_id: c.units(object_id),
+    _id("object_id", type=int),
+    missing="object {object_id}",
+    help="Devices of an object.",
 )
 _api_command(
     "params", _params, _id("object_id", type=int), help="Physical and calculated parameters of an object."
@@ -100,14 +139,14 @@ _api_command(
     _series,
     _id("param_id", type=int),
     window_options(required=True, what="Read", end_note="the platform includes it"),
-    click.option("--kind", type=SERIES_CHOICE, default="raw", show_default=True, help="Which series."),
+    series_option,
     help="A series of one parameter of any kind (raw windows at most 24 h; 'etl pull' takes longer ones).",
 )
 _api_command(
     "status",
-    lambda c, param_id: c.param_status(param_id),
+    _status,
     _id("param_id", type=int),
-    help="Current status of a parameter.",
+    help="Current status of a physical parameter.",
 )
 _api_command(
     "refs",
@@ -120,6 +159,7 @@ _api_command(
     lambda c, device_id: c.ext_commands(device_id),
     _id("device_id", type=int),
     columns=["id", "name", "description", "cmd", "data"],
+    missing="device {device_id}",
     help="External commands of a device.",
 )
 _api_command(
@@ -137,5 +177,6 @@ _api_command(
     _id("command_id", type=int),
     _id("data"),
     _yes,
+    missing="device {device_id} or its command {command_id}",
     help="Run an external command on a device (acts on equipment).",
 )

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from etl.errors import ConfigError
+from etl.errors import ConfigError, StorageError
 from etl.model import SERIES, Shard
-from etl.timeutil import parse_duration_ms, to_ms
+from etl.timeutil import parse_duration_ms, parse_time
 
 if TYPE_CHECKING:
     from etl.client import MonitoringClient
 
 
 class TimeType(click.ParamType):
-    """ISO 8601 with a UTC offset, or epoch milliseconds; converted to epoch ms."""
+    """ISO 8601 with a UTC offset, or an epoch number (seconds, ms or us by size, or with its unit);
+    converted to epoch ms (etl.timeutil.parse_time)."""
 
     name = "time"
 
@@ -28,14 +32,14 @@ class TimeType(click.ParamType):
         if isinstance(value, int):
             return value
         text = str(value).strip()
-        if re.fullmatch(r"-?\d+", text):
-            return int(text)
         try:
-            return to_ms(text)
-        except ValueError:
+            return parse_time(text)
+        except ValueError as exc:
+            if re.fullmatch(r"[+-]?\d+\s*[a-zµ]*", text):
+                self.fail(str(exc), param, ctx)
             self.fail(
                 f"{text!r} is not a time with a UTC offset: use ISO 8601 like 2026-11-01T00:00:00Z or "
-                "2026-11-01T03:00:00+03:00, or epoch milliseconds",
+                "2026-11-01T03:00:00+03:00, or an epoch number (1793491200s, 1793491200000ms)",
                 param,
                 ctx,
             )
@@ -84,6 +88,42 @@ connection_option = click.option(
 )
 
 
+def series_option(command: Callable) -> Callable:
+    """--series raw|average|candles (default raw). --kind, its old name, still works and warns: in the
+    data, `kind` is the parameter's kind (physical, calculated, signal), not the series."""
+
+    @functools.wraps(command)
+    def with_series(*args: Any, series: str | None, old_kind: str | None, **kwargs: Any) -> Any:
+        if old_kind is not None:
+            if series is not None and series != old_kind:
+                raise click.UsageError(
+                    f"--kind {old_kind} and --series {series} disagree: give --series only"
+                )
+            click.echo("etl: warning: --kind is now --series (the series: raw, average or candles)", err=True)
+        return command(*args, series=series or old_kind or "raw", **kwargs)
+
+    series = click.option(
+        "--series", type=SERIES_CHOICE, help="Which series: raw, average or candles.  [default: raw]"
+    )
+    old = click.option("--kind", "old_kind", type=SERIES_CHOICE, hidden=True)
+    return series(old(with_series))
+
+
+def output_file(path: str, suffixes: tuple[str, ...]) -> Path:
+    """A file a command will write, checked before any work: its name says a format it writes (exit 2),
+    its folder exists (exit 7)."""
+    out = Path(path)
+    if out.suffix.lower() not in suffixes:
+        raise ConfigError(
+            f"output {path}: name it {' or '.join(f'FILE{s}' for s in suffixes)} (the name picks the format)"
+        )
+    folder = out.parent
+    if not folder.is_dir():
+        why = "is not a folder" if folder.exists() else "does not exist"
+        raise StorageError(f"cannot write {path}: the folder {folder} {why}")
+    return out
+
+
 def window_options(required: bool, what: str, end_note: str = "exclusive"):
     """--from and --to, as epoch ms."""
     start = click.option(
@@ -91,7 +131,7 @@ def window_options(required: bool, what: str, end_note: str = "exclusive"):
         "start",
         type=TIME,
         required=required,
-        help=f"{what} from this time: ISO 8601 with an offset, or epoch ms.",
+        help=f"{what} from this time: ISO 8601 with an offset, or epoch s, ms or us (1793491200s).",
     )
     end = click.option(
         "--to", "end", type=TIME, required=required, help=f"{what} up to this time ({end_note})."

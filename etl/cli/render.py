@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -27,16 +29,65 @@ def echo_json(value: Any) -> None:
     )
 
 
-def echo_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
+WIDEST = 48  # characters of a table cell; a longer one is cut, and ends with an ellipsis
+ELLIPSIS = "…"
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:?\d\d)?")
+_BREAKS = ' ,;:{}[]()"'  # a cut falls after one of these when one is near (not inside a word)
+
+
+def fit(text: str, width: int = WIDEST) -> str:
+    """`text` in about `width` characters: cut at a word's end when one is near, never inside a time stamp
+    (one that the cut would fall in is kept whole), with an ellipsis that says so."""
+    if len(text) <= width:
+        return text
+    cut = width - len(ELLIPSIS)
+    stamp = next((m for m in _STAMP.finditer(text) if m.start() < cut < m.end()), None)
+    if stamp is not None:  # the whole stamp stays: a cell may be a few characters wider
+        cut = stamp.end()
+        if cut == len(text):
+            return text
+    else:
+        near = max(text.rfind(c, 0, cut) for c in _BREAKS) + 1
+        if near > cut - 16:
+            cut = near
+    return text[:cut].rstrip() + ELLIPSIS
+
+
+def echo_table(rows: list[dict], columns: Iterable[str] | None = None, numeric: Iterable[str] = ()) -> None:
+    """Rows as aligned columns (`numeric` ones to the right); cells cut by `fit`."""
     if not rows:
         click.echo("(nothing)")
         return
     columns = list(columns or rows[0].keys())
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [min(48, max(len(c), *(len(row[i]) for row in cells))) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    echo_cells(columns, [[_cell(r.get(c)) for c in columns] for r in rows], set(numeric))
+
+
+def echo_cells(columns: list[str], rows: list[list[str]], right: set[int] | set[str] = set()) -> None:  # noqa: B006
+    """Text cells under their column names (the columns in `right`, by name or position, to the right)."""
+    cells = [[fit(v) for v in row] for row in rows]
+    widths = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    flush_right = [i in right or c in right for i, c in enumerate(columns)]
+
+    def line(values: list[str]) -> str:
+        return "  ".join(
+            v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, flush_right, strict=True)
+        ).rstrip()
+
+    click.echo(line(columns))
     for row in cells:
-        click.echo("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        click.echo(line(row))
+
+
+def value_text(value: Any) -> str:
+    """A query result's value for people: stamps in ISO 8601 (Z for UTC), floats to 6 decimals, NULL."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        text = value.isoformat(sep="T", timespec="milliseconds" if value.microsecond else "seconds")
+        return text.replace("+00:00", "Z")
+    if isinstance(value, float):
+        return f"{value:.6g}" if value and abs(value) < 1e-3 else str(round(value, 6))
+    return _cell(value)
 
 
 def echo_record(record: dict) -> None:

@@ -11,10 +11,10 @@ from types import FrameType, ModuleType
 
 import click
 
-from etl.cli.params import SERIES_CHOICE, SHARD, config_option, window_options
+from etl.cli.params import SERIES_CHOICE, SHARD, TIME, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
-from etl.errors import EtlError
+from etl.errors import EtlError, Interrupted
 from etl.model import Shard
 
 
@@ -33,7 +33,12 @@ from etl.model import Shard
 @click.option(
     "--scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://127.0.0.1:8786 (implies dask)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the summary as JSON on stdout, whatever the outcome (status, error and exit_code in it).",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @click.option(
     "--metrics-file",
@@ -55,12 +60,13 @@ def run(
     metrics_file: str | None,
 ) -> None:
     """Fetch new data, write it, checkpoint it."""
-    import etl
+    try:
+        config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
+        import etl
 
-    with _without_pandas():
-        try:
+        with _without_pandas():
             summary = etl.run(
-                config_path,
+                config,
                 start=start,
                 end=end,
                 full_refresh=full_refresh,
@@ -70,13 +76,18 @@ def run(
                 progress=progress,
                 metrics_file=metrics_file,
             )
-        except EtlError as exc:
-            done = exc.summary or {}
-            if done.get("series") or done.get("failed_window_count"):
-                click.echo(summary_text(done), err=True)  # what got done; else the error says it
-            raise
+    except EtlError as exc:
+        done = exc.summary or {}
+        if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
+            status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
+            echo_json(
+                {**done, "status": status, "error": done.get("error") or str(exc), "exit_code": exc.exit_code}
+            )
+        elif done.get("series") or done.get("failed_window_count"):
+            click.echo(summary_text(done), err=True)  # what got done; else the error says it
+        raise
     if as_json:
-        echo_json(summary.as_dict())
+        echo_json({**summary.as_dict(), "exit_code": 0})
     else:
         click.echo(summary_text(summary.as_dict()))
 
@@ -124,23 +135,31 @@ def plan_cmd(
     config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
 ) -> None:
     """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config_path, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
     click.echo(plan_text(summary.as_dict()))
 
 
 @click.command("compact")
 @config_option
 def compact_cmd(config_path: str) -> None:
-    """Merge the files of each partition into one (after sharded runs; lake tables: bin-pack small
-    files in a new version); holds the state lock."""
+    """Move the rows of files of another layout (shards' files, files of an older sink.buckets) into the
+    current layout's files: sink.buckets files per partition; an unsharded dataset already has that
+    layout. Lake tables: bin-pack small files in a new version. Holds every state lock of the source."""
     from etl.pipeline import maintenance
 
     config = load_config(config_path, offline=True)
     done = maintenance.compact(config)
     if config.sink.lake:
         click.echo(f"compacted {done.tables} table(s): {sum(done.files.values())} file(s) rewritten")
+        return
+    if not done.partitions:
+        click.echo(
+            f"nothing to compact: every partition holds only its {config.sink.buckets} bucket file(s) "
+            f"(sink.buckets); {done.temp_files_removed} temp file(s) removed"
+        )
         return
     click.echo(
         f"compacted {done.partitions} partition(s): {sum(done.files.values())} file(s) merged away, "
@@ -211,10 +230,18 @@ def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
 @config_option
 @click.option("--param", "params", type=int, multiple=True, metavar="ID", help="Only these parameter ids.")
 @click.option("--series", "series", type=SERIES_CHOICE, multiple=True, help="Only these series.")
+@click.option(
+    "--from", "since", type=TIME, help="Only from this time on (ISO 8601 with an offset, or an epoch number)."
+)
 @shard_option
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def state_reset(
-    config_path: str, params: tuple[int, ...], series: tuple[str, ...], shard: Shard | None, yes: bool
+    config_path: str,
+    params: tuple[int, ...],
+    series: tuple[str, ...],
+    since: int | None,
+    shard: Shard | None,
+    yes: bool,
 ) -> None:
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
     store = _store(config_path, shard)
@@ -222,6 +249,6 @@ def state_reset(
         click.confirm("Forget these checkpoints?", abort=True)
     with store.lock():
         current = store.load()
-        removed = current.reset(set(params) or None, set(series) or None)
+        removed = current.reset(set(params) or None, set(series) or None, since)
         store.replace(current)
     click.echo(f"removed {removed} checkpoint(s)")

@@ -31,7 +31,7 @@ from etl.client.series import SMALL_ANSWER, JsonArray, decode_points, parse_cand
 from etl.client.session import Session
 from etl.errors import InvalidArgument
 from etl.model import ParamKind, Series
-from etl.timeutil import DAY_MS, to_ms
+from etl.timeutil import DAY_MS, now_ms, to_ms
 
 Time = datetime | int | str
 RAW_WINDOW_MAX_MS = DAY_MS
@@ -150,6 +150,11 @@ class MonitoringClient:
 
     async def _post(self, path: str, *, expect_json: bool = True, **params: Any) -> Any:
         return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
+
+    def server_now(self) -> int:
+        """The server's time now (epoch ms), as the Date header of its last sign-in answer tells it; our
+        own clock when it sent none (or before the first sign-in)."""
+        return now_ms() + (self.session.auth.clock_offset or 0)
 
     # 4.1 sign-in ------------------------------------------------------------------------------
     async def sign_in(self) -> User | None:
@@ -433,6 +438,9 @@ class SyncMonitoringClient:
     @property
     def caps(self) -> AnswerCaps:
         return self._client.caps
+
+    def server_now(self) -> int:
+        return self._client.server_now()
 
     sign_in = _blocking(MonitoringClient.sign_in)
     objects_short = _blocking(MonitoringClient.objects_short)

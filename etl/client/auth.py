@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
+from email.utils import parsedate_to_datetime
 from http.cookies import SimpleCookie
 from typing import Any, Literal
 
@@ -23,6 +24,7 @@ from etl.client.retry import ClientStats
 from etl.client.series import decode_json
 from etl.errors import AuthError, ConfigError, SessionRejected
 from etl.support import redact
+from etl.timeutil import now_ms
 
 SignIn = Literal["query", "form"]
 SESSION_COOKIES = ("SEMSESSIONID", "issToken")
@@ -60,6 +62,7 @@ class SessionAuth(httpx.Auth):
         self, base_url: str, username: str, password: str, stats: ClientStats, sign_in: SignIn = "query"
     ) -> None:
         redact.register(password)
+        redact.register_public(username)
         self.base_url = base_url
         self.username = username
         self._password = password
@@ -68,6 +71,9 @@ class SessionAuth(httpx.Auth):
         self.user: User | None = None
         self.cookie: str | None = None  # the Cookie header of the live session
         self._signed_in = False  # once: later sign-ins are re-sign-ins
+        # The server's clock less ours (ms), from the Date header of the last sign-in answer; None when the
+        # server sent none. Date is whole seconds, cut down: the server's time is this or up to 1 s later.
+        self.clock_offset: int | None = None
         self._lock = asyncio.Lock()  # one sign-in at a time; the others wait and use its session
 
     def sign_in_request(self, extensions: dict[str, Any]) -> httpx.Request:
@@ -150,7 +156,21 @@ class SessionAuth(httpx.Auth):
         if len(values) != len(SESSION_COOKIES):
             raise AuthError("sign-in answered without the SEMSESSIONID and issToken session cookies")
         redact.register(*values.values())
+        self.clock_offset = _clock_offset(response.headers.get("date"))
         body = decode_json(response.content)
         self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
         self.cookie = "; ".join(f"{k}={v}" for k, v in values.items())
         self._signed_in = True
+
+
+def _clock_offset(date: str | None) -> int | None:
+    """The server's clock less ours, in ms, from an HTTP Date header; None if there is none to read."""
+    if not date:
+        return None
+    try:
+        sent = parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if sent.tzinfo is None:  # RFC 9110 dates are GMT; an obsolete form without a zone is too
+        return None
+    return int(sent.timestamp() * 1000) - now_ms()

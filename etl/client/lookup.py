@@ -23,5 +23,6 @@ async def find_param(client: MonitoringClient, param_id: int) -> Param:
             if param.id == param_id:
                 return Param(param.id, int(param.object_id or 0), ParamKind(param.kind))
     raise ConfigError(
-        f"parameter {param_id} is in neither parameter list (physical, calculated) of this login"
+        f"parameter {param_id} does not exist or is not visible to this login (in neither its physical "
+        "nor its calculated parameter list)"
     )

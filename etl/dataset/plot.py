@@ -10,7 +10,7 @@ import pyarrow.dataset as ds
 from etl.config import Config
 from etl.dataset.gaps import with_breaks
 from etl.dataset.names import lookup
-from etl.errors import DataError
+from etl.errors import DataError, StorageError
 from etl.model import TS, Series
 from etl.pipeline.build import Build
 from etl.support.optional import require
@@ -81,6 +81,10 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()
     fig.tight_layout()
-    fig.savefig(out, dpi=110, metadata={"Title": title, "Description": f"{len(gaps)} gaps"})
-    plt.close(fig)
+    try:
+        fig.savefig(out, dpi=110, metadata={"Title": title, "Description": f"{len(gaps)} gaps"})
+    except OSError as exc:
+        raise StorageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
     return points

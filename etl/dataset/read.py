@@ -13,7 +13,7 @@ from etl.config import Config, load_config
 from etl.dataset.query import connect, views
 from etl.errors import ConfigError
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
-from etl.timeutil import to_ms
+from etl.timeutil import parse_time
 
 Time = datetime | int | str
 NAMES = ("object_name", "param_name", "unit")
@@ -31,7 +31,8 @@ def read(
     """The config's source's rows of one series (or of the quality dataset), sorted by parameter and
     time, from any sink format (Parquet, CSV, Delta, Iceberg; local or object storage).
 
-    `start`/`end` keep `ts` in [start, end) (ISO 8601 with an offset, an aware datetime or epoch ms; the
+    `start`/`end` keep `ts` in [start, end) (ISO 8601 with an offset, an aware datetime, or epoch seconds,
+    ms or us told apart by size; the
     quality dataset is kept by `date`); `params` keeps these parameter ids; `named` adds `object_name`,
     `param_name` and `unit` from the reference tables. `ts` is a timezone-aware UTC column.
     """
@@ -49,7 +50,10 @@ def read(
         if bound is not None:
             cast = "cast(to_timestamp(? / 1000) as date)" if time == "date" else "to_timestamp(? / 1000)"
             where.append(f"{time} {op} {cast}")
-            values.append(to_ms(bound))
+            try:
+                values.append(parse_time(bound))
+            except ValueError as exc:
+                raise ConfigError(f"{'start' if op == '>=' else 'end'}: {exc}") from None
     ids = sorted({int(p) for p in params}) if params is not None else None
     if ids is not None:
         where.append("list_contains(?, param_id)")

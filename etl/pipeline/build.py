@@ -32,7 +32,7 @@ from etl.sinks.layout import Layout
 from etl.state import StateStore
 from etl.storage.files import Storage
 from etl.support import redact
-from etl.timeutil import now_ms
+from etl.timeutil import ms_to_datetime, now_ms
 
 if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
     from etl.sinks.lake import Lake
@@ -48,6 +48,9 @@ class Build:
         self.config = config
         self.shard = shard
         self.run_id = ""  # the run's id, set by its Runner: lake commits name the run that made them
+        # The run's window end once the server's clock has cut it (set by its Runner): quality rows
+        # describe a day up to there, not up to a window.end still in the future.
+        self.window_end: int | None = None
 
     # -- the platform ------------------------------------------------------------------------------
 
@@ -177,9 +180,8 @@ class Build:
 
     def _tracker(self, slab: Slab) -> QualityTracker:
         window = self.config.window
-        return QualityTracker(
-            slab.windows, self.config.source.name, (window.start_ms, window.end_ms(now_ms()))
-        )
+        end = self.window_end if self.window_end is not None else window.end_ms(now_ms())
+        return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, end))
 
     def write_dimensions(self, tables: dict[str, Rows]) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""
@@ -225,4 +227,7 @@ class Build:
                 "ca_bundle": config.source.ca_bundle.resolve() if config.source.ca_bundle else None,
             }
         )
-        return config.model_copy(update={"sink": sink, "source": source})
+        update: dict[str, object] = {"sink": sink, "source": source}
+        if self.window_end is not None:
+            update["window"] = config.window.model_copy(update={"end": ms_to_datetime(self.window_end)})
+        return config.model_copy(update=update)

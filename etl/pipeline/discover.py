@@ -59,10 +59,19 @@ class _Selection:
         self.exclude = set(wanted.exclude_ids)
         self.tags = None if wanted.tags is None else set(wanted.tags)
         self.found = (array("q"), array("q"), array("b"))  # id, object_id, kind (position in PARAM_KINDS)
+        # What the listings held of the ids and tags asked for, whatever the other filters: an id or tag
+        # that no listing holds is a mistake to name, not an empty selection to export silently.
+        self.ids_listed: set[int] = set()
+        self.tags_listed: set[str] = set()
         self.seen = _Seen()
         self.rows = Rows("parameters")
 
     def take(self, page: list[Parameter]) -> None:
+        if self.ids is not None:
+            self.ids_listed.update(p.id for p in page if p.id in self.ids)
+        if self.tags is not None:
+            for p in page:
+                self.tags_listed.update(self.tags.intersection(p.meta.get("tags") or ()))
         page = [
             p
             for p in page
@@ -81,6 +90,20 @@ class _Selection:
             objects.append(p.object_id)
         kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
         self.rows.add([p.raw() for p in page])
+
+    def check(self, username: str) -> None:
+        """Names the ids and tags asked for that no listing of the selected objects holds."""
+        kinds = "/".join(sorted(self.kinds))
+        if self.ids is not None and (missing := sorted(self.ids - self.ids_listed)):
+            raise ConfigError(
+                f"config error: select.parameters.ids: parameter(s) {', '.join(map(str, missing))} not among "
+                f"the {kinds} parameters of the selected objects visible to login {username!r}"
+            )
+        if self.tags and not self.tags_listed:  # one tag unused is a choice; none used, a mistake
+            raise ConfigError(
+                f"config error: select.parameters.tags: no {kinds} parameter of the selected objects has "
+                f"any of the tags {', '.join(map(repr, sorted(self.tags)))}"
+            )
 
     def params(self) -> Params:
         ids, objects, kinds = (np.array(column) for column in self.found)  # int64, int64, int8
@@ -206,6 +229,7 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
             await _search_or_list(client, object_ids, selection)
         else:
             await _per_object(client, object_ids, selection.kinds, selection)
+        selection.check(client.session.username)
     except BaseException:
         records.close()  # their spooled pages
         selection.rows.close()

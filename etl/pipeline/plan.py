@@ -21,7 +21,20 @@ import numpy as np
 
 from etl.model import SERIES, Params, Series, Windows, bucket_of, cut_columns, union
 from etl.state import Coverage
-from etl.timeutil import DAY_MS
+from etl.timeutil import DAY_MS, MINUTE_MS, SECOND_MS
+
+# A window is covered only up to what the server could have served when it was asked: its clock at the
+# run's sign-in, less this margin, whatever window.end or --to say. The server's clock comes from its Date
+# header (whole seconds, cut down), or is ours when it sends none, which NTP keeps within a second but an
+# unsynchronised machine lets drift: a minute covers both. Points that reach the server late are the
+# overlap's job (window.overlap), not the margin's; the margin costs nothing, as the next run starts there.
+HORIZON_MARGIN_MS = MINUTE_MS
+
+
+def horizon(server_now: int) -> int:
+    """The latest end a window may be checkpointed with, given the server's time now (whole seconds, as
+    the Date header tells it)."""
+    return (server_now - HORIZON_MARGIN_MS) // SECOND_MS * SECOND_MS
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.client import MonitoringClient
-from etl.errors import ConfigError
+from etl.errors import ConfigError, StorageError
 from etl.model import Param, Series, Window, cut
 from etl.pipeline.clean import clean, to_table
 from etl.pipeline.fetch import fetch_window
@@ -34,9 +34,13 @@ async def pull(
 
 
 def save(table: pa.Table, path: Path) -> None:
-    if path.suffix == ".parquet":
-        pq.write_table(table, path, compression="zstd")
-    elif path.suffix == ".csv":
-        path.write_bytes(CsvFormat().encode(table))
-    else:
+    suffix = path.suffix.lower()
+    if suffix not in (".parquet", ".csv"):
         raise ConfigError(f"output {path}: name it .csv or .parquet")
+    try:
+        if suffix == ".parquet":
+            pq.write_table(table, path, compression="zstd")
+        else:
+            path.write_bytes(CsvFormat().encode(table))
+    except OSError as exc:
+        raise StorageError(f"cannot write {path}: {exc.strerror or str(exc).splitlines()[0]}") from None

@@ -35,19 +35,21 @@ from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
-from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.pipeline.identity import check_source_identity
+from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import SlabJob, SlabResult
 from etl.state.coverage import Coverage, intervals_of
 from etl.storage import spools
 from etl.support import allocator, redact
-from etl.timeutil import iso, now_ms, to_ms
+from etl.timeutil import iso, now_ms, parse_time
 
 if TYPE_CHECKING:  # the lake modules load for lake formats only
     from etl.sinks.lake.committer import Committer, Landed
 
 __all__ = ["RunOptions", "RunSummary", "Runner", "run"]
 
+HORIZON_MARGIN_S = HORIZON_MARGIN_MS // 1000
 MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
 
 log = logging.getLogger("etl")
@@ -166,6 +168,39 @@ class Runner:
             raise ConfigError(f"nothing to do: window start {iso(start)} is not before its end {iso(end)}")
         return start, end
 
+    def _up_to_the_server_clock(self, start: int, end: int, server_now: int, coverage: Coverage) -> int:
+        """The window's end, cut where the server's clock stands (less a margin): a window is never
+        checkpointed past what the server could have served. Names checkpoints already past it."""
+        limit = horizon(server_now)
+        ahead = coverage.end > limit
+        if ahead.any():
+            keys = len(np.unique(coverage.key[ahead]))
+            self.summary.warnings["checkpoints_past_the_server_clock"] = keys
+            log.warning(
+                "checkpoints of %d (parameter, series) reach %s, past the server's clock (%s): a run whose "
+                "window ended in the future set them, and points since that run were never fetched; repair: "
+                "etl state reset -c CONFIG --from TIME (TIME: when that run started, see _runs/), then run again",
+                keys,
+                iso(int(coverage.end[ahead].max())),
+                iso(server_now),
+            )
+        if end <= limit:
+            return end
+        if start >= limit:
+            raise ConfigError(
+                f"nothing to fetch yet: the window starts at {iso(start)}, after the server's clock "
+                f"({iso(server_now)}) less {HORIZON_MARGIN_S} s"
+            )
+        if self.options.end is not None or self.config.window.end != "now":
+            log.warning(
+                "the window's end %s is in the future (the server's clock: %s): fetching up to %s; "
+                "the next run picks up from there",
+                iso(end),
+                iso(server_now),
+                iso(limit),
+            )
+        return limit
+
     def _scheduler(self) -> str | None:
         """The Dask scheduler to use, or None to run here."""
         kind = self.options.executor or ("dask" if self.options.scheduler else self.config.executor.kind)
@@ -223,11 +258,19 @@ class Runner:
         async with self.build.client(summary.client) as client:
             try:
                 await client.sign_in()
+                server_now = client.server_now()
                 found = await discover(client, self.config.select)
             finally:
                 if recovering is not None:
                     await recovering
+            # After recovery: the checkpoints the lake tables carry are checked against the clock too.
+            end = self._up_to_the_server_clock(start, end, server_now, coverage)
+            summary.window = (start, end)
+            # Quality rows describe the config's window (a backfill's --to does not end a day early), cut
+            # at the server's clock too.
+            self.build.window_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
             allocator.trim()
+            await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
             mine = found.params.of_shard(shard)
@@ -425,16 +468,17 @@ def run(
 ) -> RunSummary:
     """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
 
-    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, a datetime or
-    epoch ms) backfill another window; `shard` ("I/N") takes one shard of the parameters; `executor`
+    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
+    datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
+    a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
     in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
     or is interrupted (its `summary` holds what got done); never exits the process.
     """
     config = config if isinstance(config, Config) else load_config(config)
     options = RunOptions(
-        start=None if start is None else to_ms(start),
-        end=None if end is None else to_ms(end),
+        start=None if start is None else _time(start, "start"),
+        end=None if end is None else _time(end, "end"),
         full_refresh=full_refresh,
         shard=Shard.parse(shard) if isinstance(shard, str) else shard,
         progress=progress,
@@ -468,6 +512,13 @@ def run(
     if metrics_file is not None and not dry_run:
         metrics.write(str(metrics_file), summary.as_dict(), config.source.name, ExitCode.OK)
     return summary
+
+
+def _time(value: Time, name: str) -> int:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
 
 
 def _stopped(exc: BaseException) -> bool:

@@ -88,14 +88,23 @@ class Coverage:
         pick = self.key % 4 == _CODE[Series(series)]
         return self.key[pick] // 4, self.start[pick], self.end[pick]
 
-    def reset(self, param_ids: set[int] | None = None, series: set[str] | None = None) -> int:
-        """Forget the coverage of these parameters and series (None: all); returns the keys forgotten."""
+    def reset(
+        self, param_ids: set[int] | None = None, series: set[str] | None = None, since: int | None = None
+    ) -> int:
+        """Forget the coverage of these parameters and series (None: all), from `since` on (None: all of
+        it); returns the keys (parameter, series) that lost any."""
         doomed = np.ones(len(self.key), bool)
         if param_ids is not None:
             doomed &= np.isin(self.key // 4, list(param_ids))
         if series is not None:
             doomed &= np.isin(self.key % 4, [_CODE[Series(s)] for s in series])
+        if since is not None:
+            doomed &= self.end > since
         forgotten = len(Coverage(self.key[doomed]))
+        if since is not None:  # an interval across `since` keeps its part before it
+            cut = doomed & (self.start < since)
+            self.end = np.where(cut, since, self.end)
+            doomed &= ~cut
         self.key, self.start, self.end = self.key[~doomed], self.start[~doomed], self.end[~doomed]
         return forgotten
 

@@ -371,8 +371,11 @@ class Storage:
     def check_writable(self) -> None:
         """Fail before fetching anything if the location cannot be written."""
         probe = f".probe-{uuid.uuid4().hex[:8]}{TMP_SUFFIX}"  # a temp name: a killed run's probe is swept too
-        self.write_atomic(probe, b"")
-        self.remove(probe)
+        try:
+            self.write_atomic(probe, b"")
+            self.remove(probe)
+        except StorageError as exc:  # the user's folder, not our probe's name, is what to name
+            raise StorageError(str(exc).replace(self.display(probe), self.display())) from None
 
     def remove_temp_files(self) -> int:
         """Leftovers of killed writers (local only: object stores have no temp names). Temp files of

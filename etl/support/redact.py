@@ -10,6 +10,7 @@ from urllib.parse import unquote
 MASK = "***"
 _lock = threading.Lock()
 _secrets: set[str] = set()
+_public: set[str] = set()  # words shown as they are though they contain a secret (a username)
 # Also catch secrets we were never told about, in URLs and cookie headers.
 _PATTERNS = [
     (re.compile(r"(password=)[^&\s'\"]*", re.IGNORECASE), r"\1" + MASK),
@@ -27,6 +28,13 @@ def register(*values: str | None) -> None:
         _secrets.update(v for v in values if v and len(v) >= 3)
 
 
+def register_public(*values: str | None) -> None:
+    """Remember words that are not secret though a secret may be part of them: a username ("demo1" with the
+    password "demo") stays whole. One that equals a secret is still masked."""
+    with _lock:
+        _public.update(v for v in values if v)
+
+
 def url_passwords(url: str) -> list[str]:
     """The password of a URL with credentials, as written and percent-decoded (empty: none)."""
     found = _URL_PASSWORD.match(url.strip())
@@ -38,6 +46,14 @@ def url_passwords(url: str) -> list[str]:
 def redact(text: str) -> str:
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
+    words = [w for w in _public if w in text and any(s in w and s != w for s in _secrets)]
+    if words:  # the public words stay; the text between them is redacted
+        parts = re.split("(" + "|".join(map(re.escape, sorted(words, key=len, reverse=True))) + ")", text)
+        return "".join(part if i % 2 else _mask(part) for i, part in enumerate(parts))
+    return _mask(text)
+
+
+def _mask(text: str) -> str:
     for secret in sorted(_secrets, key=len, reverse=True):
         if secret in text:
             text = text.replace(secret, MASK)

@@ -67,7 +67,7 @@ def test_query_registers_series_dimension_and_named_views(lake):
     assert set(invoke("query", "-c", str(lake)).split()) == VIEWS
     for series in SERIES:
         count = invoke("query", "-c", str(lake), f"select count(*) as n from {series}").split()
-        assert count == ["n", str(want(series).num_rows)], series
+        assert count == ["n", str(want(series).num_rows), "(1", "row)"], series
     # *_named joins names to ids: every row named, as the dimension tables spell them
     named = invoke(
         "query",
@@ -76,15 +76,16 @@ def test_query_registers_series_dimension_and_named_views(lake):
         "select param_id, param_name, object_name, count(*) as n from raw_named "
         "group by all order by param_id",
     )
-    lines = named.splitlines()
+    *lines, count = named.splitlines()
     assert lines[0].split() == ["param_id", "param_name", "object_name", "n"] and len(lines) == 1 + 8
+    assert count == "(8 rows)"
     con = duckdb.connect()
     names = dict(
         con.sql(f"select id, name from '{lake.parent}/out/dimensions/parameters/*.parquet'").fetchall()
     )
     for line in lines[1:]:
         param_id, *_ = line.split()
-        assert names[int(param_id)] in line and "None" not in line and "NaN" not in line
+        assert names[int(param_id)] in line and "NULL" not in line and "NaN" not in line
 
 
 def test_query_writes_csv_and_parquet(lake, tmp_path):
@@ -128,7 +129,7 @@ def test_pull_is_chunked_and_retried_with_the_connection_from_env(fresh_emulator
     invoke(
         "pull",
         "1501",
-        "--kind",
+        "--series",
         "candles",
         "--from",
         START,
@@ -165,7 +166,7 @@ def test_plot_writes_a_png_of_a_series(lake, tmp_path):
             START,
             "--to",
             END,
-            "--kind",
+            "--series",
             series,
             "-o",
             str(png),
@@ -214,3 +215,15 @@ def test_plot_titles_with_object_parameter_and_unit_and_breaks_lines_at_gaps(lak
         assert info["Title"] == f"{title}: raw", info
         assert info["Description"] == "2 gaps"  # the emulator's gap of each day, drawn as a break
         assert unit is None or unit in title
+
+
+def test_query_prints_a_table_with_its_row_count(lake):
+    rows = invoke(
+        "query", "-c", str(lake), "select param_id, ts, value from raw order by param_id, ts"
+    ).splitlines()
+    assert rows[0].split() == ["param_id", "ts", "value"] and len(rows) == 1 + 100 + 1
+    assert rows[1].split()[1].endswith("Z") and rows[-1].startswith("(the first 100 rows; more follow")
+    assert invoke("query", "-c", str(lake), "select * from raw where false").splitlines() == [
+        "source  object_id  param_id  kind  ts  value  date",
+        "(no rows)",
+    ]

@@ -9,11 +9,13 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.support.cli import etl, etl_process
+from tests.support.cli import connection_env, etl, etl_process
 from tests.support.configs import config_dict, make_config, write_config
 from tests.support.pipeline import run
 
@@ -34,11 +36,11 @@ def existing(golden, tmp_path) -> Path:
 
 
 def snapshot(out: Path) -> dict[str, bytes]:
-    # The lock file records its last holder; it is not output and not a checkpoint.
+    # A lock file records its last holder (a refused run may have taken one); not output, not a checkpoint.
     return {
         p.relative_to(out).as_posix(): p.read_bytes()
         for p in sorted(out.rglob("*"))
-        if p.is_file() and p.relative_to(out).as_posix() != "_state/127.0.0.1/lock"
+        if p.is_file() and not (p.name == "lock" and p.parent.parent.name == "_state")
     }
 
 
@@ -70,96 +72,243 @@ def not_a_dir(tmp_path: Path) -> str:
     return str(blocker / "out")
 
 
-# (name, change to the config dict, extra CLI args, exit code, words the error line must hold)
+@dataclass(frozen=True)
+class Case:
+    """One bad input: `etl ARGV` (default `run -c CONFIG`) against a copy of a good run's output, with the
+    config changed by `mutate(data, folder)` and its YAML text by `text`; `code` and `words` are what the
+    one error line must say."""
+
+    name: str
+    code: int
+    words: list[str]
+    mutate: Callable[[dict, Path], object] = lambda d, t: None
+    argv: Callable[[Path, str], list[str]] | None = None  # (folder, config path) -> arguments
+    text: Callable[[str], str] = lambda y: y
+
+
+def unquoted_start(value: str) -> Callable[[str], str]:
+    """The YAML with window.start written unquoted (yaml.safe_dump quotes what reads as a timestamp)."""
+    return lambda y: y.replace("start: '2026-11-01T00:00:00Z'", f"start: {value}")
+
+
+def binary(folder: Path) -> str:
+    path = folder / "program.yaml"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(128, 256)))
+    return str(path)
+
+
+BUSY: dict[str, int] = {}  # the port of the emulator the table runs against: taken
+PULL = ["pull", "1001", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"]
+PLOT = ["1001", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z", "-o"]
+
 CASES = [
-    ("unknown key", lambda d, t: d["sink"].update(colour="red"), [], 2, ["sink.colour: unknown key"]),
-    ("wrong type", lambda d, t: d["extract"].update(concurrency="many"), [], 2, ["extract.concurrency"]),
-    ("wrong type (list)", lambda d, t: d.update(series="raw"), [], 2, ["series"]),
-    (
+    # configs: the README's list
+    Case("unknown key", 2, ["sink.colour: unknown key"], lambda d, t: d["sink"].update(colour="red")),
+    Case("wrong type", 2, ["extract.concurrency"], lambda d, t: d["extract"].update(concurrency="many")),
+    Case("wrong type (list)", 2, ["series"], lambda d, t: d.update(series="raw")),
+    Case(
         "naive time",
-        lambda d, t: d["window"].update(start="2026-11-01T00:00:00"),
-        [],
         2,
         ["window.start", "UTC offset"],
+        lambda d, t: d["window"].update(start="2026-11-01T00:00:00"),
     ),
-    (
+    Case(
         "start after end",
-        lambda d, t: d["window"].update(start="2026-11-05T00:00:00Z"),
-        [],
         2,
         ["window", "start must be before end"],
+        lambda d, t: d["window"].update(start="2026-11-05T00:00:00Z"),
     ),
-    (
+    Case(
         "--from after --to",
-        lambda d, t: None,
-        ["--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"],
         2,
         ["window start 2026-11-02", "is not before its end"],
+        argv=lambda t, c: ["run", "-c", c, "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-01T00:00:00Z"],
     ),
-    (
+    Case(
         "missing password file",
-        lambda d, t: d["source"].update(password=None, password_file=str(t / "nope")),
-        [],
         2,
         ["source.password_file", "nope"],
+        lambda d, t: d["source"].update(password=None, password_file=str(t / "nope")),
     ),
-    (
+    Case(
         "unset variable",
-        lambda d, t: d["source"].update(password="${ETL_NOT_SET_ANYWHERE}"),
-        [],
         2,
         ["source.password", "ETL_NOT_SET_ANYWHERE"],
+        lambda d, t: d["source"].update(password="${ETL_NOT_SET_ANYWHERE}"),
     ),
-    (
+    Case(
         "unreachable host",
-        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"),
-        [],
         4,
         ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"],
+        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"),
     ),
-    (
+    Case(
         "wrong password",
-        lambda d, t: d["source"].update(password="${ETL_WRONG_PASSWORD}"),
-        [],
         3,
         ["sign-in refused for user 'demo'", "check the username and password"],
+        lambda d, t: d["source"].update(password="${ETL_WRONG_PASSWORD}"),
     ),
-    (
+    Case(
         "unknown object",
-        lambda d, t: d["select"].update(objects=[1, 99]),
-        [],
         2,
         ["select.objects", "99 not visible to login"],
+        lambda d, t: d["select"].update(objects=[1, 99]),
     ),
-    (
+    Case(
         "unwritable state",
-        lambda d, t: d.update(state={"path": not_a_dir(t)}),
-        [],
         7,
         ["cannot create the state lock", "a-file/out"],
+        lambda d, t: d.update(state={"path": not_a_dir(t)}),
+    ),
+    # issue 21: read wrongly without a word
+    Case(
+        "unknown parameter id",
+        2,
+        ["select.parameters.ids: parameter(s) 999999 not among"],
+        lambda d, t: d["select"].update(parameters={"ids": [1001, 999999]}),
+    ),
+    Case(
+        "tags no parameter has",
+        2,
+        ["select.parameters.tags: no", "'temprature'"],
+        lambda d, t: d["select"].update(parameters={"tags": ["temprature"]}),
+    ),
+    Case(
+        "the same server under another host name",
+        2,
+        ["source.name: the output already holds source '127.0.0.1'", "as source 'localhost'"],
+        lambda d, t: d["source"].update(base_url=d["source"]["base_url"].replace("127.0.0.1", "localhost")),
+    ),
+    Case(
+        "an epoch number of no clear unit",
+        2,
+        ["--from", "cannot tell the unit of the epoch number 86400000"],
+        argv=lambda t, c: [
+            "pull",
+            "1001",
+            "--from",
+            "86400000",
+            "--to",
+            "1793577600",
+            "-o",
+            str(t / "x.csv"),
+        ],
+    ),
+    Case(
+        "query to an unknown format",
+        2,
+        ["output", "x.xlsx: name it FILE.csv or FILE.parquet"],
+        argv=lambda t, c: ["query", "-c", c, "select 1", "-o", str(t / "x.xlsx")],
+    ),
+    Case(
+        "pull to an unknown format",
+        2,
+        ["x.txt: name it FILE.csv or FILE.parquet"],
+        argv=lambda t, c: [*PULL, "-o", str(t / "x.txt")],
+    ),
+    Case(
+        "plot to an unknown format",
+        2,
+        ["x.jpg: name it FILE.png or FILE.svg"],
+        argv=lambda t, c: ["plot", "-c", c, *PLOT, str(t / "x.jpg")],
+    ),
+    # issue 21: a typo in a required key hides itself
+    Case(
+        "typo in a required key",
+        2,
+        ["2 problems: sorce: unknown key (did you mean source?); source: required key is missing"],
+        lambda d, t: d.update(sorce=d.pop("source")),
+    ),
+    Case(
+        "typo in a nested key",
+        2,
+        ["sink.pth: unknown key (did you mean path?); sink.path: required key is missing"],
+        lambda d, t: d["sink"].update(pth=d["sink"].pop("path")),
+    ),
+    Case(
+        "a key in the wrong section",
+        2,
+        ["objects: unknown key (did you mean select.objects?)"],
+        lambda d, t: d.update(objects="none"),
+    ),
+    # issue 21: exit 70 for ordinary mistakes
+    Case(
+        "month 13, unquoted",
+        2,
+        ["window.start", "month value is outside"],
+        text=unquoted_start("2026-13-01T00:00:00Z"),
+    ),
+    Case(
+        "February 30, unquoted",
+        2,
+        ["window.start", "day value is outside"],
+        text=unquoted_start("2026-02-30T00:00:00Z"),
+    ),
+    Case(
+        "pull into a missing folder",
+        7,
+        ["cannot write", "nodir/x.parquet: the folder", "does not exist"],
+        argv=lambda t, c: [*PULL, "-o", str(t / "nodir" / "x.parquet")],
+    ),
+    Case(
+        "query into a missing folder",
+        7,
+        ["nodir/x.csv: the folder", "does not exist"],
+        argv=lambda t, c: ["query", "-c", c, "select 1", "-o", str(t / "nodir" / "x.csv")],
+    ),
+    Case(
+        "plot into a missing folder",
+        7,
+        ["nodir/x.png: the folder", "does not exist"],
+        argv=lambda t, c: ["plot", "-c", c, *PLOT, str(t / "nodir" / "x.png")],
+    ),
+    Case(
+        "report into a missing folder",
+        7,
+        ["nodir/r.html: the folder", "does not exist"],
+        argv=lambda t, c: ["report", "-c", c, "-o", str(t / "nodir" / "r.html")],
+    ),
+    Case("a binary config", 2, ["program.yaml: not a text file"], argv=lambda t, c: ["run", "-c", binary(t)]),
+    Case("a folder as the config", 2, ["is a directory"], argv=lambda t, c: ["run", "-c", str(t)]),
+    Case(
+        "an https URL to an http server",
+        4,
+        ["TLS: no TLS handshake with https://127.0.0.1:", "not https://"],
+        lambda d, t: d["source"].update(base_url=d["source"]["base_url"].replace("http://", "https://")),
+    ),
+    # issue 21: rough edges
+    Case(
+        "the emulator on a busy port",
+        2,
+        ["--port: cannot listen on 127.0.0.1:", "Address already in use"],
+        argv=lambda t, c: ["emulator", "serve", "--port", str(BUSY["port"])],
+    ),
+    Case(
+        "api: an object that is not there",
+        2,
+        ["object 99 does not exist or is not visible to this login"],
+        argv=lambda t, c: ["api", "object", "99"],
     ),
 ]
 
 
 @pytest.fixture(scope="module")
 def launched(emulator, golden, tmp_path_factory) -> dict[str, tuple[subprocess.Popen, Path, dict]]:
-    """Every case's run, started at once: CLI start-up dominates, and two cores share it out."""
+    """Every case, started at once: CLI start-up dominates, and two cores share it out."""
     runs = {}
-    for name, mutate, args, _, _ in CASES:
+    BUSY["port"] = emulator.port
+    for case in CASES:
         folder = tmp_path_factory.mktemp("case")
         out = folder / "out"
         shutil.copytree(golden, out)
         data = config_dict(emulator.base_url, out)
         data["source"]["password"] = "${ETL_PASSWORD}"
-        mutate(data, folder)
-        proc = etl_process(
-            "run",
-            "-c",
-            str(write_config(folder / "c.yaml", data)),
-            *args,
-            env={"ETL_WRONG_PASSWORD": "not-the-password-123"},
-        )
-        runs[name] = (proc, out, snapshot(out))
+        case.mutate(data, folder)
+        config = folder / "c.yaml"
+        config.write_text(case.text(yaml.safe_dump(data)))
+        argv = case.argv(folder, str(config)) if case.argv else ["run", "-c", str(config)]
+        env = {"ETL_WRONG_PASSWORD": "not-the-password-123", **connection_env(emulator.base_url)}
+        runs[case.name] = (etl_process(*argv, env=env), out, snapshot(out))
     yield runs
     for proc, _, _ in runs.values():
         if proc.poll() is None:
@@ -167,13 +316,15 @@ def launched(emulator, golden, tmp_path_factory) -> dict[str, tuple[subprocess.P
             proc.communicate()
 
 
-@pytest.mark.parametrize("name, code, words", [(c[0], c[3], c[4]) for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    "name, code, words", [(c.name, c.code, c.words) for c in CASES], ids=[c.name for c in CASES]
+)
 def test_bad_input_gives_one_line_and_touches_nothing(launched, name, code, words):
     proc, out, before = launched[name]
     stdout, stderr = proc.communicate(timeout=120)
     result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     assert_one_error_line(result, code, *words)
-    assert "not-the-password-123" not in stderr
+    assert "internal error" not in stderr and "not-the-password-123" not in stderr
     assert_untouched(out, before)
 
 
@@ -189,7 +340,8 @@ def test_unwritable_output_path(emulator, tmp_path):
     data = config_dict(emulator.base_url, Path(not_a_dir(tmp_path)))
     data["source"]["password"] = "${ETL_PASSWORD}"
     result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
-    assert_one_error_line(result, 7, "cannot write", "a-file/out", "Not a directory")
+    assert_one_error_line(result, 7, "cannot write", "a-file/out: Not a directory")
+    assert ".probe" not in result.stderr  # the user's path, not the name of our test file in it
     assert (tmp_path / "a-file").read_text() == "not a folder"
 
 
@@ -240,3 +392,22 @@ def test_usage_errors_exit_2(tmp_path):
     assert result.returncode == 2 and "No such option" in result.stderr and "Traceback" not in result.stderr
     result = etl("run", "-c", str(tmp_path / "missing.yaml"))
     assert_one_error_line(result, 2, "missing.yaml: no such file")
+
+
+def test_json_summary_is_on_stdout_whatever_the_outcome(emulator, existing, tmp_path):
+    """--json: a failed run prints its summary too, its status, error and exit code in it."""
+    data = config_dict(emulator.base_url, existing, select={"objects": [99]})
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), "--json")
+    assert result.returncode == 2
+    summary = json.loads(result.stdout)
+    assert (
+        summary["status"] == "failed" and summary["exit_code"] == 2 and "select.objects" in summary["error"]
+    )
+    assert summary["window"] and summary["run_id"]  # the run's own summary, as in _runs/
+    result = etl("run", "-c", str(tmp_path / "missing.yaml"), "--json")  # before any run began
+    assert json.loads(result.stdout) == {
+        "status": "failed",
+        "error": f"config error: {tmp_path / 'missing.yaml'}: no such file",
+        "exit_code": 2,
+    }

@@ -55,7 +55,7 @@ def test_series_command(env, capsys, kind, param_id, columns):
         "2026-11-01T00:00:00Z",
         "--to",
         "2026-11-01T06:00:00Z",
-        "--kind",
+        "--series",
         kind,
         "--json",
     )
@@ -99,3 +99,42 @@ def test_no_connection_and_wrong_password(monkeypatch, emulator, capsys):
     monkeypatch.setenv("ETL_PASSWORD", "s3cret-wrong")
     code, out, err = etl_main(capsys, "api", "objects")
     assert code == 3 and "s3cret-wrong" not in out + err and err.startswith("etl: error: sign-in refused")
+
+
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["object", "99"], "object 99 does not exist or is not visible to this login"),
+        (["units", "99"], "object 99 does not exist or is not visible to this login"),
+        (["params", "99"], "object 99 does not exist or is not visible to this login"),
+        (["commands", "99"], "device 99 does not exist or is not visible to this login"),
+        (["status", "99"], "parameter 99 does not exist or is not visible to this login"),
+        (["status", "1501"], "status is for physical parameters; 1501 is a calculated one"),
+        (
+            ["set-value", "1501", "1", "--yes"],
+            "setting a value is for physical parameters; 1501 is a calculated",
+        ),
+        (
+            ["run-command", "99", "1", "x", "--yes"],
+            "device 99 or its command 1 does not exist or is not visible",
+        ),
+        (
+            ["series", "99", "--from", "2026-11-01T00:00:00Z", "--to", "2026-11-02T00:00:00Z"],
+            "parameter 99 does not exist or is not visible to this login",
+        ),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_wrong_id_is_a_sentence_and_exit_2(env, capsys, args, sentence):
+    code, out, err = etl_main(capsys, "api", *args)
+    assert (code, out) == (2, "") and err.startswith(f"etl: error: {sentence}") and err.count("\n") == 1, err
+    assert "/db/" not in err  # never the raw route
+
+
+def test_kind_is_an_old_name_for_series_and_warns(env, capsys):
+    window = ["--from", "2026-11-01T00:00:00Z", "--to", "2026-11-01T06:00:00Z", "--json"]
+    code, out, err = etl_main(capsys, "api", "series", "1001", "--kind", "candles", *window)
+    assert code == 0 and set(json.loads(out)[0]) == {"ts", "open", "high", "low", "close"}
+    assert err == "etl: warning: --kind is now --series (the series: raw, average or candles)\n"
+    code, _, err = etl_main(capsys, "api", "series", "1001", "--kind", "raw", "--series", "average", *window)
+    assert code == 2 and "--kind raw and --series average disagree" in err

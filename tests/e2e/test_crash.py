@@ -6,6 +6,7 @@ import json
 import random
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from etl.config import parse_config
 from etl.storage.files import TMP_SUFFIX
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact, assert_output_matches_state
-from tests.support.cli import etl, etl_process
+from tests.support.cli import environment, etl, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import emulator_config
 from tests.support.expected import SOURCE
@@ -375,6 +376,47 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     assert stderr.strip().splitlines()[-1].startswith("etl: interrupted") and "Traceback" not in stderr
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "out" / "_runs").glob("*.json")]
     assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
+
+
+def start_marked(*args: str) -> subprocess.Popen:
+    """`etl ARGS`, returned once the child says its entry module is in: before that, the interpreter's own
+    start and import machinery answer a SIGINT, as for any Python program (its first ~30 ms)."""
+    started = "import sys, etl.cli; sys.stderr.write('started\\n'); sys.stderr.flush(); etl.cli.main()"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", started, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment(),
+    )
+    assert proc.stderr is not None and proc.stderr.readline() == "started\n"
+    return proc
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
+def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
+    """From the moment etl's code runs, its imports included, wherever SIGINT lands."""
+    data = config_dict(emulator.base_url, tmp_path / "out")
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    proc = start_marked("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    said = [line for line in stderr.splitlines() if line.startswith("etl: ")]
+    assert len(said) == 1 and said[0].startswith("etl: interrupted") and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.8])
+def test_json_says_interrupted_on_stdout(slow_emulator, tmp_path, delay):
+    """--json: the summary on stdout whatever the outcome; here a Ctrl-C while loading, and while fetching."""
+    proc = start_marked("run", "-c", str(config_file(slow_emulator, tmp_path)), "--no-progress", "--json")
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    summary = json.loads(stdout)
+    assert summary["status"] == "interrupted" and summary["exit_code"] == 130, stdout
 
 
 # -- the state lock ---------------------------------------------------------------------------------

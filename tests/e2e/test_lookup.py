@@ -58,7 +58,7 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
         START,
         "--to",
         END,
-        "--kind",
+        "--series",
         series,
         "-o",
         str(tmp_path / "p.parquet"),
@@ -77,7 +77,7 @@ def test_pull_finds_the_kind_and_its_route(env, capsys, tmp_path, kind, series):
 def test_api_series_finds_the_kind_and_its_route(env, capsys, kind, series):
     param_id = PARAMS[kind]
     code, out, err = etl_main(
-        capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--kind", series, "--json"
+        capsys, "api", "series", str(param_id), "--from", START, "--to", SIX, "--series", series, "--json"
     )
     assert code == 0, err
     rows = [r for r in json.loads(out) if r["ts"] < iso(to_ms(SIX))]  # the platform includes the end too
@@ -106,9 +106,9 @@ def test_an_unknown_parameter_is_one_line_with_exit_2(env, capsys, tmp_path):
         capsys, "pull", "9999", "--from", START, "--to", END, "-o", str(tmp_path / "x.csv")
     )
     assert (code, out) == (2, "")
-    assert (
-        err
-        == "etl: error: parameter 9999 is in neither parameter list (physical, calculated) of this login\n"
+    assert err == (
+        "etl: error: parameter 9999 does not exist or is not visible to this login (in neither its physical "
+        "nor its calculated parameter list)\n"
     )
     assert not (tmp_path / "x.csv").exists()
 
@@ -127,10 +127,22 @@ def test_pull_takes_the_connection_from_a_config_too(emulator, capsys, tmp_path,
         START,
         "--to",
         END,
-        "--kind",
+        "--series",
         "average",
         "-o",
         str(tmp_path / "a.csv"),
     )
     assert code == 0, err
     assert f"wrote {want('average', 2501, START, END).num_rows:,} average points of parameter 2501" in out
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_pull_reads_epoch_numbers_by_their_unit(env, capsys, tmp_path, unit):
+    """1793491200 is seconds (2026-11-01), not milliseconds in January 1970: the same rows as ISO 8601."""
+    factor = {"s": 1, "ms": 1000, "us": 1_000_000}[unit]
+    start, end = (to_ms(t) // 1000 * factor for t in (START, END))
+    code, out, err = etl_main(
+        capsys, "pull", "1001", "--from", str(start), "--to", str(end), "-o", str(tmp_path / "p.parquet")
+    )
+    expected = want("raw", 1001, START, END).drop_columns(["source", "object_id"])
+    assert code == 0 and err == "" and pq.read_table(tmp_path / "p.parquet").equals(expected), out

@@ -153,6 +153,20 @@ def test_tls_is_verified_by_default(tls_emulator, tmp_path):
     assert tls_emulator.requests() == []  # nothing, the password least, went to an unverified server
 
 
+def test_https_to_an_http_server_fails_at_once(private_emulator, tmp_path):
+    """A wrong scheme is a TLS protocol error: one line, exit 4, not retried (it would fail 6 times)."""
+    data = config_dict(private_emulator.base_url.replace("http://", "https://"), tmp_path / "out")
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    assert result.returncode == 4, result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("etl: ")]
+    assert (
+        line.startswith("etl: error: TLS: no TLS handshake with https://127.0.0.1:")
+        and "not https://" in line
+    )
+    assert "gave up" not in line
+
+
 def test_the_ca_bundle_is_honoured(tls_emulator, certificate, tmp_path):
     path = etl_user_config(tls_emulator, tmp_path, ca_bundle=str(certificate[0]))
     result = etl("run", "-c", str(path), password=PASSWORD)
@@ -214,3 +228,18 @@ def test_restricted_login_exports_nothing_of_other_objects(tmp_path):
     for table, sql in checks.items():
         con.sql(f"create or replace view t as select * from '{out}/dimensions/{table}/*.parquet'")
         assert sorted(con.sql(sql).fetchall()) == [(1,), (3,)], table
+
+
+def test_a_username_that_contains_the_password_is_shown_whole(monkeypatch, capsys):
+    """Redaction replaces the secret only: 'demo1' signing in with 'demo' is not 'user ***1'."""
+    from etl.cli import main
+
+    users = [{"login": "demo1", "password": "another", "objects": "all"}]
+    with run_emulator(emulator_config(users=users)) as emulator:
+        monkeypatch.setenv("ETL_BASE_URL", emulator.base_url)
+        monkeypatch.setenv("ETL_USERNAME", "demo1")
+        monkeypatch.setenv("ETL_PASSWORD", "demo")
+        with pytest.raises(SystemExit) as exit_info:
+            main(["api", "objects"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 3 and "sign-in refused for user 'demo1'" in err, err

@@ -85,3 +85,27 @@ def test_a_source_name_must_be_safe_in_paths(emulator, tmp_path):
 
     with pytest.raises(ConfigError, match="source.name: use letters, digits"):
         make_config(emulator.base_url, tmp_path, source={"name": "../plant a"})
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "delta"])
+def test_the_same_platform_under_another_host_name_stops_until_named(emulator, tmp_path, fmt):
+    """127.0.0.1 becoming localhost in a config is the same server: without a source.name given on purpose,
+    the run stops (exit 2) before it writes anything, rather than export every row again."""
+    from etl.errors import ConfigError
+
+    sections = dict(series=["raw"], window={"end": "2026-11-02T00:00:00Z"}, sink={"format": fmt})
+    run(make_config(emulator.base_url, tmp_path, **sections))
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != "lock"}
+    renamed = emulator.base_url.replace("127.0.0.1", "localhost")
+
+    with pytest.raises(ConfigError, match="already holds source '127.0.0.1' with checkpoints of 8 of the 8"):
+        run(make_config(renamed, tmp_path, **sections))
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and p.name != "lock"}
+    added = set(after) - set(before)
+    assert all(p.parent.name == "_runs" for p in added) and {p: after[p] for p in before} == before
+
+    # Named on purpose: the same platform keeps its name (nothing new), another one is added.
+    same = make_config(renamed, tmp_path, source={"name": "127.0.0.1"}, **sections)
+    assert not run(same).series
+    other = make_config(renamed, tmp_path, source={"name": "localhost"}, **sections)
+    assert run(other).series["raw"].points > 0

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from etl.cli import main
+from etl.timeutil import HOUR_MS, to_ms
 from tests.support.checks import assert_exact
 from tests.support.cli import etl_main
 from tests.support.configs import config_dict, write_config
@@ -41,6 +42,23 @@ def test_backfill_keeps_high_water_marks_and_reset_refetches_once(fresh_emulator
     assert paths and all(
         p.startswith("/sem-restservices/db/measure/1001/") for p in paths
     )  # only the forgotten series
+    assert_exact(tmp_path / "out", START, END)
+
+    # --from forgets only what lies after a moment (the repair of checkpoints past the server's clock).
+    code, out, _ = etl_main(
+        capsys, "state", "reset", "-c", str(path), "--from", "2026-11-02T12:00:00Z", "--yes"
+    )
+    assert code == 0 and f"removed {len(marks)} checkpoint(s)" in out
+    assert set(high_waters(capsys, path).values()) == {"2026-11-02T12:00:00.000Z"}
+    fresh_emulator.clear_requests()
+    assert etl_main(capsys, "run", "-c", str(path))[0] == 0
+    # (Once per route a wider span may be asked, to rule out a silent cap: see test_pipeline.)
+    starts = [
+        int(r["path"].split("/")[-2])
+        for r in series_requests(fresh_emulator)
+        if r["interval_ms"] <= HOUR_MS * 13
+    ]
+    assert starts and min(starts) >= to_ms("2026-11-02T11:00:00Z")  # the overlap, and nothing earlier
     assert_exact(tmp_path / "out", START, END)
 
 

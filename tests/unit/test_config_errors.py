@@ -1,0 +1,81 @@
+"""Every problem in a config named at once, typos first with a suggestion (issue 21)."""
+
+from __future__ import annotations
+
+import pytest
+
+from etl.config import load_config
+from etl.errors import ConfigError
+
+GOOD = (
+    "source: {base_url: http://x/sem-restservices, username: demo, password: x}\n"
+    "window: {start: 2026-11-01T00:00:00Z}\n"
+    "sink: {path: out}\n"
+)
+
+
+@pytest.mark.parametrize(
+    "yaml_text, message",
+    [
+        (
+            GOOD.replace("source:", "sorce:"),
+            "config error: 2 problems: sorce: unknown key (did you mean source?); source: required key is missing",
+        ),
+        (
+            GOOD.replace("{path: out}", "{pth: out}"),
+            "config error: 2 problems: sink.pth: unknown key (did you mean path?); sink.path: required key is missing",
+        ),
+        (GOOD + "objects: none\n", "config error: objects: unknown key (did you mean select.objects?)"),
+        (
+            GOOD + "select: {objects: none}\n",
+            "config error: select.objects: Input should be 'all' or a valid list",
+        ),
+        (
+            GOOD.replace("sink: {path: out}", "sink: {path: out, colour: red}\nextract: {concurrency: many}"),
+            "config error: 2 problems: sink.colour: unknown key; extract.concurrency: Input should be a valid "
+            "integer",
+        ),
+        (
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-13-01T00:00:00Z"),
+            "config error: window.start: Input should be a valid datetime or date, month value is outside",
+        ),
+        (
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-02-30T00:00:00Z"),
+            "config error: window.start: Input should be a valid datetime or date, day value is outside",
+        ),
+        (
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01"),
+            "config error: window.start: needs a UTC offset",
+        ),
+    ],
+    ids=[
+        "typo in a required key",
+        "typo in a nested key",
+        "a key in the wrong section",
+        "a wrong value",
+        "two sections",
+        "month 13",
+        "February 30",
+        "a date without a time",
+    ],
+)
+def test_every_problem_is_named_in_one_line(tmp_path, yaml_text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value), str(error.value)
+
+
+def test_unquoted_valid_times_still_read(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD.replace("00:00:00Z}", "00:00:00Z, end: 2026-11-02T00:00:00+03:00}"))
+    config = load_config(path)
+    assert config.window.start_ms == 1793491200000 and config.window.end_ms(0) == 1793566800000
+
+
+def test_a_binary_file_is_not_a_config(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\xfe")
+    with pytest.raises(ConfigError, match="c.yaml: not a text file"):
+        load_config(path)
