@@ -24,6 +24,14 @@ HOSTILE_KINDS = (
     "offsets",
     "no_millis",
     "huge",
+    "error_200",
+    "empty_object",
+    "points_null",
+    "misspelled",
+    "duplicate_key",
+    "epoch_seconds",
+    "date_only",
+    "conflicting",
 )
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")

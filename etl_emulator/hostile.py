@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 
 HUGE_BYTES = 4 * 1024 * 1024
+BOGUS = -999.0  # the first of two points at one stamp (`conflicting`)
 HTML_200 = (
     b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
     b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>"
@@ -41,6 +42,10 @@ def hostile_body(
         return b"", b"application/json"
     if kind == "html_200":
         return HTML_200, b"text/html; charset=utf-8"
+    if kind == "error_200":
+        return orjson.dumps({"error": "database timeout"}), b"application/json"
+    if kind == "empty_object":
+        return b"{}", b"application/json"
     rng = np.random.default_rng(salt)
     ts = columns["ts"].astype(np.int64)
     fields = [k for k in columns if k != "ts"]
@@ -54,6 +59,14 @@ def hostile_body(
             values[k][hit] = None
     elif kind == "duplicates" and n:
         order = np.sort(np.r_[order, rng.choice(n, size=max(1, n // 10))])
+    elif kind == "conflicting" and n:
+        # A bogus value first, the real one right after it, at the same stamp.
+        order = np.sort(np.r_[order, rng.choice(n, size=max(1, n // 10), replace=False)])
+        first = np.r_[order[1:] == order[:-1], False]
+        for k in fields:
+            values[k] = values[k][order]
+            values[k][first] = BOGUS
+        ts, order = ts[order], np.arange(len(order))
     elif kind == "shuffle":
         order = rng.permutation(n)
     elif kind == "outside":
@@ -66,6 +79,10 @@ def hostile_body(
         stamps: list = _iso(ts, offset_hours=3)
     elif kind == "no_millis":
         stamps = _iso(ts, millis=False)
+    elif kind == "epoch_seconds":
+        stamps = (ts // 1000).tolist()
+    elif kind == "date_only":
+        stamps = [s[:10] for s in _iso(ts)]
     elif candles:
         stamps = ts.tolist()
     else:
@@ -76,7 +93,8 @@ def hostile_body(
             *(np.asarray(stamps, dtype=object)[order], *(values[k][order] for k in fields)), strict=True
         )
     ]
-    doc: dict[str, Any] = {"id": param_id, "candles" if candles else "points": rows}
+    key = "candles" if candles else "points"
+    doc: dict[str, Any] = {"id": param_id, key: rows}
     if kind == "extra_fields":
         for row in rows:
             row["quality"] = "good"
@@ -85,7 +103,13 @@ def hostile_body(
         del doc["id"]
     elif kind == "huge":
         doc["padding"] = "x" * HUGE_BYTES
+    elif kind == "points_null":
+        doc[key] = None
+    elif kind == "misspelled":
+        doc[key.capitalize()] = doc.pop(key)
     body = orjson.dumps(doc)
+    if kind == "duplicate_key":  # the same key again, empty: a parser that keeps the last sees nothing
+        body = body[:-1] + b',"%s":[]}' % key.encode()
     if kind == "nan":
         body = body.replace(b":null", b":NaN")
     return body, (b"text/plain; charset=utf-8" if kind == "wrong_content_type" else b"application/json")

@@ -544,6 +544,21 @@ def test_hostile_answers(hostile_emu, kind):
         )
         return
     doc = __import__("json").loads(body)  # the stdlib parser reads the bare NaN token
+    if kind == "error_200":
+        assert doc == {"error": "database timeout"}
+        return
+    if kind == "empty_object":
+        assert doc == {}
+        return
+    if kind == "points_null":
+        assert doc["points"] is None
+        return
+    if kind == "misspelled":
+        assert "points" not in doc and len(doc["Points"]) == len(want_ts)
+        return
+    if kind == "duplicate_key":  # the last of two "points" keys is empty
+        assert body.count(b'"points"') == 2 and doc["points"] == []
+        return
     got = doc["points"]
     values = [p["value"] for p in got]
     stamps = [p["timestmp"] for p in got]
@@ -571,6 +586,15 @@ def test_hostile_answers(hostile_emu, kind):
         assert list(map(to_ms, stamps)) == (want_ts // 1000 * 1000).tolist()
     elif kind == "huge":
         assert len(body) > 3_000_000 and values == want_values.tolist()
+    elif kind == "epoch_seconds":
+        assert stamps == (want_ts // 1000).tolist()
+    elif kind == "date_only":
+        assert set(stamps) == {"2026-11-01"} and len(stamps) == len(want_ts)
+    elif kind == "conflicting":  # a bogus value first, then the real one, at the same stamp
+        assert len(got) > len(want_ts) and len(set(stamps)) == len(want_ts)
+        firsts = [i for i in range(len(stamps) - 1) if stamps[i] == stamps[i + 1]]
+        assert firsts and all(values[i] == -999.0 for i in firsts)
+        assert [v for i, v in enumerate(values) if i not in firsts] == want_values.tolist()
 
 
 # -- control API and request log -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from etl.client.models import (
     User,
 )
 from etl.client.retry import ClientStats, RetryPolicy
-from etl.client.series import SMALL_ANSWER, JsonArray, decode_points, parse_candles, parse_points
+from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points, parse_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument
 from etl.model import ParamKind, Series
@@ -279,7 +279,7 @@ class MonitoringClient:
         return answer if isinstance(answer, Points) else parse_points(answer)
 
     async def _candles(self, url: str, count: int | None) -> Candles:
-        return parse_candles(await self._get(url, count=count))
+        return await self.session.call("GET", url, _query(count=count), decode=decode_candles)
 
     async def _route(
         self, path: str, series: Series, param_id: int, start: Time, end: Time, count: int | None

@@ -101,15 +101,55 @@ def _excerpt(body: bytes | str, size: int = 60) -> str:
 
 
 def _items(doc: Any, key: str) -> list:
-    # The signal answer's shape is not documented: accept {key: [...]} and a bare list.
-    items = doc.get(key) if isinstance(doc, dict) else doc
-    if items is None and isinstance(doc, dict):
-        items = doc.get("points") or doc.get("candles") or []
-    if not isinstance(items, list):
-        raise InvalidResponse(f"answer has no '{key}' list")
+    """The records of a series answer: `{key: [...]}` as the document shows it. The signal answer's shape
+    is not documented: a bare list, and the other series' key, are taken too. Anything else (an error
+    object, `{}`, a null or misspelled list) is not a series answer."""
+    if isinstance(doc, list):
+        items: Any = doc
+    elif isinstance(doc, dict) and isinstance(doc.get(key), list):
+        items = doc[key]
+    elif isinstance(doc, dict) and key not in doc and isinstance(doc.get(_OTHER[key]), list):
+        items = doc[_OTHER[key]]
+    else:
+        raise InvalidResponse(f"not a series answer: no '{key}' list in {_excerpt(_dumps(doc), 80)}")
     if items and not all(isinstance(p, dict) for p in items):
         raise InvalidResponse(f"'{key}' holds something other than records")
     return items
+
+
+_OTHER = {"points": "candles", "candles": "points"}
+
+
+def _dumps(doc: Any) -> str:
+    try:
+        return orjson.dumps(doc).decode()
+    except (TypeError, ValueError):
+        return repr(doc)
+
+
+def _repeated_keys(body: bytes) -> str | None:
+    """The first key an object of the answer holds twice, if any: parsers keep one of the two values
+    (orjson and Arrow the last), so such an answer means two things at once. Only answers that spell a
+    series key more than once are parsed again to find out."""
+    if body.count(b'"points"') + body.count(b'"candles"') < 2:
+        return None
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        if not repeated:
+            seen: set[str] = set()
+            for name, _ in items:
+                if name in seen:
+                    repeated.append(name)
+                    break
+                seen.add(name)
+        return dict(items)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None  # the decoder says what is wrong with it
+    return repeated[0] if repeated else None
 
 
 def _floats(items: list, key: str) -> np.ndarray:
@@ -151,10 +191,18 @@ SMALL_ANSWER = 48 * 1024
 
 def decode_points(body: bytes) -> Points | Any:
     """The points of a point answer (or its decoded JSON, when the fast reader declines a large one)."""
+    if (key := _repeated_keys(body)) is not None:
+        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
     if len(body) <= SMALL_ANSWER:
         return parse_points(decode_json(body))
     points = read_points(body)
     return points if points is not None else decode_json(body)
+
+
+def decode_candles(body: bytes) -> Candles:
+    if (key := _repeated_keys(body)) is not None:
+        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
+    return parse_candles(decode_json(body))
 
 
 # -- the fast path -------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ nothing more. One as long as the longest (the first of a route, or one of many e
 the server's clock) is first checked by asking a wider span ending at the same stamp: more points
 there mean the cap is above this answer's length, and every later answer up to that length is cleared
 too. Only when the wider span is no longer is the answer continued.
+
+The first answer of a window, read as the document says, must fit it: stamps mostly outside it or collapsed onto a few instants fail the window at once
+(`etl.pipeline.clean.TimeFormatError`), before any continuation.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from etl.client.caps import Verdict
 from etl.client.models import Candles, Points
 from etl.errors import RequestRejected
 from etl.model import ParamKind, Series, Window
+from etl.pipeline.clean import check_collapse, check_outside
 from etl.timeutil import DAY_MS
 
 # Pieces are sized to hold this share of the cap at the density seen so far: points are not spread
@@ -58,13 +62,19 @@ async def fetch_window(
     been cut (wider spans asked to rule a cap out, and the rest asked from an answer's last stamp);
     splits, rests of a window asked in several pieces at once."""
     start, end = window.request()
-    return _concat(await _fetch(client, window, start, end, max_points, counters))
+    return _concat(await _fetch(client, window, start, end, max_points, counters, True))
 
 
 async def _fetch(
-    client: MonitoringClient, window: Window, start: int, end: int, max_points: int, counters: Counter
+    client: MonitoringClient,
+    window: Window,
+    start: int,
+    end: int,
+    max_points: int,
+    counters: Counter,
+    first: bool = False,
 ) -> list[Points | Candles]:
-    """The points in [start, end], both included."""
+    """The points in [start, end], both included (`first`: the window's first request)."""
     kind, series = window.kind, window.series
     count = None if kind is ParamKind.SIGNAL and series is Series.RAW else max_points  # /db/signal takes none
     parts: list[Points | Candles] = []
@@ -77,6 +87,10 @@ async def _fetch(
         counters["requests"] += 1
         points = len(data)
         last = int(data.ts.max()) if points else end
+        if first:
+            check_outside(window, data.ts, int(((data.ts < start) | (data.ts > end)).sum()))
+            first = False
+        check_collapse(window, data.ts)
         if seen is not None:
             data = _where(data, data.ts > seen)
             if suspected and len(data):
