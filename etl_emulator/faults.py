@@ -32,6 +32,9 @@ HOSTILE_KINDS = (
     "epoch_seconds",
     "date_only",
     "conflicting",
+    "infinity",
+    "string_values",
+    "bool_values",
 )
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")

@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 
 HUGE_BYTES = 4 * 1024 * 1024
+_INFINITY = "\u221e"  # replaced by the bare token Infinity (once) and 1e309 (the others)
 BOGUS = -999.0  # the first of two points at one stamp (`conflicting`)
 HTML_200 = (
     b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
@@ -52,11 +53,16 @@ def hostile_body(
     values = {k: columns[k].astype(object) for k in fields}
     n = len(ts)
     order = np.arange(n)
-    if kind in ("nan", "null") and n:
+    if kind in ("nan", "null", "infinity", "string_values", "bool_values") and n:
         hit = rng.random(n) < 0.2
         hit[rng.integers(n)] = True
         for k in fields:
-            values[k][hit] = None
+            if kind == "string_values":  # the right number, as text
+                values[k][hit] = [str(v) for v in values[k][hit]]
+            elif kind == "bool_values":
+                values[k][hit] = [bool(v) for v in values[k][hit]]
+            else:
+                values[k][hit] = _INFINITY if kind == "infinity" else None
     elif kind == "duplicates" and n:
         order = np.sort(np.r_[order, rng.choice(n, size=max(1, n // 10))])
     elif kind == "conflicting" and n:
@@ -112,4 +118,7 @@ def hostile_body(
         body = body[:-1] + b',"%s":[]}' % key.encode()
     if kind == "nan":
         body = body.replace(b":null", b":NaN")
+    elif kind == "infinity":  # the bare token, and a number too large for a double
+        body = body.replace(b'"%s"' % _INFINITY.encode(), b"Infinity", 1)
+        body = body.replace(b'"%s"' % _INFINITY.encode(), b"1e309")
     return body, (b"text/plain; charset=utf-8" if kind == "wrong_content_type" else b"application/json")

@@ -586,6 +586,12 @@ def test_hostile_answers(hostile_emu, kind):
         assert list(map(to_ms, stamps)) == (want_ts // 1000 * 1000).tolist()
     elif kind == "huge":
         assert len(body) > 3_000_000 and values == want_values.tolist()
+    elif kind == "infinity":
+        assert b"Infinity" in body and b"1e309" in body and float("inf") in values
+    elif kind == "string_values":
+        assert [float(v) for v in values] == want_values.tolist() and any(isinstance(v, str) for v in values)
+    elif kind == "bool_values":
+        assert any(isinstance(v, bool) for v in values)
     elif kind == "epoch_seconds":
         assert stamps == (want_ts // 1000).tolist()
     elif kind == "date_only":

@@ -21,7 +21,8 @@ from tests.test_pipeline import SERIES, assert_exact, read, run
 
 KEPT = {"shuffle", "extra_fields", "missing_fields", "wrong_content_type", "offsets", "huge"}
 DROPPED = {"duplicates": "duplicate_points", "outside": "points_outside_window"}
-NO_VALUE = {"nan", "null"}  # points without a value: dropped, counted as points_without_value
+# Points without a finite value: dropped, counted.
+NO_VALUE = {"nan": "points_without_value", "null": "points_without_value", "infinity": "points_not_finite"}
 # Not the document's shape: retried (invalid_body), then the window fails.
 WINDOW_FAILS = {
     "empty_body",
@@ -31,12 +32,14 @@ WINDOW_FAILS = {
     "points_null",
     "misspelled",
     "duplicate_key",
+    "string_values",  # a number as text, or a boolean: not a number
+    "bool_values",
 }
 # Stamps in another time format than we read: the window fails at once, the message names the format.
 TIME_FORMAT = {"epoch_seconds": "epoch seconds", "date_only": "dates without a time"}
 SECONDS = {"no_millis"}  # kept at the precision the server sent
 CONFLICTING = {"conflicting"}  # the first point of a stamp kept, the others counted apart
-assert KEPT | set(DROPPED) | NO_VALUE | WINDOW_FAILS | set(TIME_FORMAT) | SECONDS | CONFLICTING == set(
+assert KEPT | set(DROPPED) | set(NO_VALUE) | WINDOW_FAILS | set(TIME_FORMAT) | SECONDS | CONFLICTING == set(
     HOSTILE_KINDS
 )  # every kind has a rule
 
@@ -113,7 +116,7 @@ def test_every_hostile_kind_has_its_defined_outcome(hostile_emulator, tmp_path, 
             )
             assert got < want  # every point written is a source point, exactly
             dropped += len(want) - len(got)
-        assert warnings == {"points_without_value": dropped}
+        assert warnings == {NO_VALUE[kind]: dropped}
     else:  # no_millis: instants floored to the second, as sent
         for series in SERIES:
             want = expected(series)

@@ -152,11 +152,17 @@ def _repeated_keys(body: bytes) -> str | None:
     return repeated[0] if repeated else None
 
 
+_NUMBERS = frozenset({int, float, type(None)})
+
+
 def _floats(items: list, key: str) -> np.ndarray:
     values = [p.get(key) for p in items]
+    if not _NUMBERS.issuperset(map(type, values)):  # text ("12.5") and booleans are not numbers
+        odd = next(v for v in values if type(v) not in _NUMBERS)
+        raise InvalidResponse(f"non-numeric '{key}' in answer: {_excerpt(_dumps(odd), 40)}")
     try:
         return np.array(values, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidResponse(f"non-numeric '{key}' in answer") from None
 
 

@@ -48,12 +48,13 @@ class WindowData:
 
 
 def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
-    """Keep points inside [start, end), with every value present, once per timestamp (first kept)."""
+    """Keep points inside [start, end), with every value present and finite, once per timestamp (first
+    kept)."""
     ts = data.ts
     if len(ts) < 2 or (np.diff(ts) > 0).all():  # the usual answer: ascending, one point per stamp
         lo, hi = keep_span(ts, window.start, window.end)
         values = {c: getattr(data, c)[lo:hi] for c in window.series.value_columns}
-        if not any(np.isnan(v).any() for v in values.values()):
+        if all(np.isfinite(v).all() for v in values.values()):
             outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == window.end)
             if outside:
                 check_outside(window, ts, outside)
@@ -103,13 +104,18 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
         check_outside(window, ts, outside)
         warnings["points_outside_window"] += outside
     check_collapse(window, ts)
-    present = np.ones(len(ts), dtype=bool)
+    present = np.ones(len(ts), dtype=bool)  # a value for every column, none NaN
+    finite = np.ones(len(ts), dtype=bool)  # nor ±inf (Infinity, 1e309)
     for c in columns:
         present &= ~np.isnan(values[c])
+        finite &= np.isfinite(values[c])
     missing = int((keep & ~present).sum())
     if missing:
         warnings["points_without_value"] += missing
-    keep &= present
+    infinite = int((keep & present & ~finite).sum())
+    if infinite:
+        warnings["points_not_finite"] += infinite
+    keep &= finite
     ts = ts[keep]
     values = {c: v[keep] for c, v in values.items()}
     if len(ts) > 1 and not (np.diff(ts) > 0).all():
