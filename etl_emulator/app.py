@@ -212,7 +212,7 @@ class Emulator:
         if decision and decision.drop:
             await send_partial(send, answer)
         else:
-            await send_answer(send, answer)
+            await send_answer(send, answer, receive)
 
     def _fault_answer(self, d: Decision) -> Answer | None:
         style = self.plan.faults.error_body
@@ -224,7 +224,12 @@ class Emulator:
             return refused(
                 Refusal(429, "too_many_requests", "rate limit exceeded"),
                 style,
-                [(b"retry-after", retry_after_header(self.plan.faults.retry_after))],
+                [
+                    (
+                        b"retry-after",
+                        retry_after_header(self.plan.faults.retry_after, self.plan.faults.retry_after_text),
+                    )
+                ],
             )
         return None
 

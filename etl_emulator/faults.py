@@ -35,6 +35,13 @@ HOSTILE_KINDS = (
     "infinity",
     "string_values",
     "bool_values",
+    "huge_stamps",
+    "deep_nesting",
+    "stuck",
+    "drip",
+    "endless",
+    "gzip_bomb",
+    "gzip_corrupt",
 )
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
@@ -50,6 +57,7 @@ class Faults:
     error_rate: float = 0.0  # 500/502/503, half JSON bodies, half HTML pages
     rate_limit_rate: float = 0.0  # 429 with Retry-After
     retry_after: float = 1.0
+    retry_after_text: str | None = None  # sent as the Retry-After header instead (e.g. "soon", "inf")
     latency: float = 0.0  # added to every answer
     latency_spike_rate: float = 0.0
     latency_spike: float = 2.0
@@ -59,6 +67,7 @@ class Faults:
     drop_rate: float = 0.0  # connection closed mid-answer
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
+    bomb_mb: int = 1024  # what a `gzip_bomb` answer expands to, MiB
     seed: int = 0
     session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
     error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
@@ -76,7 +85,12 @@ class Faults:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        for name, optional in (("max_count", True), ("count_default", False), ("count_reject_over", True)):
+        for name, optional in (
+            ("max_count", True),
+            ("count_default", False),
+            ("count_reject_over", True),
+            ("bomb_mb", False),
+        ):
             value = getattr(self, name)
             if value is None and optional:
                 continue
@@ -183,6 +197,8 @@ class FaultPlan:
         return d
 
 
-def retry_after_header(seconds: float) -> bytes:
-    """Whole seconds when whole, else a decimal (clients here accept both)."""
+def retry_after_header(seconds: float, text: str | None = None) -> bytes:
+    """Whole seconds when whole, else a decimal (clients here accept both); `text` as it is, if given."""
+    if text is not None:
+        return text.encode("latin-1")
     return str(int(seconds) if float(seconds).is_integer() else seconds).encode()

@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import gzip
+import struct
+import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
 import orjson
 
+from etl_emulator.answers import Answer
+
 HUGE_BYTES = 4 * 1024 * 1024
+_HUGE = "\u2191"  # replaced by HUGE_STAMP
 _INFINITY = "\u221e"  # replaced by the bare token Infinity (once) and 1e309 (the others)
-BOGUS = -999.0  # the first of two points at one stamp (`conflicting`)
+BOGUS = -999.0
+DEEP = 1100  # levels of nesting of `deep_nesting`: deeper than Python's and orjson's parsers go
+HUGE_STAMP = 10**20  # epoch ms beyond int64 (`huge_stamps`)
+DRIP_SECONDS = 1.0  # between two bytes of a `drip` answer
+ENDLESS_CHUNK = 64 * 1024
+ENDLESS_MAX = 64 * 1024**3  # an `endless` answer stops here, if its client has not gone away before
+STREAMED = ("drip", "endless")  # the first of two points at one stamp (`conflicting`)
 HTML_200 = (
     b"<!DOCTYPE html><html><head><title>Maintenance</title></head><body>"
     b"<h1>Scheduled maintenance</h1><p>The service will be back shortly.</p></body></html>"
@@ -31,14 +46,73 @@ def hostile_body(
     candles: bool,
     start_ms: int,
     end_ms: int,
-) -> tuple[bytes, bytes]:
-    """(body, content type) of a series answer edited the `kind` way.
+    bomb_mb: int = 1024,
+) -> Answer:
+    """A series answer edited the `kind` way (transport kinds: sent slowly, endlessly, compressed).
 
     `columns` holds "ts" (epoch ms) and the value columns ("value", or "open", "high", "low",
     "close"). Timestamps are ISO strings in point answers and epoch ms in candles, except that
     `offsets` (same instant, written at +03:00) and `no_millis` (floored to the second, written
     without milliseconds) write ISO strings in candles too.
     """
+    body, content_type = _body(kind, salt, param_id, columns, candles, start_ms, end_ms)
+    if kind == "drip":
+        return Answer(b"", content_type=content_type, stream=functools.partial(_drip, body))
+    if kind == "endless":
+        return Answer(b"", content_type=content_type, stream=functools.partial(_endless, body))
+    if kind == "gzip_bomb":
+        return Answer(gzip_bomb(bomb_mb), content_type=content_type, headers=[(b"content-encoding", b"gzip")])
+    if kind == "gzip_corrupt":
+        packed = bytearray(gzip.compress(body))
+        middle = len(packed) // 2
+        packed[middle : middle + 8] = b"\xff" * 8
+        return Answer(bytes(packed), content_type=content_type, headers=[(b"content-encoding", b"gzip")])
+    return Answer(body, content_type=content_type)
+
+
+async def _drip(body: bytes) -> AsyncIterator[bytes]:
+    for i in range(len(body)):
+        yield body[i : i + 1]
+        await asyncio.sleep(DRIP_SECONDS)
+
+
+async def _endless(body: bytes) -> AsyncIterator[bytes]:
+    """The answer's start, then white space for ever (valid JSON so far, never closed)."""
+    yield body[: body.index(b"[") + 1]
+    pad = b" " * ENDLESS_CHUNK
+    for _ in range(ENDLESS_MAX // ENDLESS_CHUNK):
+        yield pad
+        await asyncio.sleep(0)
+
+
+@functools.lru_cache(maxsize=2)
+def gzip_bomb(mb: int) -> bytes:
+    """A gzip body that expands to `mb` MiB: a points answer padded with white space (about 1 MB a GiB).
+    One MiB of padding is compressed once, ended by a full flush (which lets the decoder start afresh
+    there), and repeated."""
+    head, block, tail = b'{"points":[', b" " * 1024**2, b"]}"
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    start = packer.compress(head) + packer.flush(zlib.Z_FULL_FLUSH)
+    padding = packer.compress(block) + packer.flush(zlib.Z_FULL_FLUSH)
+    end = packer.compress(tail) + packer.flush()
+    crc = zlib.crc32(head)
+    for _ in range(mb):
+        crc = zlib.crc32(block, crc)
+    crc = zlib.crc32(tail, crc)
+    size = len(head) + mb * len(block) + len(tail)
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff"
+    return header + start + padding * mb + end + struct.pack("<II", crc, size & 0xFFFFFFFF)
+
+
+def _body(
+    kind: str,
+    salt: int,
+    param_id: int,
+    columns: dict[str, np.ndarray],
+    candles: bool,
+    start_ms: int,
+    end_ms: int,
+) -> tuple[bytes, bytes]:
     if kind == "empty_body":
         return b"", b"application/json"
     if kind == "html_200":
@@ -89,6 +163,8 @@ def hostile_body(
         stamps = (ts // 1000).tolist()
     elif kind == "date_only":
         stamps = [s[:10] for s in _iso(ts)]
+    elif kind == "huge_stamps":
+        stamps = [_HUGE] * n
     elif candles:
         stamps = ts.tolist()
     else:
@@ -114,6 +190,10 @@ def hostile_body(
     elif kind == "misspelled":
         doc[key.capitalize()] = doc.pop(key)
     body = orjson.dumps(doc)
+    if kind == "deep_nesting":  # beside the points (orjson writes at most 255 levels)
+        body = body[:-1] + b',"meta":' + b"[" * DEEP + b"]" * DEEP + b"}"
+    elif kind == "huge_stamps":
+        body = body.replace(b'"%s"' % _HUGE.encode(), str(HUGE_STAMP).encode())
     if kind == "duplicate_key":  # the same key again, empty: a parser that keeps the last sees nothing
         body = body[:-1] + b',"%s":[]}' % key.encode()
     if kind == "nan":
