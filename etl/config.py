@@ -46,7 +46,9 @@ class RetryConfig(Strict):
     attempts: int = Field(6, ge=1, le=50)
     backoff_initial: float = Field(0.5, gt=0)
     backoff_max: float = Field(30.0, gt=0)
-    deadline: float | None = Field(300.0, gt=0, description="seconds per request, all attempts together")
+    deadline: float | None = Field(
+        300.0, gt=0, description="seconds per window (or request), all requests and attempts together"
+    )
     retry_after_max: float = Field(120.0, gt=0)
 
 
@@ -61,6 +63,9 @@ class SourceConfig(Strict):
     ca_bundle: Path | None = None
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(60.0, gt=0)
+    request_timeout: float = Field(
+        120.0, gt=0, description="seconds for a whole answer, however it trickles in"
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -39,9 +39,10 @@ WINDOW_FAILS = {
 TIME_FORMAT = {"epoch_seconds": "epoch seconds", "date_only": "dates without a time"}
 SECONDS = {"no_millis"}  # kept at the precision the server sent
 CONFLICTING = {"conflicting"}  # the first point of a stamp kept, the others counted apart
-assert KEPT | set(DROPPED) | set(NO_VALUE) | WINDOW_FAILS | set(TIME_FORMAT) | SECONDS | CONFLICTING == set(
-    HOSTILE_KINDS
-)  # every kind has a rule
+# Bounded in time or memory, or not yet handled here: tests/test_hostile_server.py.
+ELSEWHERE = {"stuck", "drip", "endless", "gzip_bomb", "gzip_corrupt", "deep_nesting", "huge_stamps"}
+RULES = KEPT | set(DROPPED) | set(NO_VALUE) | WINDOW_FAILS | set(TIME_FORMAT) | SECONDS | CONFLICTING
+assert set(HOSTILE_KINDS) == RULES | ELSEWHERE  # every kind has a rule
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +64,7 @@ def hostile_answers(emulator: RunningEmulator, kind: str) -> int:
     return sum(r.get("fault") == f"hostile_{kind}" for r in emulator.requests())
 
 
-@pytest.mark.parametrize("kind", sorted(HOSTILE_KINDS))
+@pytest.mark.parametrize("kind", sorted(RULES))
 def test_every_hostile_kind_has_its_defined_outcome(hostile_emulator, tmp_path, kind):
     emu = hostile_emulator
     emu.set_faults(reset=True, hostile=[kind], seed=4)  # every series answer is odd

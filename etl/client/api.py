@@ -109,6 +109,7 @@ class MonitoringClient:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -117,13 +118,15 @@ class MonitoringClient:
     ) -> None:
         """`base_url`: host and base path (`https://HOST/sem-restservices`). `max_in_flight` bounds the
         requests in flight; `retry` is the policy after a failure; `verify` the TLS trust (a context for a
-        private CA); `transport` replaces the network (tests, recorded answers)."""
+        private CA); `transport` replaces the network (tests, recorded answers). `timeout` bounds each
+        connect and read, `request_timeout` a whole exchange (seconds; None: no bound)."""
         self.session = Session(
             base_url,
             username,
             password,
             sign_in=sign_in,
             timeout=timeout,
+            request_timeout=request_timeout,
             retry=retry,
             max_in_flight=max_in_flight,
             verify=verify,
@@ -397,6 +400,7 @@ class SyncMonitoringClient:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -414,6 +418,7 @@ class SyncMonitoringClient:
                 password,
                 sign_in=sign_in,
                 timeout=timeout,
+                request_timeout=request_timeout,
                 retry=retry,
                 max_in_flight=max_in_flight,
                 verify=verify,

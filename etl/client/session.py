@@ -13,6 +13,7 @@ import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -26,6 +27,9 @@ from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
 from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
 from etl.support import redact
+
+# The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
+_DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
 
 
 def _tls_failure(exc: BaseException) -> str | None:
@@ -49,6 +53,7 @@ class Session:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -56,6 +61,8 @@ class Session:
         stats: ClientStats | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # `timeout` bounds each read; this, the whole exchange (a body that drips in never ends a read).
+        self.request_timeout = request_timeout
         self.username = username
         self.policy = retry or RetryPolicy()
         self.stats = stats or ClientStats()
@@ -159,14 +166,24 @@ class Session:
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
         """Every request, sign-ins and resends of the auth flow included: counted, and held while a 429
-        pauses the client."""
-        await self.gate.wait()
+        pauses the client (the request's own deadline starts again after that wait)."""
+        if await self.gate.wait() and (deadline := _DEADLINE.get()) is not None:
+            deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         async with self._in_flight:
+            await self.gate.wait()
+            token = None
             try:
-                response = await self._http.send(request)
+                async with asyncio.timeout(self.request_timeout) as deadline:
+                    token = _DEADLINE.set(deadline if self.request_timeout else None)
+                    response = await self._http.send(request)
+            except TimeoutError:
+                raise NetworkError(
+                    f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
+                    reason="timeout",
+                ) from None
             except httpx.TimeoutException as exc:
                 raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
             except httpx.TransportError as exc:
@@ -182,6 +199,9 @@ class Session:
             except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
                 self._throttle(exc)
                 raise
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
         self.stats.bytes_received += len(response.content)
         # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
         # free the answer and its body; a run makes too few objects for that to come often, and the
@@ -200,4 +220,4 @@ class Session:
 
     def _throttle(self, error: ServerError) -> None:
         if error.status == 429:
-            self.gate.pause(error.retry_after if error.retry_after is not None else 1.0)
+            self.gate.pause(self.policy.honoured(error.retry_after))

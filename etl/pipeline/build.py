@@ -100,6 +100,7 @@ class Build:
             self.password,
             sign_in=source.sign_in,
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
+            request_timeout=source.request_timeout,
             retry=RetryPolicy(**self.config.retry.model_dump()),
             max_in_flight=self.config.extract.concurrency,
             verify=self.tls,

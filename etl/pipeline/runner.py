@@ -37,7 +37,7 @@ from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
-from etl.pipeline.slab import SlabJob, SlabResult
+from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
 from etl.support import allocator, redact
@@ -251,7 +251,10 @@ class Runner:
                     snapshot.cancel()
                 raise
             if snapshot is not None:
-                await snapshot
+                if self.interrupted:  # its requests may be as stuck as the windows were
+                    snapshot.cancel()
+                with suppress(asyncio.CancelledError):
+                    await snapshot
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
         if self.fatal is not None:
@@ -304,7 +307,12 @@ class Runner:
 
         def on_signal(signum: int) -> None:
             if not self.interrupted:
-                log.warning("%s received: stopping after the windows in flight", signal.Signals(signum).name)
+                log.warning(
+                    "%s received: stopping after the windows in flight (those still out in %gs are "
+                    "cancelled and stay open)",
+                    signal.Signals(signum).name,
+                    STOP_GRACE,
+                )
             self.interrupted = True
             self.stop.set()
 
