@@ -12,7 +12,7 @@ S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser
+.PHONY: run test test-fast lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +44,19 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends chromium >/dev/null; }
 
-test: $(STAMP) browser
+# The Iceberg catalog's tests start a throwaway cluster of Debian's PostgreSQL (tests/support/postgres.py), as they
+# start the S3 server; the package is installed here when it is missing (as root, or through sudo).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the Iceberg catalog's tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends postgresql >/dev/null; }
+
+test: $(STAMP) browser postgres
 	$(BIN)/python -m pytest -q
+
+## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
 
 ## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
 lint: $(STAMP)
@@ -53,6 +64,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check etl etl_emulator tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
+docs: $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 ## make demo-s3: the demo into a local S3 server (moto), then a DuckDB query over the bucket.
 demo-s3: $(STAMP)
@@ -95,4 +111,4 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) output/demo .pytest_cache
+	rm -rf $(VENV) output/demo .pytest_cache site

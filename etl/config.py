@@ -180,7 +180,8 @@ class SinkConfig(Strict):
     path: str
     catalog: str | None = Field(
         None,
-        description="iceberg: a REST catalog URI or a SQL database URL; default: SQLite at {path}/catalog.db",
+        description="iceberg: a REST catalog URI or a SQL database URL; default (local paths): SQLite at "
+        "{path}/catalog.db",
     )
     partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
     buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
@@ -203,15 +204,17 @@ class SinkConfig(Strict):
                 "catalog: give a REST catalog URI (http[s]://...) or a SQL database URL "
                 "(sqlite:///..., postgresql://...)"
             )
+        remote = "://" in self.path and not self.path.startswith("file://")
         if (
             self.format == "iceberg"
-            and self.catalog is None
-            and "://" in self.path
-            and not self.path.startswith("file://")
+            and remote
+            and (self.catalog is None or self.catalog.startswith("sqlite"))
         ):
+            # A SQLite file lives on one machine: other writers and readers of the bucket would not see
+            # the tables' current metadata.
             raise ValueError(
-                "catalog: iceberg on an object store needs sink.catalog (its default SQLite "
-                "catalog is a local file)"
+                "catalog: iceberg on an object store needs sink.catalog, a SQL database URL "
+                "(postgresql://user:${PASSWORD}@host/db) or a REST catalog URI (https://...), not SQLite"
             )
         return self
 
@@ -315,7 +318,14 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     raw_password = (
         (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
     )
+    raw_catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
     data = _substitute(data, "", offline)
+    catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
+    if isinstance(catalog, str):  # before validation: no message may show it
+        redact.register(*redact.url_passwords(catalog))
+        written = redact.url_passwords(raw_catalog) if isinstance(raw_catalog, str) else []
+        if written and not _ENV.search(written[0]):
+            log.warning("sink.catalog holds a password written in the config file; prefer ${VARIABLE} there")
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

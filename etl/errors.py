@@ -22,6 +22,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── StorageError                   7     no        yes   output or state not writable
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
+    ├── Unhealthy                     10     no        no    etl doctor: something needs a person
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
 
@@ -40,6 +41,7 @@ class ExitCode:
     OUTPUT = 7  # output or state location cannot be written (permissions, disk full)
     LOCKED = 8  # another run holds the state lock
     QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
+    UNHEALTHY = 10  # etl doctor: a deployment needs a person (each finding says what to do)
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -186,6 +188,13 @@ class QualityBelow(EtlError):
     fatal = False
 
 
+class Unhealthy(EtlError):
+    """`etl doctor`: the checks ran, and at least one found something a person must fix."""
+
+    exit_code = ExitCode.UNHEALTHY
+    fatal = False
+
+
 class Interrupted(EtlError):
     exit_code = ExitCode.INTERRUPTED
 
@@ -199,6 +208,7 @@ _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.OUTPUT: StorageError,
     ExitCode.LOCKED: LockedError,
     ExitCode.QUALITY: QualityBelow,
+    ExitCode.UNHEALTHY: Unhealthy,
     ExitCode.INTERRUPTED: Interrupted,
 }
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from etl_emulator.answers import Refusal
@@ -20,12 +19,6 @@ class Account:
 
     def sees(self, object_id: int) -> bool:
         return self.objects is None or object_id in self.objects
-
-    def visible(self, object_count: int) -> Sequence[int]:
-        """The ids of the objects 1..object_count this account sees, ascending."""
-        if self.objects is None:
-            return range(1, object_count + 1)
-        return [o for o in sorted(self.objects) if 1 <= o <= object_count]
 
     def require_control(self) -> None:
         if not self.control:

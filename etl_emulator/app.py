@@ -151,7 +151,20 @@ class Emulator:
         elif path.startswith(PREFIX):
             await send_answer(send, await self.control.answer(scope, receive, path[len(PREFIX) :]))
         else:
-            await send_answer(send, refused(not_found(f"path {path}"), self.plan.faults.error_body))
+            # Logged too: a client looking for the base path (etl init) is counted by every request it makes.
+            answer = refused(not_found(f"path {path}"), self.plan.faults.error_body)
+            query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            self.log.record(
+                {
+                    "ts": time.time_ns() // 1_000_000,
+                    "method": scope["method"],
+                    "path": path,
+                    "query": _loggable(query),
+                    "status": answer.status,
+                    "outside": True,
+                }
+            )
+            await send_answer(send, answer)
 
     async def _api(self, scope: dict, receive: Callable, send: Callable, path: str) -> None:
         method = scope["method"]

@@ -111,11 +111,6 @@ class Dataset:
     def object_ids(self) -> range:
         return range(1, self.objects + 1)
 
-    @property
-    def params_per_listing(self) -> int:
-        """Parameters of one object, physical and calculated."""
-        return self.params_per_object + self.calc_per_object
-
     def physical_ids(self, object_id: int) -> list[int]:
         return [object_id * 1000 + j for j in range(1, self.params_per_object + 1)]
 

@@ -42,6 +42,8 @@ COMMANDS = {
     "state": "etl.cli.runs:state",
     "compact": "etl.cli.runs:compact_cmd",
     "vacuum": "etl.cli.runs:vacuum_cmd",
+    "init": "etl.cli.ops:init_cmd",
+    "doctor": "etl.cli.ops:doctor_cmd",
     "query": "etl.cli.analysts:query",
     "pull": "etl.cli.analysts:pull",
     "plot": "etl.cli.analysts:plot",
@@ -89,7 +91,8 @@ def cli(debug: bool, quiet: bool) -> None:
       etl run  -c configs/demo.yaml fetch, write, checkpoint
     Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch milliseconds.
     Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
-    7 output, 8 locked, 9 quality below 'etl report --fail-under', 70 internal, 130 interrupted.
+    7 output, 8 locked, 9 quality below 'etl report --fail-under', 10 'etl doctor' found something
+    to fix, 70 internal, 130 interrupted.
     """
     global _debug
     _debug = debug

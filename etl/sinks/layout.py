@@ -21,7 +21,6 @@ import pyarrow as pa
 from etl.model import SCHEMAS, Series, Shard, bucket_of
 from etl.timeutil import DAY_MS
 
-PARTITION_KEYS = ("source", "date", "object_id")
 _NAME = re.compile(r"(?P<source>.+?)(?:-(?P<shard>s\d+of\d+))?-b(?P<bucket>\d+)of(?P<buckets>\d+)")
 
 

@@ -8,7 +8,7 @@ from types import ModuleType
 
 from etl.errors import ConfigError
 
-# Module -> the requirement of pyproject's `scale` extra that brings it (tests/test_optional.py keeps
+# Module -> the requirement of pyproject's `scale` extra that brings it (tests/unit/test_optional_extras.py keeps
 # the two equal).
 REQUIREMENTS = {
     "distributed": "dask[distributed]>=2024.4",
@@ -18,7 +18,7 @@ REQUIREMENTS = {
 # Module -> the requirement of the `lake` extra (sink.format delta / iceberg).
 LAKE_REQUIREMENTS = {
     "deltalake": "deltalake>=1.1,<2",
-    "pyiceberg": "pyiceberg[sql-sqlite,pyarrow,pyiceberg-core]>=0.9,<1",
+    "pyiceberg": "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]>=0.9,<1",
 }
 
 

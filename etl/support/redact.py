@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+from urllib.parse import unquote
 
 MASK = "***"
 _lock = threading.Lock()
@@ -13,13 +14,25 @@ _secrets: set[str] = set()
 _PATTERNS = [
     (re.compile(r"(password=)[^&\s'\"]*", re.IGNORECASE), r"\1" + MASK),
     (re.compile(r"((?:SEMSESSIONID|issToken)=)[^;&\s'\"]*"), r"\1" + MASK),
+    # user:password@ in a URL (a database or catalog URL); a '/' ends the match so host:port/path is kept
+    (re.compile(r"(://[^:/@\s]*:)[^@\s/]+@"), r"\1" + MASK + "@"),
 ]
+# The password of scheme://user:password@host... as SQLAlchemy parses it: anything up to the first '@'.
+_URL_PASSWORD = re.compile(r"^[\w+.-]+://[^:/@]*:([^@]*)@")
 
 
 def register(*values: str | None) -> None:
     """Remember values that must never be shown (very short ones would mask too much)."""
     with _lock:
         _secrets.update(v for v in values if v and len(v) >= 3)
+
+
+def url_passwords(url: str) -> list[str]:
+    """The password of a URL with credentials, as written and percent-decoded (empty: none)."""
+    found = _URL_PASSWORD.match(url.strip())
+    if not found or not found.group(1):
+        return []
+    return list(dict.fromkeys([found.group(1), unquote(found.group(1))]))
 
 
 def redact(text: str) -> str:

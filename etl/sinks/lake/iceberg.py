@@ -20,9 +20,10 @@ from typing import Any, ClassVar
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from etl.errors import StorageError
+from etl.errors import ConfigError, StorageError
 from etl.sinks.lake.common import Checkpoint, LakeTable, Replace
 from etl.storage.files import Storage
+from etl.support import redact
 from etl.support.optional import require
 from etl.timeutil import DAY_MS
 
@@ -43,20 +44,50 @@ def catalog(storage: Storage, uri: str | None) -> Any:
         storage.fs.makedirs(storage.full(""), exist_ok=True)
         props.update(type="sql", uri=f"sqlite:///{os.path.abspath(storage.full('catalog.db'))}")
     elif uri.startswith(("http://", "https://")):
+        redact.register(*redact.url_passwords(uri))
         props.update(type="rest", uri=uri)
     else:
+        redact.register(*redact.url_passwords(uri))
+        # SQLAlchemy 2.1 made psycopg (3) the driver of a bare postgresql://; the lake extra brings
+        # psycopg2 (pyiceberg[sql-postgres]), the driver SQLAlchemy 2.0 chose.
+        if uri.startswith("postgresql://"):
+            uri = "postgresql+psycopg2://" + uri.removeprefix("postgresql://")
         props.update(type="sql", uri=uri)
-    endpoint = storage.options.get("endpoint_url")
-    if endpoint:
-        props["s3.endpoint"] = str(endpoint)
+    if storage.s3:
+        props.update(s3_properties(storage.options))
     try:
         found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
+    except ImportError as exc:  # SQLAlchemy found no driver (DBAPI) for the URL's dialect
+        name = exc.name or str(exc)
+        install = "'etl[lake]'" if name == "psycopg2" else name
+        raise ConfigError(f"sink.catalog needs the database driver {name}: pip install {install}") from None
     except Exception as exc:  # noqa: BLE001 - one line naming the catalog, never its credentials
-        raise StorageError(
-            f"cannot open the Iceberg catalog ({props['type']}): {str(exc).splitlines()[0]}"
-        ) from None
+        reason = redact.redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        if type(exc).__name__ in ("ValueError", "ArgumentError", "NoSuchModuleError"):
+            raise ConfigError(f"sink.catalog: {reason}") from None  # SQLAlchemy: a malformed URL, no dialect
+        raise StorageError(f"cannot open the Iceberg catalog ({props['type']}): {reason}") from None
     return found
+
+
+def s3_properties(options: dict[str, Any]) -> dict[str, str]:
+    """pyiceberg's FileIO settings from the sink's fsspec (s3fs) options. Credentials not given there come
+    from the environment (AWS_ACCESS_KEY_ID..., ~/.aws), as for every other S3 access of a run."""
+    client = options.get("client_kwargs") or {}
+    endpoint = options.get("endpoint_url") or client.get("endpoint_url")
+    region = client.get("region_name")
+    if endpoint and not region:
+        # Without a region pyiceberg asks AWS where the bucket is (right for AWS itself), which an
+        # S3-compatible store (MinIO, Ceph, moto) cannot answer.
+        region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    props = {
+        "s3.endpoint": endpoint,
+        "s3.region": region,
+        "s3.access-key-id": options.get("key"),
+        "s3.secret-access-key": options.get("secret"),
+        "s3.session-token": options.get("token"),
+    }
+    return {k: str(v) for k, v in props.items() if v}
 
 
 def expression(replace: Replace):
@@ -167,8 +198,14 @@ class IcebergTable(LakeTable):
         if any(task.delete_files for task in tasks):  # merge-on-read deletes of another writer: read them
             return ds.dataset(table.scan().to_arrow())
         schema = table.schema().as_arrow()
+        paths = [self._path(t.file.file_path) for t in tasks]
+        if not self.storage.local:
+            # The files are the snapshot's: a folder listing fsspec cached before pyiceberg (through its
+            # own S3 client) wrote some of them would hide them from the reader.
+            for folder in {p.rsplit("/", 1)[0] for p in paths}:
+                self.storage.fs.invalidate_cache(folder)
         return ds.dataset(
-            [self._path(t.file.file_path) for t in tasks],
+            paths,
             schema=schema,
             format="parquet",
             filesystem=None if self.storage.local else self.storage.fs,

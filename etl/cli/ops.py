@@ -1,0 +1,156 @@
+"""Commands for the first hour with an instance and for keeping a deployment healthy: init, doctor."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from etl.cli.params import DURATION, TIME, config_option
+from etl.cli.render import echo_json
+from etl.errors import ConfigError, Unhealthy
+
+
+def _password() -> str:
+    password = os.environ.get("ETL_PASSWORD")
+    if password:
+        return password
+    if not sys.stdin.isatty():
+        raise ConfigError("no password: set ETL_PASSWORD (there is no terminal to ask on)")
+    return click.prompt("Password", hide_input=True)
+
+
+@click.command("init")
+@click.option(
+    "--base-url",
+    required=True,
+    metavar="URL",
+    help="The instance, e.g. https://HOST (the base path /sem-restservices is found if missing).",
+)
+@click.option(
+    "--username", required=True, metavar="NAME", help="The login (password: ETL_PASSWORD or a prompt)."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Write the config there (default: print it, unless --json).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--start", type=TIME, help="Where the first run starts (default: 7 days before today).")
+@click.option("--sink-path", metavar="PATH", help="Where the data goes (default: output/HOST).")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="The private CA the server's certificate is from (PEM).",
+)
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+def init_cmd(
+    base_url: str,
+    username: str,
+    output: Path | None,
+    as_json: bool,
+    start: int | None,
+    sink_path: str | None,
+    ca_bundle: Path | None,
+    force: bool,
+) -> None:
+    """Find out how an instance behaves, politely (a few dozen requests), and write a config for it.
+
+    \b
+    Probes: the base path, how sign-in takes the credentials, the objects and parameters, whether
+    the paged search agrees with the lists, the silent cap and the default of `count`, the format of
+    stamps, the latency (and a concurrency for it), how an ended session and errors are answered.
+    """
+    import ssl
+
+    from etl.ops import init
+    from etl.ops.probe import probe
+
+    if output is not None and output.exists() and not force:
+        raise ConfigError(f"{output} exists: pass --force to replace it")
+    verify: bool | ssl.SSLContext = True
+    if ca_bundle is not None:
+        verify = ssl.create_default_context(cafile=str(ca_bundle))
+    found = asyncio.run(probe(base_url, username, _password(), verify=verify))
+    choices = init.Choices(username, start, sink_path, ca_bundle)
+    text = init.render(found, choices)
+    if output is not None:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {output}: {exc.strerror}") from None
+    if as_json:
+        echo_json(found.as_dict())
+        return
+    if output is None:
+        click.echo(text, nl=False)
+        for line in init.report(found):
+            click.echo(line.line(), err=True)
+        return
+    for line in init.report(found):
+        click.echo(line.line())
+    click.echo(f"wrote {output}; next:  ETL_PASSWORD=... etl plan -c {output}  then  etl run -c {output}")
+
+
+@click.command("doctor")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (for schedulers).")
+@click.option(
+    "--max-age",
+    type=DURATION,
+    metavar="DURATION",
+    help="Fail when the last successful run finished longer ago than this, e.g. 2h, 1d.",
+)
+@click.option(
+    "--retain",
+    type=DURATION,
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Lake tables: versions older than this should have been vacuumed (etl vacuum --retain).",
+)
+@click.option("--offline", is_flag=True, help="Skip the server probes (no sign-in, no request).")
+@click.option(
+    "--skip",
+    multiple=True,
+    type=click.Choice(["server", "checkpoints", "runs", "locks", "leftovers", "files", "lake", "sources"]),
+    help="Leave out a check (repeatable).",
+)
+@click.option("--strict", is_flag=True, help="Warnings fail too.")
+def doctor_cmd(
+    config_path: str,
+    as_json: bool,
+    max_age: int | None,
+    retain: int,
+    offline: bool,
+    skip: tuple[str, ...],
+    strict: bool,
+) -> None:
+    """Check a deployment without changing it: the server against the config, checkpoints, the last
+    runs, locks, leftovers of killed runs, files and lake tables, source names.
+
+    Each finding is one line (ok, warn, fail) with what to do. Exits 0 when healthy (warnings
+    allowed, unless --strict) and 10 when something needs a person.
+    """
+    from etl.config import load_config
+    from etl.ops.doctor import Limits, diagnose
+
+    config = load_config(config_path, offline=offline)
+    limits = Limits(max_age_ms=max_age, retain_ms=retain)
+    diagnosis = diagnose(config, config_path, limits, server=not offline, skip=skip)
+    if as_json:
+        echo_json(diagnosis.as_dict(strict))
+    else:
+        for finding in diagnosis.findings:
+            click.echo(finding.line())
+        if diagnosis.requests_made:
+            click.echo(f"({diagnosis.requests_made} requests to the server)")
+    if not diagnosis.healthy(strict):
+        needing = [f for f in diagnosis.findings if f.status == "fail" or strict and f.status == "warn"]
+        raise Unhealthy(f"doctor: {len(needing)} finding(s) need a person (first: {needing[0].check})")

@@ -1,0 +1,231 @@
+"""The state: checkpoints past now, the last runs, locks held by runs that are gone."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+import numpy as np
+import orjson
+
+from etl.model import SERIES
+from etl.ops.doctor.deployment import HOST, Deployment, alive, human, shard_of
+from etl.ops.findings import Finding, fail, ok, warn
+from etl.state.lock import LOCK_FILE
+from etl.timeutil import MINUTE_MS, iso
+
+
+def checkpoints_ahead_of_now(d: Deployment) -> list[Finding]:
+    out = []
+    for store, coverage in d.stores:
+        ahead = coverage.end > d.now + d.limits.future_ms
+        if not ahead.any():
+            continue
+        keys = np.unique(coverage.key[ahead]).tolist()
+        params = sorted({k // 4 for k in keys})
+        series = sorted({SERIES[k % 4].value for k in keys})
+        shard = shard_of(store)
+        options = " ".join(
+            [f"--param {p}" for p in params[:5]]
+            + [f"--series {s}" for s in series]
+            + ([f"--shard {shard}"] if shard else [])
+        )
+        out.append(
+            fail(
+                "checkpoints.now",
+                f"{len(keys)} checkpoint(s) of {len(params)} parameter(s)"
+                + (f" (shard {shard})" if shard else "")
+                + f" reach past now, up to {iso(int(coverage.end[ahead].max()))}: runs skip that span until "
+                "the clock gets there",
+                f"etl state reset {d.cmd} {options} --yes"
+                + (" (and the other parameters)" if len(params) > 5 else "")
+                + "; then find what set window.end or the clock ahead",
+            )
+        )
+    if out:
+        return out
+    count = sum(len(c) for _, c in d.stores)
+    return [ok("checkpoints.now", f"{count} checkpoint(s), none past now" if count else "no checkpoint yet")]
+
+
+def runs(d: Deployment) -> list[Finding]:
+    """The last runs' records: how the last one ended, the windows that failed, the last success's age."""
+    storage, limits = d.build.data, d.limits
+    names = sorted(n for n in storage.listdir("_runs") if n.endswith(".json"))[-limits.runs :]
+    records = []
+    for body in storage.read_many([f"_runs/{n}" for n in names]):
+        try:
+            record = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            record = None
+        if (
+            isinstance(record, dict)
+            and "run_id" in record
+            and record.get("source") in (None, d.config.source.name)
+        ):
+            records.append(record)
+    if not records:
+        status = fail if limits.max_age_ms else warn
+        return [status("runs.last", f"no run recorded in {storage.display('_runs')}", f"etl run {d.cmd}")]
+    out = []
+    latest: dict[str | None, dict] = {}
+    for record in records:  # oldest first: the last of each shard stays
+        latest[record.get("shard")] = record
+    for shard, record in sorted(latest.items(), key=lambda kv: str(kv[0])):
+        where = f" (shard {shard})" if shard else ""
+        path = storage.display(f"_runs/{record.get('run_id')}.json")
+        failed = int(record.get("failed_window_count") or 0)
+        if failed:
+            first = (record.get("failed_windows") or ["?"])[0]
+            again = _failing_again(records, shard, set(record.get("failed_windows") or []))
+            out.append(
+                fail(
+                    "runs.last",
+                    f"the last run {record['run_id']}{where} left {failed} window(s) failed (first: {first})"
+                    + (f"; {again} of them failed in the run before too" if again else ""),
+                    f"the next run retries them; if they keep failing, read the errors in {path}",
+                )
+            )
+        elif record.get("status") == "failed":
+            out.append(
+                fail(
+                    "runs.last",
+                    f"the last run {record['run_id']}{where} failed: {record.get('error')}",
+                    f"fix the cause (see {path}), then etl run {d.cmd}",
+                )
+            )
+        elif record.get("status") == "interrupted":
+            out.append(
+                warn(
+                    "runs.last",
+                    f"the last run {record['run_id']}{where} was interrupted; the next run resumes",
+                )
+            )
+    if not out:
+        last = records[-1]
+        out.append(ok("runs.last", f"the last run {last['run_id']} was ok ({len(records)} run(s) read)"))
+    out.append(_age(d, records))
+    return out
+
+
+def _failing_again(records: list[dict], shard: str | None, failed: set[str]) -> int:
+    mine = [r for r in records if r.get("shard") == shard]
+    return len(failed & set(mine[-2].get("failed_windows") or [])) if len(mine) > 1 else 0
+
+
+def _age(d: Deployment, records: list[dict]) -> Finding:
+    finished = [
+        _ms(r["started"]) + int(float(r.get("seconds") or 0) * 1000)
+        for r in records
+        if r.get("status") == "ok" and r.get("started")
+    ]
+    max_age = d.limits.max_age_ms
+    if not finished:
+        status = fail if max_age else warn
+        return status(
+            "runs.age",
+            f"none of the last {len(records)} run(s) succeeded",
+            "read the last run's error in _runs/",
+        )
+    age = d.now - max(finished)
+    text = f"the last successful run finished {human(age)} ago ({iso(max(finished))})"
+    if max_age and age > max_age:
+        return fail(
+            "runs.age",
+            f"{text}, more than --max-age {human(max_age)}",
+            "check the scheduler (cron, Airflow) and the last runs' errors",
+        )
+    return ok("runs.age", text)
+
+
+def _ms(stamp: str) -> int:
+    try:
+        return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+    except (ValueError, TypeError):
+        return 0  # a record from elsewhere: as old as can be
+
+
+def locks(d: Deployment) -> list[Finding]:
+    """A run lock held by a run that is gone. Locally the lock is an flock the kernel drops when its holder
+    dies, unless a process the run started keeps the file open; on object stores a lease that expires."""
+    out = []
+    for store, _ in d.stores:
+        storage = store.storage
+        holder = _holder(storage.read(LOCK_FILE))
+        where = storage.display(LOCK_FILE)
+        pid, host, since = holder.get("pid"), holder.get("host"), holder.get("since")
+        gone = host == HOST and isinstance(pid, int) and not alive(pid)
+        if storage.local:
+            if not _flocked(storage.full(LOCK_FILE)):
+                continue
+            if gone:
+                out.append(
+                    fail(
+                        "locks",
+                        f"the state lock {where} is held, but the run that took it (pid {pid}, since {since}) is "
+                        "gone: a process it started keeps the lock open, and runs exit 8 until it ends",
+                        f"find it with: fuser -v {storage.full(LOCK_FILE)}; stop it",
+                    )
+                )
+            else:
+                out.append(
+                    ok("locks", f"a run holds the state lock now (pid {pid} on {host}, since {since})")
+                )
+            continue
+        if "token" not in holder:
+            continue
+        expires = float(holder.get("expires") or 0) * 1000
+        if expires <= d.now:
+            out.append(
+                warn(
+                    "locks",
+                    f"the state lock {where} was left by a run that did not finish (pid {pid} on {host}, "
+                    f"since {since}); the next run takes it over",
+                )
+            )
+        elif gone:
+            status = fail if expires - d.now > 10 * MINUTE_MS else warn
+            out.append(
+                status(
+                    "locks",
+                    f"a run that is gone (pid {pid} on {host}) holds the state lock {where} until "
+                    f"{iso(int(expires))}: runs exit 8 until then",
+                    f"wait, or remove {where} if no run of this state is alive",
+                )
+            )
+        else:
+            out.append(ok("locks", f"a run holds the state lock (pid {pid} on {host}, since {since})"))
+    return out or [ok("locks", f"no run holds the state lock ({len(d.stores)} store(s))")]
+
+
+def _holder(data: bytes | None) -> dict:
+    try:
+        held = orjson.loads(data) if data else {}
+    except orjson.JSONDecodeError:
+        held = {}
+    return held if isinstance(held, dict) else {}
+
+
+def _flocked(path: str) -> bool:
+    """Whether some process holds an flock on the file, read from /proc/locks: taking the lock even for a
+    moment could make a run starting then exit 8."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    try:
+        with open("/proc/locks") as handle:
+            table = handle.read()
+    except OSError:  # not Linux: a shared lock taken and dropped at once
+        import fcntl
+
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+    device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    return any("FLOCK" in line.split() and device in line.split() for line in table.splitlines())

@@ -1,0 +1,316 @@
+"""`etl run` killed at random moments, interrupted, or started twice: the data stays exact and readable."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from etl.config import parse_config
+from etl.storage.files import TMP_SUFFIX
+from etl_emulator.server import RunningEmulator, run_emulator
+from tests.support.checks import assert_exact, assert_output_matches_state
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import emulator_config
+from tests.support.expected import SOURCE
+from tests.support.output import checkpoints, read_quality
+from tests.support.pipeline import run
+
+
+@pytest.fixture
+def slow_emulator() -> Iterator[RunningEmulator]:
+    """30 ms per answer: a run lasts a few seconds, long enough to be killed part-way."""
+    with run_emulator(emulator_config()) as running:
+        running.set_faults(latency=0.03)
+        yield running
+
+
+def config_file(emulator: RunningEmulator, tmp_path: Path, **sections) -> Path:
+    data = config_dict(
+        emulator.base_url,
+        tmp_path / "out",
+        window={"overlap": "0s"},
+        extract={"concurrency": 2, "slabs_in_flight": 1},
+        **sections,
+    )
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    return write_config(tmp_path / "c.yaml", data)
+
+
+def start(path: Path) -> subprocess.Popen:
+    return etl_process("run", "-c", str(path), "--no-progress")
+
+
+FORMATS = ["parquet", "delta", "iceberg"]
+
+
+def temp_files(out: Path) -> list[Path]:
+    """Our temp files (a lake library's own, inside a table's log, are its business)."""
+    return [
+        p
+        for p in out.rglob("*")
+        if (p.name.endswith(TMP_SUFFIX) or "probe" in p.name) and "_delta_log" not in p.parts
+    ]
+
+
+def commits(out: Path) -> set[str]:
+    """The lake tables' commit files (Delta log entries, Iceberg metadata files) now."""
+    return {str(p) for p in out.glob("*/_delta_log/*.json")} | {
+        str(p) for p in out.glob("etl/*/metadata/*.json")
+    }
+
+
+class Reader(threading.Thread):
+    """Reads every visible file of the output over and over, as an analyst's query would; for lake tables,
+    each table's current snapshot, which must never hold a row twice (a partial commit would)."""
+
+    def __init__(self, out: Path, fmt: str = "parquet") -> None:
+        super().__init__(daemon=True)
+        self.out, self.fmt = out, fmt
+        self.stop = threading.Event()
+        self.reads = 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        if self.fmt != "parquet":
+            return self._run_lake()
+        while not self.stop.is_set():
+            for path in list(self.out.rglob("*")):
+                if path.name.startswith(".") or not path.name.endswith((".parquet", ".json")):
+                    continue  # hidden names are the writers' temp files
+                try:
+                    if path.suffix == ".parquet":
+                        pq.read_table(path)
+                    else:
+                        json.loads(path.read_bytes())
+                    self.reads += 1
+                except FileNotFoundError:
+                    pass  # replaced or removed between listing and opening: fine
+                except Exception as exc:  # a partial or damaged file
+                    self.failures.append(f"{path.relative_to(self.out)}: {type(exc).__name__}: {exc}")
+            time.sleep(0.002)
+
+    def _run_lake(self) -> None:
+        from etl.config import SinkConfig
+        from etl.sinks.lake import Lake
+        from etl.storage.files import Storage
+
+        while not self.stop.is_set():
+            if not self.out.exists():
+                time.sleep(0.01)
+                continue
+            lake = Lake(SinkConfig(format=self.fmt, path=str(self.out)), Storage(str(self.out)))
+            for table in [lake.series(s) for s in ("raw", "average", "candles")] + [lake.quality()]:
+                try:
+                    if not table.exists():
+                        continue
+                    rows = table.dataset().to_table(columns=["param_id", table.time_key])
+                except Exception as exc:  # noqa: BLE001 - a snapshot that cannot be read
+                    self.failures.append(f"{table.name}: {type(exc).__name__}: {exc}")
+                    continue
+                keys = set(
+                    zip(
+                        rows.column("param_id").to_pylist(),
+                        rows.column(table.time_key).to_pylist(),
+                        strict=True,
+                    )
+                )
+                if len(keys) != rows.num_rows:
+                    self.failures.append(f"{table.name}: {rows.num_rows - len(keys)} row(s) seen twice")
+                self.reads += 1
+            time.sleep(0.01)
+
+
+@contextmanager
+def reading(out: Path, fmt: str = "parquet") -> Iterator[Reader]:
+    reader = Reader(out, fmt)
+    reader.start()
+    try:
+        yield reader
+    finally:
+        reader.stop.set()
+        reader.join(timeout=10)
+    assert not reader.failures, reader.failures[:5]
+
+
+def kill_when(proc: subprocess.Popen, moment, timeout: float = 60) -> bool:
+    """SIGKILL the run as soon as `moment()` holds; False if the run ended first."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None:
+        if moment():
+            proc.kill()
+            proc.wait()
+            return True
+        assert time.monotonic() < deadline, "the run neither ended nor reached the moment"
+    return False
+
+
+def moments(emulator: RunningEmulator, out: Path, rnd: random.Random, fmt: str = "parquet") -> dict:
+    """Ways to pick the moment of a kill: while fetching (after a random number of answers), while a
+    data file is being written (its temp file exists; for lake tables: right after a table commit,
+    before the state log holds it), while the checkpoint is being written."""
+    state_dir = out / "_state" / SOURCE
+
+    def fetching():
+        n = rnd.randint(1, 30)
+        return lambda: sum("interval_ms" in r for r in emulator.requests()) >= n
+
+    def writing():
+        if fmt != "parquet":
+            before = commits(out)
+            return lambda: bool(commits(out) - before)
+        return lambda: any(
+            p.name.endswith(TMP_SUFFIX)
+            for d in ("raw", "average", "candles", "quality", "dimensions")
+            for p in (out / d).rglob(".*")
+        )
+
+    def checkpointing():
+        return lambda: any(p.name.endswith(TMP_SUFFIX) for p in state_dir.rglob(".*"))
+
+    return {"fetching": fetching, "writing": writing, "checkpointing": checkpointing}
+
+
+def kill_and_recover(
+    emulator: RunningEmulator, tmp_path: Path, phases: list[str], seed: int, fmt: str = "parquet"
+) -> list[str]:
+    """Kill a run at each phase in turn, starting the next run each time, then let one finish."""
+    path = config_file(emulator, tmp_path, sink={"format": fmt})
+    out = tmp_path / "out"
+    rnd = random.Random(seed)
+    pick = moments(emulator, out, rnd, fmt)
+    hit = []
+    with reading(out, fmt) as reader:
+        for phase in phases:
+            emulator.clear_requests()
+            proc = start(path)
+            if kill_when(proc, pick[phase]()):
+                hit.append(phase)
+            else:
+                stderr = proc.stderr.read()
+                assert proc.returncode == 0, stderr  # finished before the moment came: also fine
+                assert "another run holds the state lock" not in stderr
+        final = etl("run", "-c", str(path), "--json")
+        assert final.returncode == 0, final.stderr  # a killed run's lock never blocks the next one
+    assert reader.reads > 0
+    assert_exact(out)
+    assert temp_files(out) == []
+    assert_quality_of_a_clean_run(emulator, path, out, tmp_path / "clean")
+    return hit
+
+
+def assert_quality_of_a_clean_run(emulator: RunningEmulator, path: Path, out: Path, clean: Path) -> None:
+    """Exactly one quality row per (parameter, day), each equal to what one uninterrupted run writes."""
+    got = read_quality(out)
+    keys = list(zip(got.column("param_id").to_pylist(), got.column("day").to_pylist(), strict=True))
+    assert len(keys) == len(set(keys)) == 8 * 2
+    emulator.set_faults(reset=True)
+    data = yaml.safe_load(path.read_text())
+    data["sink"]["path"], data["series"] = (
+        str(clean),
+        ["raw"],
+    )  # quality is computed from the raw series alone
+    data["source"]["password"] = "demo"
+    run(parse_config(data))
+    assert got.equals(read_quality(clean))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_sigkill_at_random_moments_then_rerun_gives_exactly_the_source(slow_emulator, tmp_path, fmt):
+    hit = kill_and_recover(slow_emulator, tmp_path, ["fetching", "writing", "checkpointing"], seed=1, fmt=fmt)
+    assert "fetching" in hit  # the others depend on catching a temp file that lives milliseconds
+    if fmt != "parquet":
+        assert "writing" in hit  # killed right after a table commit: its checkpoint came back from the table
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(4))
+def test_soak_many_kills_under_faults(slow_emulator, tmp_path, seed):
+    slow_emulator.set_faults(error_rate=0.1, drop_rate=0.05, truncate_rate=0.05, session_max_requests=20)
+    rnd = random.Random(seed)
+    phases = [rnd.choice(["fetching", "fetching", "writing", "checkpointing"]) for _ in range(10)]
+    kill_and_recover(slow_emulator, tmp_path, phases, seed)
+
+
+# -- SIGINT / SIGTERM -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emulator, tmp_path, signum):
+    path = config_file(slow_emulator, tmp_path)
+    out = tmp_path / "out"
+    proc = start(path)
+    kill_when_ready = time.monotonic() + 60
+    while not list((out / "_state" / SOURCE / "log").glob("*.json")):  # a slab is written and checkpointed
+        assert proc.poll() is None and time.monotonic() < kill_when_ready, proc.communicate()
+        time.sleep(0.005)
+    proc.send_signal(signum)
+    sent = time.monotonic()
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert time.monotonic() - sent < 10  # one slab of eight 50 ms windows, two at a time, not the whole run
+    assert f"{signum.name} received: stopping after the windows in flight" in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("etl: ")]
+    assert (
+        len(errors) == 1 and errors[0].startswith("etl: interrupted") and "run again to resume" in errors[0]
+    ), stderr
+    assert "Traceback" not in stderr
+    state = checkpoints(out)
+    assert len(state) and temp_files(out) == []
+    assert_output_matches_state(out, state)
+    summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"]
+
+    slow_emulator.clear_requests()
+    result = etl("run", "-c", str(path))
+    assert result.returncode == 0, result.stderr
+    assert_exact(out)
+
+
+def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
+    with run_emulator(emulator_config()) as emulator:
+        emulator.set_faults(latency=0.5)  # the sign-in takes half a second
+        proc = start(config_file(emulator, tmp_path))
+        deadline = time.monotonic() + 60
+        while not emulator.requests():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("etl: interrupted") and "Traceback" not in stderr
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "out" / "_runs").glob("*.json")]
+    assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
+
+
+# -- the state lock ---------------------------------------------------------------------------------
+
+
+def test_a_second_concurrent_run_is_refused_with_exit_8(slow_emulator, tmp_path):
+    path = config_file(slow_emulator, tmp_path)
+    slow_emulator.set_faults(latency=0.5)  # the first run must outlast the second one's start
+    first = start(path)
+    lock = tmp_path / "out" / "_state" / SOURCE / "lock"
+    deadline = time.monotonic() + 60
+    while not (lock.exists() and lock.read_bytes()):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.005)
+    second = etl("run", "-c", str(path))
+    assert second.returncode == 8, second.stderr
+    assert second.stderr.count("\n") == 1 and "etl: error: another run holds the state lock" in second.stderr
+    assert f'"pid": {first.pid}' in second.stderr  # names the holder
+    slow_emulator.set_faults(latency=0)
+    _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 0, stderr  # the refused run did not disturb the first
+    assert_exact(tmp_path / "out")

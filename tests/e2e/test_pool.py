@@ -1,0 +1,81 @@
+"""etl.client.pool against the real emulator: connections reused and bounded, never reused when unusable.
+Without a server: tests/unit/test_pool_transport.py."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+
+from etl.client.pool import LeanTransport
+
+
+class Counted(LeanTransport):
+    """Counts the connections the pool opens and the most requests it served at once."""
+
+    def __init__(self, limits: httpx.Limits) -> None:
+        super().__init__(limits=limits)
+        self.opened = self.busy = self.most_busy = 0
+        take, give_back = self._pool._take, self._pool.give_back
+
+        async def counting_take(origin):
+            fresh = not self._pool.idle
+            self.opened += fresh
+            self.busy += 1
+            self.most_busy = max(self.most_busy, self.busy)
+            return await take(origin)
+
+        async def counting_give_back(connection):
+            self.busy -= 1
+            await give_back(connection)
+
+        self._pool._take, self._pool.give_back = counting_take, counting_give_back
+
+
+def _client(transport: LeanTransport) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=transport, timeout=10)
+
+
+def test_connections_are_reused_and_bounded(emulator):
+    transport = Counted(httpx.Limits(max_connections=4, max_keepalive_connections=4))
+
+    async def go() -> list[int]:
+        async with _client(transport) as client:
+            answers = await asyncio.gather(
+                *(client.get(emulator.url + "/_emulator/health") for _ in range(60))
+            )
+            return [a.status_code for a in answers]
+
+    assert asyncio.run(go()) == [200] * 60
+    assert transport.most_busy == 4  # 60 requests at once, 4 at a time
+    assert transport.opened <= 4  # every later request reused one of them
+    assert transport.busy == 0
+
+
+def test_a_connection_the_server_closes_is_not_reused(emulator):
+    transport = Counted(httpx.Limits(max_connections=1, max_keepalive_connections=1))
+
+    async def go() -> None:
+        async with _client(transport) as client:
+            closing = await client.get(emulator.url + "/_emulator/health", headers={"Connection": "close"})
+            assert closing.status_code == 200
+            assert transport._pool.idle == []  # closed, not kept
+            for _ in range(3):
+                assert (await client.get(emulator.url + "/_emulator/health")).status_code == 200
+
+    asyncio.run(go())
+    assert transport.opened == 2  # one for the closing answer, one reused by the three after it
+
+
+def test_an_answer_left_unread_gives_its_slot_back(emulator):
+    transport = Counted(httpx.Limits(max_connections=1, max_keepalive_connections=1))
+
+    async def go() -> None:
+        async with _client(transport) as client:
+            async with client.stream("GET", emulator.url + "/_emulator/health"):
+                pass  # closed unread: that connection cannot carry another request
+            answer = await asyncio.wait_for(client.get(emulator.url + "/_emulator/health"), 5)
+            assert answer.status_code == 200
+
+    asyncio.run(go())
+    assert transport.busy == 0

@@ -1,0 +1,216 @@
+"""Secrets and access: where the password comes from, that neither it nor a session cookie leaks
+anywhere (debug logs included), TLS verification, and what a restricted login can export."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+import duckdb
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from etl_emulator.server import RunningEmulator, run_emulator
+from tests.support.checks import assert_exact
+from tests.support.cli import etl, etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.credentials import PASSWORD, USERS, etl_user_config, leaks
+from tests.support.emulator import emulator_config
+
+PLAIN_WARNING = "source.password is written in the config file"
+
+
+@pytest.fixture
+def private_emulator() -> Iterator[RunningEmulator]:
+    with run_emulator(emulator_config(users=USERS)) as running:
+        yield running
+
+
+# -- where the password comes from ------------------------------------------------------------------
+
+
+def test_password_from_the_environment_or_a_file_works_silently(private_emulator, tmp_path):
+    result = etl("plan", "-c", str(etl_user_config(private_emulator, tmp_path)), password=PASSWORD)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    secret = tmp_path / "password.txt"
+    secret.write_text(PASSWORD + "\n")
+    path = etl_user_config(private_emulator, tmp_path, password=None, password_file=str(secret))
+    result = etl("plan", "-c", str(path), password=PASSWORD)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+def test_a_plain_password_in_the_config_works_but_warns(private_emulator, tmp_path):
+    result = etl(
+        "plan", "-c", str(etl_user_config(private_emulator, tmp_path, password=PASSWORD)), password=PASSWORD
+    )
+    assert result.returncode == 0, result.stderr
+    assert PLAIN_WARNING in result.stderr and PASSWORD not in result.stderr
+
+
+# -- nothing leaks -----------------------------------------------------------------------------------
+
+
+def test_debug_run_leaks_neither_password_nor_cookies(private_emulator, tmp_path):
+    """A --debug run (httpx and httpcore debug logs on) with sessions expiring every 10 requests, then a
+    refused sign-in: the password (as typed and URL-encoded) and every session cookie value the server
+    issued appear in no output stream, no traceback and no file of the output folder."""
+    private_emulator.set_faults(session_max_requests=10)
+    path = etl_user_config(private_emulator, tmp_path)
+    ok = etl("--debug", "run", "-c", str(path), "--json", password=PASSWORD)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "HTTP Request: POST" in ok.stderr and "receive_response_headers" in ok.stderr  # debug logs were on
+    assert '"relogins": 0' not in ok.stdout
+    refused = etl("--debug", "run", "-c", str(path), password=PASSWORD + "-wrong")
+    assert refused.returncode == 3 and "Traceback" in refused.stderr
+    sessions = private_emulator.app.sessions
+    assert len(sessions) > 2
+    secrets = {PASSWORD, quote(PASSWORD), quote_plus(PASSWORD), PASSWORD + "-wrong"}
+    secrets |= set(sessions) | {s.token for s in sessions.values()}
+    assert leaks(ok.stdout + ok.stderr + refused.stdout + refused.stderr, secrets) == []
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert any("dimensions" in p.parts for p in files) and any("_runs" in p.parts for p in files)
+    assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
+    assert_exact(tmp_path / "out")
+
+
+# -- TLS ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
+    folder = tmp_path_factory.mktemp("tls")
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "etl test emulator")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+@pytest.fixture(scope="module")
+def tls_emulator(certificate) -> Iterator[RunningEmulator]:
+    cert, key = certificate
+    with run_emulator(emulator_config(users=USERS, tls_cert=cert, tls_key=key)) as running:
+        assert running.base_url.startswith("https://")
+        yield running
+
+
+def test_the_emulator_cli_serves_https(certificate):
+    cert, key = certificate
+    serve = ["emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning"]
+    process = etl_process(*serve, "--tls-cert", str(cert), "--tls-key", str(key), stdout=None)
+    try:
+        line = process.stderr.readline()
+        assert "listening on https://127.0.0.1:" in line, line
+        root = line.split("listening on ")[1].split("/sem-restservices")[0]
+        wait = ["emulator", "wait", "--url", root, "--timeout", "10"]
+        assert etl(*wait, "--ca-bundle", str(cert)).returncode == 0
+        assert etl(*wait[:-1], "0.5").returncode == 1  # untrusted: no answer
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_tls_is_verified_by_default(tls_emulator, tmp_path):
+    tls_emulator.clear_requests()
+    result = etl("run", "-c", str(etl_user_config(tls_emulator, tmp_path)), password=PASSWORD)
+    assert result.returncode == 4, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("etl: error: TLS: cannot verify the server https://"), (
+        lines
+    )
+    assert "self-signed certificate" in lines[0] and "source.ca_bundle" in lines[0]
+    assert "gave up" not in lines[0]  # not retried: a certificate does not heal
+    assert tls_emulator.requests() == []  # nothing, the password least, went to an unverified server
+
+
+def test_the_ca_bundle_is_honoured(tls_emulator, certificate, tmp_path):
+    path = etl_user_config(tls_emulator, tmp_path, ca_bundle=str(certificate[0]))
+    result = etl("run", "-c", str(path), password=PASSWORD)
+    assert result.returncode == 0 and result.stderr.count("\n") <= 8, result.stderr  # the summary, no warning
+    assert "WARNING" not in result.stderr
+    assert_exact(tmp_path / "out")
+
+
+def test_turning_verification_off_works_but_warns(tls_emulator, tmp_path):
+    result = etl(
+        "plan", "-c", str(etl_user_config(tls_emulator, tmp_path, verify_tls=False)), password=PASSWORD
+    )
+    assert result.returncode == 0, result.stderr
+    assert "TLS certificate verification is OFF" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "bundle, message",
+    [
+        ("missing.pem", "no such file"),
+        ("garbage.pem", "cannot load CA certificates"),
+    ],
+)
+def test_a_bad_ca_bundle_is_a_config_error(tls_emulator, tmp_path, bundle, message):
+    (tmp_path / "garbage.pem").write_text("not a certificate")
+    path = etl_user_config(tls_emulator, tmp_path, ca_bundle=str(tmp_path / bundle))
+    result = etl("run", "-c", str(path), password=PASSWORD)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("etl: error: config error: source.ca_bundle") and message in result.stderr
+
+
+# -- a restricted login ------------------------------------------------------------------------------
+
+
+def test_restricted_login_exports_nothing_of_other_objects(tmp_path):
+    """Login `restricted` sees the odd object ids (1 and 3 of 1..3): no row of any output file, series
+    or dimension, names object 2, its devices (201, 202) or its parameters (2001...)."""
+    with run_emulator(emulator_config(objects=3)) as emulator:
+        data = config_dict(emulator.base_url, tmp_path / "out")
+        data["source"].update(username="restricted", password="${ETL_PASSWORD}")
+        result = etl("run", "-c", str(write_config(tmp_path / "c.yaml", data)), password="restricted")
+        assert result.returncode == 0, result.stderr
+        log = emulator.requests()
+    assert all(r["status"] == 200 for r in log)  # it never even asked for what it may not see
+    out = tmp_path / "out"
+    con = duckdb.connect()
+    for series in ("raw", "average", "candles"):
+        ids = con.sql(
+            f"select distinct object_id, param_id // 1000 from '{out}/{series}/**/*.parquet' order by 1"
+        )
+        assert ids.fetchall() == [(1, 1), (3, 3)], series
+    checks = {
+        "objects": "select distinct id from t",
+        "units": "select distinct object_id from t union select distinct deviceconnect.device.id // 100 from t",
+        "parameters": "select distinct object_id from t union select distinct id // 1000 from t",
+        "rooms": "select distinct object_id from t",  # snake_case and typed: records are structs
+        "commands": "select distinct device.id // 100 from t",
+    }
+    for table, sql in checks.items():
+        con.sql(f"create or replace view t as select * from '{out}/dimensions/{table}/*.parquet'")
+        assert sorted(con.sql(sql).fetchall()) == [(1,), (3,)], table

@@ -1,0 +1,23 @@
+"""The optional packages etl asks for are the pyproject extras that bring them (`scale`, `lake`). What the CLI
+says when one is missing or too old: tests/e2e/test_optional.py."""
+
+from __future__ import annotations
+
+import tomllib
+
+from etl.support.optional import REQUIREMENTS
+from tests.support import ROOT
+
+
+def test_the_requirements_are_the_scale_extra():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert sorted(REQUIREMENTS.values()) == sorted(pyproject["project"]["optional-dependencies"]["scale"])
+
+
+def test_the_lake_requirements_are_the_lake_extra():
+    from etl.support.optional import LAKE_REQUIREMENTS
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert sorted(LAKE_REQUIREMENTS.values()) == sorted(extras["lake"])
+    assert set(LAKE_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them
