@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,10 +19,13 @@ import pytest
 
 from etl.timeutil import DAY_MS, iso, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
-from tests.conftest import START, config_dict, emulator_config, write_config
-from tests.expected import assert_exact, checkpoints, expected_table, read
+from tests.support.checks import assert_exact
+from tests.support.cli import etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import START, emulator_config, series_requests
+from tests.support.expected import expected_table
+from tests.support.output import checkpoints, read
 
-ENV = {**os.environ, "ETL_PASSWORD": "demo"}
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
 GUARD = 90.0  # seconds: only a hang comes near it
 
@@ -71,12 +73,8 @@ def config(emulator: RunningEmulator, out: Path, **sections) -> dict:
 
 def start(data: dict, tmp_path: Path) -> subprocess.Popen:
     path = write_config(tmp_path / "c.yaml", data)
-    return subprocess.Popen(
-        [sys.executable, "-m", "etl", "run", "-c", str(path), "--no-progress"],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp_path / "stderr", "wb"),  # noqa: SIM115  closed with the process
-        env=ENV,
-    )
+    with open(tmp_path / "stderr", "wb") as stderr:  # the child keeps its own descriptor
+        return etl_process("run", "-c", str(path), "--no-progress", stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUARD) -> Outcome:
@@ -110,10 +108,6 @@ def assert_one_line(outcome: Outcome, code: int, *phrases: str) -> None:
     assert len(outcome.errors) == 1, outcome.stderr
     assert all(p in outcome.errors[0] for p in phrases), outcome.errors[0]
     assert "Traceback" not in outcome.stderr
-
-
-def series_requests(emulator: RunningEmulator) -> list[dict]:
-    return [r for r in emulator.requests() if "param_id" in r and "interval_ms" in r]
 
 
 # -- bounded time ---------------------------------------------------------------------------------
