@@ -66,6 +66,9 @@ class SourceConfig(Strict):
     request_timeout: float = Field(
         120.0, gt=0, description="seconds for a whole answer, however it trickles in"
     )
+    max_answer_mb: float = Field(
+        32.0, gt=0, description="MiB an answer may hold, on the wire or decompressed (a raw day is ~5 MB)"
+    )
 
     @field_validator("base_url")
     @classmethod

@@ -110,6 +110,7 @@ class MonitoringClient:
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -119,7 +120,8 @@ class MonitoringClient:
         """`base_url`: host and base path (`https://HOST/sem-restservices`). `max_in_flight` bounds the
         requests in flight; `retry` is the policy after a failure; `verify` the TLS trust (a context for a
         private CA); `transport` replaces the network (tests, recorded answers). `timeout` bounds each
-        connect and read, `request_timeout` a whole exchange (seconds; None: no bound)."""
+        connect and read, `request_timeout` a whole exchange (seconds; None: no bound); an answer over
+        `max_answer_bytes` (on the wire or decompressed) is refused (`AnswerTooLarge`)."""
         self.session = Session(
             base_url,
             username,
@@ -127,6 +129,7 @@ class MonitoringClient:
             sign_in=sign_in,
             timeout=timeout,
             request_timeout=request_timeout,
+            max_answer_bytes=max_answer_bytes,
             retry=retry,
             max_in_flight=max_in_flight,
             verify=verify,
@@ -401,6 +404,7 @@ class SyncMonitoringClient:
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -419,6 +423,7 @@ class SyncMonitoringClient:
                 sign_in=sign_in,
                 timeout=timeout,
                 request_timeout=request_timeout,
+                max_answer_bytes=max_answer_bytes,
                 retry=retry,
                 max_in_flight=max_in_flight,
                 verify=verify,

@@ -21,6 +21,7 @@ import httpx
 
 from etl.client import classify
 from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
+from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.pool import LeanTransport
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
@@ -54,6 +55,7 @@ class Session:
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
         request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -77,12 +79,14 @@ class Session:
             auth=self.auth,
             timeout=timeout,
             verify=verify,
-            transport=transport or LeanTransport(verify=verify, limits=limits),
+            transport=BoundedTransport(
+                transport or LeanTransport(verify=verify, limits=limits), max_answer_bytes
+            ),
             limits=limits,
             # The auth flow sends the two session cookies itself; a jar would also keep rememberMe and
             # language and share cookies across hosts.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
             event_hooks={"request": [self._on_the_wire]},
@@ -153,16 +157,18 @@ class Session:
         decode: Callable[[bytes], Any],
         in_thread_over: int | None,
     ) -> Any:
-        response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
-        body = self._classified(response, method, path, expect_json)
-        if body is None:
-            return None
         try:
+            response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
+            body = self._classified(response, method, path, expect_json)
+            if body is None:
+                return None
             if in_thread_over is not None and len(body) > in_thread_over:
                 return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
             return decode(body)
         except InvalidResponse as exc:
-            raise InvalidResponse(f"{method} {path}: {exc}") from None
+            if str(exc).startswith(f"{method} {path}: "):
+                raise
+            raise type(exc)(f"{method} {path}: {exc}") from None
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
         """Every request, sign-ins and resends of the auth flow included: counted, and held while a 429

@@ -200,3 +200,36 @@ def test_a_signal_stops_a_stuck_run_within_seconds_keeping_what_finished(hostile
     again = etl_run(config(hostile, out), tmp_path)  # ...and the next run fetches them
     assert again.code == 0, again.stderr
     assert_exact(out, START, DAY_END, series=["raw"])
+
+
+# -- bounded memory -------------------------------------------------------------------------------
+
+LIMIT_MB = 16
+
+
+@pytest.fixture(scope="module")
+def baseline_rss_mb(server: RunningEmulator, tmp_path_factory) -> float:
+    """Peak RSS of the same one-day run against a well-behaved server."""
+    server.set_faults(reset=True)
+    tmp = tmp_path_factory.mktemp("baseline")
+    outcome = etl_run(config(server, tmp / "out", extract={"concurrency": 2}), tmp)
+    assert outcome.code == 0, outcome.stderr
+    return outcome.peak_rss_mb
+
+
+@pytest.mark.parametrize("kind", ["gzip_bomb", "endless", "huge"])
+def test_an_answer_over_the_size_limit_fails_its_window_within_the_memory_bound(
+    baseline_rss_mb, hostile, tmp_path, kind
+):
+    """A 1 MB gzip body that expands to 1 GiB, a body that never ends, a 4 MB one: each is read up to
+    source.max_answer_mb (decompressed as it comes), then its window fails; nothing is retried."""
+    hostile.set_faults(hostile=[kind], bomb_mb=1024)
+    out = tmp_path / "out"
+    limit = 1 if kind == "huge" else LIMIT_MB  # the 4 MB answer is over 1 MiB
+    data = config(hostile, out, source={"max_answer_mb": limit}, extract={"concurrency": 2})
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "window(s) failed", f"answer over {limit} MiB (source.max_answer_mb)")
+    assert outcome.summary["retries"] == 0 and not len(checkpoints(out))
+    # Two answers at once, each held up to the limit (and once more while it is joined), over what the
+    # same run takes from a well-behaved server.
+    assert outcome.peak_rss_mb < baseline_rss_mb + 2 * 2 * limit + 64, (outcome.peak_rss_mb, baseline_rss_mb)
