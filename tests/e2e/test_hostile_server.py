@@ -133,11 +133,11 @@ def test_retry_after_is_capped_everywhere_and_unreadable_values_wait_a_default(
 def test_a_dripping_answer_ends_at_the_request_timeout_with_its_windows_open(hostile, tmp_path):
     hostile.set_faults(hostile=["drip"])  # 1 byte a second: no read ever waits long enough to time out
     out = tmp_path / "out"
-    data = config(hostile, out, source={"request_timeout": 2}, retry={"attempts": 2, "deadline": 10})
+    data = config(hostile, out, source={"request_timeout": 1}, retry={"attempts": 2, "deadline": 10})
     outcome = etl_run(data, tmp_path)
-    assert_one_line(outcome, 4, "no complete answer within 2s (source.request_timeout)")
+    assert_one_line(outcome, 4, "no complete answer within 1s (source.request_timeout)")
     assert outcome.summary["status"] == "failed"
-    assert outcome.summary["seconds"] < 10 + 2 + 5  # retry.deadline + one request_timeout + start-up
+    assert outcome.summary["seconds"] < 10 + 1 + 5  # retry.deadline + one request_timeout + start-up
     assert not len(checkpoints(out))  # every window stays open: the next run fetches it
 
 
@@ -145,11 +145,11 @@ def test_a_window_takes_at_most_retry_deadline_however_many_requests_it_needs(ho
     hostile.set_faults(latency=0.3)  # each answer is quick enough; a window needs dozens of them
     out = tmp_path / "out"
     data = config(
-        hostile, out, extract={"concurrency": 2, "max_points": 50}, retry={"deadline": 3, "attempts": 2}
+        hostile, out, extract={"concurrency": 2, "max_points": 50}, retry={"deadline": 2, "attempts": 2}
     )
     outcome = etl_run(data, tmp_path)
-    assert_one_line(outcome, 4, "not fetched within retry.deadline (3s)")
-    assert outcome.summary["seconds"] < 3 * 2 + 10  # two windows at once, each its deadline, and start-up
+    assert_one_line(outcome, 4, "not fetched within retry.deadline (2s)")
+    assert outcome.summary["seconds"] < 2 * 2 + 10  # two windows at once, each its deadline, and start-up
     assert not len(checkpoints(out))
 
 
