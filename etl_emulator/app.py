@@ -64,7 +64,7 @@ class Emulator:
         self.session_store = Sessions(
             accounts(config.users, self.dataset.object_ids), self.base_path, self.plan
         )
-        self.catalog = Catalog(self.dataset, self.clock)
+        self.catalog = Catalog(self.dataset, self.clock, self.plan)
         self.measurements = Measurements(self.dataset, self.clock, self.plan)
         self.control = ControlApi(
             self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path

@@ -43,6 +43,16 @@ HOSTILE_KINDS = (
     "gzip_bomb",
     "gzip_corrupt",
 )
+# Odd records in the object listing and the parameter lists (every answer, not drawn), see hostile.py.
+RECORD_KINDS = (
+    "surrogate_name",
+    "deep_record",
+    "huge_id",
+    "text_id",
+    "fractional_id",
+    "control_names",
+    "mathtext_names",
+)
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
 ERROR_BODIES = ("json", "html", "text", "empty")
@@ -68,6 +78,7 @@ class Faults:
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
     bomb_mb: int = 1024  # what a `gzip_bomb` answer expands to, MiB
+    odd_records: tuple[str, ...] = ()  # in the object listing and parameter lists, see RECORD_KINDS
     seed: int = 0
     session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
     error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
@@ -98,12 +109,13 @@ class Faults:
                 raise ValueError(
                     f"{name} must be an integer of at least 1" + (" or null" if optional else "")
                 )
-        if isinstance(self.hostile, str):
-            self.hostile = tuple(k for k in self.hostile.split(",") if k)
-        self.hostile = tuple(self.hostile)
-        unknown = set(self.hostile) - set(HOSTILE_KINDS)
-        if unknown:
-            raise ValueError(f"unknown hostile kind(s) {sorted(unknown)}; known: {', '.join(HOSTILE_KINDS)}")
+        for name, known in (("hostile", HOSTILE_KINDS), ("odd_records", RECORD_KINDS)):
+            kinds = getattr(self, name)
+            kinds = tuple(k for k in kinds.split(",") if k) if isinstance(kinds, str) else tuple(kinds)
+            setattr(self, name, kinds)
+            unknown = set(kinds) - set(known)
+            if unknown:
+                raise ValueError(f"unknown {name} kind(s) {sorted(unknown)}; known: {', '.join(known)}")
         for name in (
             "error_rate",
             "rate_limit_rate",
@@ -116,7 +128,11 @@ class Faults:
                 raise ValueError(f"{name} must be between 0 and 1")
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "hostile": list(self.hostile)}
+        return {
+            **dataclasses.asdict(self),
+            "hostile": list(self.hostile),
+            "odd_records": list(self.odd_records),
+        }
 
     def updated(self, changes: dict[str, Any]) -> Faults:
         names = {f.name for f in dataclasses.fields(self)}

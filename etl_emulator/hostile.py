@@ -1,4 +1,5 @@
-"""Hostile answers: series answers that are odd but 200 (see faults.HOSTILE_KINDS)."""
+"""Hostile answers: series answers that are odd but 200 (see faults.HOSTILE_KINDS), and odd records in
+the object listing and the parameter lists (faults.RECORD_KINDS)."""
 
 from __future__ import annotations
 
@@ -202,3 +203,66 @@ def _body(
         body = body.replace(b'"%s"' % _INFINITY.encode(), b"Infinity", 1)
         body = body.replace(b'"%s"' % _INFINITY.encode(), b"1e309")
     return body, (b"text/plain; charset=utf-8" if kind == "wrong_content_type" else b"application/json")
+
+
+# -- odd records -----------------------------------------------------------------------------------
+
+# Text no JSON encoder writes (a lone surrogate, 1,100 levels, an integer beyond 64 bits) goes in as a
+# marker string and is swapped into the encoded body.
+_MARKS = {
+    "\u2063surrogate": b"\\ud800",  # inside a string: the escape of a lone surrogate
+    "\u2063deep": b"[" * DEEP + b"]" * DEEP,
+    "\u2063huge": str(2**70).encode(),
+}
+# A screen clear, a window title, an OSC-8 hyperlink, a carriage return over the start and a
+# right-to-left override: what a name must not do to a terminal.
+CONTROL_NAME = (
+    "obj\x1b[2J\x1b]0;pwned\x07\x1b]8;;https://evil.example\x07click\x1b]8;;\x07\rEVIL\u202egnp.exe"
+)
+MATHTEXT_NAME = "$x^2$ and $unbalanced"
+
+
+def _encode(records: list[dict]) -> bytes:
+    body = orjson.dumps(records)
+    for mark, raw in _MARKS.items():
+        # the surrogate goes inside a string; the others are a whole value
+        body = body.replace(mark.encode() if mark.endswith("surrogate") else orjson.dumps(mark), raw)
+    return body
+
+
+def odd_objects(kinds: tuple[str, ...], found: list[dict]) -> bytes:
+    """The object listing with the `kinds` of odd records: the first object's names and attributes
+    edited, and a record whose id is not a number."""
+    found = [dict(r) for r in found]
+    if found:
+        first = found[0]
+        if "surrogate_name" in kinds:
+            first["fullname"] = f"{first.get('fullname', '')} \u2063surrogate"
+        if "deep_record" in kinds:
+            first["attrs"] = {**first.get("attrs", {}), "nested": "\u2063deep"}
+        if "control_names" in kinds:
+            first["shortname"] = CONTROL_NAME
+    if "text_id" in kinds:
+        found.append({"id": "abc", "shortname": "not-a-number"})
+    return _encode(found)
+
+
+def odd_params(kinds: tuple[str, ...], found: list[dict]) -> bytes:
+    """A parameter list with the `kinds` of odd records: the first parameter's name edited, and copies of
+    it whose id is beyond 64 bits, text, or a fraction."""
+    found = [dict(r) for r in found]
+    if found:
+        first = found[0]
+        if "huge_id" in kinds:
+            found.append({**first, "id": "\u2063huge"})
+        if "text_id" in kinds:
+            found.append({**first, "id": "abc"})
+        if "fractional_id" in kinds:
+            found.append({**first, "id": first["id"] + 0.5})
+        if "surrogate_name" in kinds:
+            first["name"] = f"{first.get('name', '')} \u2063surrogate"
+        if "control_names" in kinds:
+            first["name"] = CONTROL_NAME
+        if "mathtext_names" in kinds:
+            first["name"] = MATHTEXT_NAME
+    return _encode(found)
