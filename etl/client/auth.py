@@ -16,6 +16,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Literal
 
 import httpx
+from pydantic import ValidationError
 
 from etl.client.classify import is_html, raise_for_status
 from etl.client.models import User
@@ -151,6 +152,9 @@ class SessionAuth(httpx.Auth):
             raise AuthError("sign-in answered without the SEMSESSIONID and issToken session cookies")
         redact.register(*values.values())
         body = decode_json(response.content)
-        self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
+        try:  # the user record is for show: an odd one does not stop the session
+            self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
+        except ValidationError:
+            self.user = None
         self.cookie = "; ".join(f"{k}={v}" for k, v in values.items())
         self._signed_in = True

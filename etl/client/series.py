@@ -9,6 +9,7 @@ decoded one record at a time (`JsonArray`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from array import array
 from collections.abc import Iterator
@@ -23,17 +24,58 @@ from etl.client.models import Candles, Points
 from etl.errors import InvalidResponse
 from etl.timeutil import parse_iso_ms
 
+log = logging.getLogger(__name__)
+
+
+# Deeper than this the stdlib parser (Python's recursion limit) and orjson (1,024) give up.
+TOO_DEEP = "nested deeper than the JSON parser reads (about 1,000 levels)"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def decode_json(body: bytes) -> Any:
-    """orjson first; the stdlib parser second because it accepts the bare NaN some servers send."""
+    """orjson first; the stdlib parser second because it accepts the bare NaN some servers send (and
+    the lone UTF-16 surrogates orjson refuses: they become U+FFFD, see `mend`)."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(body)
+        doc = json.loads(body)
+    except RecursionError:
+        raise InvalidResponse(f"answer {TOO_DEEP}") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
+    return mend(doc) if _SURROGATE_ESCAPE_BYTES.search(body) else doc
+
+
+def mend(value: Any) -> Any:
+    """`value` with every unpaired UTF-16 surrogate (an escape like \\ud800 alone) as U+FFFD: no UTF-8
+    file or terminal takes one. Says so in the log when it found any."""
+    found = [0]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            text, count = _LONE_SURROGATE.subn("\ufffd", item)
+            found[0] += count
+            return text
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            return {walk(k): walk(v) for k, v in item.items()}
+        return item
+
+    try:
+        mended = walk(value)
+    except RecursionError:
+        raise InvalidResponse(f"answer {TOO_DEEP}") from None
+    if found[0]:
+        log.warning(
+            "an answer held %d unpaired UTF-16 surrogate(s) (\\ud800-\\udfff escapes alone): read as U+FFFD",
+            found[0],
+        )
+    return mended
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -49,7 +91,8 @@ class JsonArray:
     """A JSON array decoded one element at a time: a listing of thousands of records is never all
     Python objects at once (they would scatter the long-lived objects made meanwhile across the
     allocator's arenas, and those would pin the listing's peak for the rest of the run). The body is
-    checked whole on arrival, so a malformed one is refused (and retried) like any other."""
+    checked whole on arrival, so a malformed one is refused (and retried) like any other. An element
+    nested deeper than the parser reads is left out, its position and why in `unreadable`."""
 
     def __init__(self, body: bytes) -> None:
         try:
@@ -57,18 +100,27 @@ class JsonArray:
         except UnicodeDecodeError:
             raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
         self._starts = array("q")
-        for start in self._scan():
+        self._positions = array("q")  # each readable element's position in the array
+        self.unreadable: list[tuple[int, str]] = []
+        self._surrogates = _SURROGATE_ESCAPE.search(self._text) is not None
+        for position, start in self._scan():
+            self._positions.append(position)
             self._starts.append(start)
 
     def __len__(self) -> int:
         return len(self._starts)
 
     def __iter__(self) -> Iterator[Any]:
-        decode = json.JSONDecoder().raw_decode
-        for start in self._starts:
-            yield decode(self._text, start)[0]
+        return (record for _, record in self.items())
 
-    def _scan(self) -> Iterator[int]:
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """(position in the array, element) of each readable element."""
+        decode = json.JSONDecoder().raw_decode
+        for position, start in zip(self._positions, self._starts, strict=True):
+            record = decode(self._text, start)[0]
+            yield position, mend(record) if self._surrogates else record
+
+    def _scan(self) -> Iterator[tuple[int, int]]:
         """Where each element starts; each is parsed once to find its end, then let go."""
         text, decode = self._text, json.JSONDecoder().raw_decode
         pos = _skip(text, 0)
@@ -78,14 +130,20 @@ class JsonArray:
         separator = ","
         if text[pos : pos + 1] == "]":  # empty
             separator, pos = "]", _skip(text, pos + 1)
+        position = 0
         while separator == ",":
             try:
                 _, end = decode(text, pos)
+            except RecursionError:
+                self.unreadable.append((position, TOO_DEEP))
+                end = _value_end(text, pos)
             except ValueError:
                 raise InvalidResponse(
                     f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})"
                 ) from None
-            yield pos
+            else:
+                yield position, pos
+            position += 1
             pos = _skip(text, end)
             separator = text[pos : pos + 1]
             if separator not in (",", "]"):
@@ -93,6 +151,25 @@ class JsonArray:
             pos = _skip(text, pos + 1)
         if pos != len(text):
             raise InvalidResponse(f"answer is not valid JSON (after the array: {_excerpt(text[pos:])})")
+
+
+def _value_end(text: str, pos: int) -> int:
+    """Where the array or object at `pos` ends, found without recursion (it is too deep to parse)."""
+    depth, i, n = 0, pos, len(text)
+    while i < n:
+        char = text[i]
+        if char == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise InvalidResponse(f"answer is not valid JSON (unterminated at char {pos})")
 
 
 def _excerpt(body: bytes | str, size: int = 60) -> str:
@@ -171,6 +248,8 @@ def _stamps(items: list) -> np.ndarray:
         return parse_iso_ms([p.get("timestmp") for p in items])
     except (ValueError, TypeError) as exc:
         raise InvalidResponse(str(exc)) from None
+    except OverflowError:
+        raise InvalidResponse("a stamp in the answer is beyond 64-bit epoch milliseconds") from None
 
 
 def parse_points(doc: Any) -> Points:

@@ -64,14 +64,21 @@ def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowDa
     return _clean_any(window, data, warnings)
 
 
+def _when(ms: int) -> str:
+    try:
+        return iso(ms)
+    except (ValueError, OverflowError, OSError):  # beyond the years a datetime holds
+        return f"{ms} ms"
+
+
 def _looks_like(window: Window, ts: np.ndarray) -> str:
     """What the server's stamps probably are, judged from how they read as epoch ms."""
-    inside = (ts * 1000 >= window.start) & (ts * 1000 <= window.end)
+    inside = (ts >= window.start // 1000) & (ts <= window.end // 1000)
     if inside.mean() > 0.5:
         return f"epoch seconds (e.g. {int(ts[inside][0])})"
     if (ts % DAY_MS == 0).all():
-        return f"dates without a time (e.g. {iso(int(ts[0]))[:10]})"
-    return f"stamps that read as {iso(int(ts.min()))} .. {iso(int(ts.max()))}"
+        return f"dates without a time (e.g. {_when(int(ts[0]))[:10]})"
+    return f"stamps that read as {_when(int(ts.min()))} .. {_when(int(ts.max()))}"
 
 
 def check_outside(window: Window, ts: np.ndarray, outside: int) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, ParamList
+from etl.client.models import Parameter, ParamList, record_id
 from etl.config import SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
@@ -119,17 +119,20 @@ async def _search(client: MonitoringClient, object_ids: list[int], selection: _S
         offset = 0
         while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
             offset += len(page)
-            kinds = [_kind_of(r) for r in page]
+            kinds = [_kind_of(r) if isinstance(r, dict) else None for r in page]
             if None in kinds:
                 untyped.extend(ids)
                 return
-            selection.take(
-                [
-                    Parameter(int(r["id"]), k, int(r["objectId"]), r)
-                    for r, k in zip(page, kinds, strict=True)
-                    if k
-                ]
-            )
+            found = []
+            for index, r in enumerate(page):
+                kind = _kind_of(r)
+                try:
+                    if kind is None:
+                        raise ValueError("no type")
+                    found.append(Parameter(record_id(r.get("id")), kind, record_id(r.get("objectId")), r))
+                except ValueError as exc:
+                    client.skip(f"record #{offset - len(page) + index + 1} of GET /search/params", str(exc))
+            selection.take(found)
 
     chunks = [object_ids[i : i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
     for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
@@ -165,11 +168,24 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
         log.info("parameter search unavailable (%s): listing parameters object by object", exc)
         return False
     listed = await _per_object(client, [sample], {"physical", "calculated"})
-    usable = all(isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) for r in searched)
-    same = usable and {(int(r["id"]), _kind_of(r)) for r in searched} == {(p.id, p.source) for p in listed}
+    usable = all(
+        isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) and _usable_id(r.get("id"))
+        for r in searched
+    )
+    same = usable and {(record_id(r["id"]), _kind_of(r)) for r in searched} == {
+        (p.id, p.source) for p in listed
+    }
     if not same:
         log.info("parameter search answers differ from the parameter lists: listing object by object")
     return same
+
+
+def _usable_id(value: object) -> bool:
+    try:
+        record_id(value)
+    except ValueError:
+        return False
+    return True
 
 
 async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:

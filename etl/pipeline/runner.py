@@ -147,6 +147,8 @@ class Runner:
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
         self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
+        # Records and dimension tables from the platform that could not be used, one line each.
+        self.left_out: list[str] = []
 
     def _window(self) -> tuple[int, int]:
         window = self.config.window
@@ -255,6 +257,9 @@ class Runner:
                     snapshot.cancel()
                 with suppress(asyncio.CancelledError):
                     await snapshot
+            self.left_out[:0] = client.skipped
+        if self.left_out:
+            summary.warnings["records_left_out"] += len(self.left_out)
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
         if self.fatal is not None:
@@ -265,6 +270,11 @@ class Runner:
             raise DataError(
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them"
+            )
+        if self.left_out:
+            raise DataError(
+                f"{len(self.left_out)} record(s) or table(s) the platform sent could not be used and are "
+                f"left out (first: {self.left_out[0]}); the rest is written and checkpointed"
             )
 
     @asynccontextmanager
@@ -278,7 +288,8 @@ class Runner:
     async def _dimensions(
         self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
     ) -> None:
-        tables = await dimensions.collect(client, object_ids, objects, parameters)
+        tables, failed = await dimensions.collect(client, object_ids, objects, parameters)
+        self.left_out += failed
         await asyncio.to_thread(self.build.write_dimensions, tables)
 
     def _merge_committed(self, coverage: Coverage) -> None:
