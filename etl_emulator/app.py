@@ -67,7 +67,7 @@ class Emulator:
         self.catalog = Catalog(self.dataset, self.clock, self.plan)
         self.measurements = Measurements(self.dataset, self.clock, self.plan)
         self.control = ControlApi(
-            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path
+            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path, config.host
         )
         self.router = Router(self._routes())
         uvicorn_log = logging.getLogger("uvicorn.error")
@@ -202,6 +202,8 @@ class Emulator:
             entry["session_ended"] = True
         except Refusal as exc:
             answer = refused(exc, self.plan.faults.error_body)
+        if answer.status >= 400 and self.plan.faults.echo_params:
+            answer = _echoing(answer, scope["query_string"])
         entry["status"] = answer.status
         if decision:
             fault = (
@@ -245,6 +247,16 @@ class Emulator:
                 ],
             )
         return None
+
+
+def _echoing(answer: Answer, query: bytes) -> Answer:
+    """An error answer that repeats the query's values as they came, percent-encoding and all (as some
+    servers' error pages do): what a client must not print."""
+    echoed = {}
+    for part in filter(None, query.split(b"&")):
+        name, _, value = part.partition(b"=")
+        echoed[name.decode("latin-1")] = value.decode("latin-1")
+    return Answer(orjson.dumps({"params": echoed}), answer.status, headers=answer.headers)
 
 
 def _loggable(fields: dict[str, list[str]]) -> dict[str, str | list[str]]:

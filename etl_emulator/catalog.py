@@ -120,7 +120,10 @@ class Catalog:
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
         page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
-        return orjson.dumps([records.param_record(self.dataset, pid) for pid in page])
+        found = [records.param_record(self.dataset, pid) for pid in page]
+        kinds = self.plan.faults.odd_records
+        # Names edited as in the lists; no extra records (the search pages by offset).
+        return odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)

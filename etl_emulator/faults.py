@@ -79,6 +79,7 @@ class Faults:
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
     bomb_mb: int = 1024  # what a `gzip_bomb` answer expands to, MiB
     odd_records: tuple[str, ...] = ()  # in the object listing and parameter lists, see RECORD_KINDS
+    echo_params: bool = False  # error answers repeat the query's values as received (still encoded)
     seed: int = 0
     session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
     error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES

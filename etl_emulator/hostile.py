@@ -219,7 +219,7 @@ _MARKS = {
 CONTROL_NAME = (
     "obj\x1b[2J\x1b]0;pwned\x07\x1b]8;;https://evil.example\x07click\x1b]8;;\x07\rEVIL\u202egnp.exe"
 )
-MATHTEXT_NAME = "$x^2$ and $unbalanced"
+MATHTEXT_NAME = "$x^2$ and $\\frac{$"  # mathtext that does not parse
 
 
 def _encode(records: list[dict]) -> bytes:
@@ -247,17 +247,17 @@ def odd_objects(kinds: tuple[str, ...], found: list[dict]) -> bytes:
     return _encode(found)
 
 
-def odd_params(kinds: tuple[str, ...], found: list[dict]) -> bytes:
-    """A parameter list with the `kinds` of odd records: the first parameter's name edited, and copies of
-    it whose id is beyond 64 bits, text, or a fraction."""
+def odd_params(kinds: tuple[str, ...], found: list[dict], extras: bool = True) -> bytes:
+    """A parameter list with the `kinds` of odd records: the first parameter's name edited, and (`extras`)
+    copies of it whose id is beyond 64 bits, text, or a fraction."""
     found = [dict(r) for r in found]
     if found:
         first = found[0]
-        if "huge_id" in kinds:
+        if "huge_id" in kinds and extras:
             found.append({**first, "id": "\u2063huge"})
-        if "text_id" in kinds:
+        if "text_id" in kinds and extras:
             found.append({**first, "id": "abc"})
-        if "fractional_id" in kinds:
+        if "fractional_id" in kinds and extras:
             found.append({**first, "id": first["id"] + 0.5})
         if "surrogate_name" in kinds:
             first["name"] = f"{first.get('name', '')} \u2063surrogate"
