@@ -1,4 +1,5 @@
-"""What the commands print: tables, JSON, the run summary and the plan."""
+"""What the commands print: tables, JSON, the run summary and the plan. Text from the server goes out
+through `etl.support.terminal`: no control or bidirectional formatting character reaches the terminal."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from etl.support.terminal import json_for_terminal, printable
 from etl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -22,9 +24,8 @@ def plain(value: Any) -> Any:
 def echo_json(value: Any) -> None:
     # orjson writes dataclasses field by field itself, so records become plain before it sees them.
     value = [plain(v) for v in value] if isinstance(value, list) else plain(value)
-    click.echo(
-        orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-    )
+    text = orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    click.echo(json_for_terminal(text.decode()))
 
 
 def echo_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
@@ -33,8 +34,9 @@ def echo_table(rows: list[dict], columns: Iterable[str] | None = None) -> None:
         return
     columns = list(columns or rows[0].keys())
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [min(48, max(len(c), *(len(row[i]) for row in cells))) for i, c in enumerate(columns)]
-    click.echo("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    header = [printable(str(c)) for c in columns]  # the server's field names too
+    widths = [min(48, max(len(c), *(len(row[i]) for row in cells))) for i, c in enumerate(header)]
+    click.echo("  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)).rstrip())
     for row in cells:
         click.echo("  ".join(v[:w].ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
@@ -48,8 +50,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return orjson.dumps(value).decode()
-    return str(value)
+        return printable(json_for_terminal(orjson.dumps(value).decode()))
+    return printable(str(value))
 
 
 def series_rows(data: Points | Candles) -> list[dict]:
