@@ -18,6 +18,7 @@ import click
 
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
+from etl.support.terminal import printable
 
 __all__ = ["cli", "main"]
 
@@ -133,7 +134,7 @@ def _main(argv: list[str] | None) -> None:
         if _debug:
             traceback.print_exc()
         kind = "" if isinstance(exc, Interrupted) else "error: "
-        click.echo(f"etl: {kind}{redact.redact(str(exc))}", err=True)
+        click.echo(f"etl: {kind}{printable(redact.redact(str(exc)))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("etl: interrupted", err=True)
@@ -142,7 +143,8 @@ def _main(argv: list[str] | None) -> None:
         if _debug:
             traceback.print_exc()
         click.echo(
-            f"etl: internal error: {type(exc).__name__}: {redact.redact(str(exc))} (run with --debug for details)",
+            f"etl: internal error: {type(exc).__name__}: {printable(redact.redact(str(exc)))} "
+            "(run with --debug for details)",
             err=True,
         )
         sys.exit(ExitCode.INTERNAL)

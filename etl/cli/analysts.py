@@ -55,7 +55,19 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
             relation.write_csv(output)
         click.echo(f"wrote {output}")
     else:
-        click.echo(relation.df().to_string(index=False, max_rows=200))
+        click.echo(_printable_frame(relation.df()).to_string(index=False, max_rows=200))
+
+
+def _printable_frame(frame):
+    """The frame with its text cells fit for a terminal (names from the server; `-o` files keep them)."""
+    from pandas.api.types import is_object_dtype, is_string_dtype
+
+    from etl.support.terminal import printable
+
+    for column in frame.columns:
+        if is_object_dtype(frame[column]) or is_string_dtype(frame[column]):
+            frame[column] = frame[column].map(lambda v: printable(v) if isinstance(v, str) else v)
+    return frame.rename(columns=lambda c: printable(str(c)))
 
 
 @click.command()
@@ -166,6 +178,7 @@ def report(
     (with object, name and unit), stale parameters and flatlines; by default over the last 7 days."""
     from etl.dataset.report import ReportOptions, build, label, percent, text
     from etl.dataset.report_html import render
+    from etl.support.terminal import printable_lines
 
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
     result = build(load_config(config_path, offline=True), options)
@@ -177,7 +190,7 @@ def report(
     if as_json:
         echo_json(result.as_dict())
     else:
-        click.echo(text(result))
+        click.echo(printable_lines(text(result)))
         if output:
             click.echo(f"\nwrote {output}")
     if fail_under is not None and result.below_count:
