@@ -102,8 +102,10 @@ class SourceConfig(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
-            raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
+            raise ValueError(
+                "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
+            )
         return value
 
 
