@@ -6,13 +6,15 @@ ETL := $(BIN)/etl
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ARGS ?=
+FOREIGN_ARGS ?=
 EMULATOR_PORT ?= 8765
 DEMO_SQL := select object_name, kind, count(*) as points, min(ts) as first, max(ts) as last from raw_named group by all order by 1, 2
 S3_PORT ?= 9000
 SCHEDULER_PORT ?= 8786
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$(EMULATOR_PORT) --timeout 30
 
-.PHONY: run test test-fast lint emulator bench bench-fleet soak clean demo-s3 demo-dask browser docs postgres
+.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools soak clean demo-s3 demo-dask browser docs \
+	postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,7 +53,7 @@ postgres:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends postgresql >/dev/null; }
 
-test: $(STAMP) browser postgres
+test: $(STAMP) browser postgres bench-tools
 	$(BIN)/python -m pytest -q
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
@@ -92,16 +94,33 @@ demo-dask: $(STAMP)
 	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(ETL) run -c configs/demo.yaml --full-refresh --no-progress \
 	  --executor dask --scheduler tcp://127.0.0.1:$(SCHEDULER_PORT)
 
-## make bench: etl run next to the download ceiling, a naive script and dlt (README, Performance).
-## BENCH_ARGS="--repeat 5 --latency 0.05" to change the runs; results in benchmarks/results/latest.json.
-bench: $(BENCH_STAMP)
+## make bench-tools: the servers and client the benchmarks measure etl against, from Debian (as root, or
+## through sudo): nginx with its echo module, and wrk. A benchmark skips what is missing, and says so.
+bench-tools:
+	@command -v nginx >/dev/null 2>&1 && [ -e /usr/lib/nginx/modules/ngx_http_echo_module.so ] && \
+	  command -v wrk >/dev/null 2>&1 || { echo "installing Debian's nginx-light, its echo module and wrk"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends nginx-light libnginx-mod-http-echo wrk >/dev/null || \
+	  echo "could not install them: the benchmarks skip nginx and wrk"; }
+
+## make bench: etl run next to the download ceiling, a naive script and dlt (benchmarks/run.py), then the
+## small fleet (48 parameters x 7 days) against the emulator, the stdlib's ThreadingHTTPServer and nginx
+## at 0/10/50 ms, next to the latency bound, wrk, bare httpx and the work floor (benchmarks/foreign.py).
+## BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py; results in
+## benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
+bench: $(BENCH_STAMP) bench-tools
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/foreign.py $(FOREIGN_ARGS)
 
 ## make bench-fleet: one-day runs over 800, 8,000 and 40,000 parameters next to bare httpx replaying the same
-## requests, at 0/10/50 ms answers, and 1 vs 4 weeks of history at 2,000 parameters (README, Performance).
-## About 50 minutes; BENCH_ARGS="--history 7 70 --history-size 8000" for 10 weeks at 8,000 (hours more).
-bench-fleet: $(STAMP)
+## requests, at 0/10/50 ms answers, and 1 vs 4 weeks of history at 2,000 parameters (benchmarks/fleet.py);
+## then the same widths against nginx and the ThreadingHTTPServer at 50 ms, next to the latency bound, wrk
+## and bare httpx (benchmarks/foreign.py). About 2 hours, most of it the 40,000-parameter runs at 50 ms.
+FLEET_FOREIGN_ARGS ?= --params 800 8000 40000 --days 1 --period-range 10:900 --servers nginx threaded \
+	--latencies 0.05 --repeat 1 --json benchmarks/results/foreign-fleet.json
+bench-fleet: $(STAMP) bench-tools
 	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/foreign.py $(FLEET_FOREIGN_ARGS)
 
 emulator: $(STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

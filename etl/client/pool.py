@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpcore
@@ -22,8 +22,9 @@ import httpx
 class _Connections:
     """What `httpx.AsyncHTTPTransport` needs of its httpcore pool: `handle_async_request` and `aclose`."""
 
-    def __init__(self, ssl_context: ssl.SSLContext | None, limits: httpx.Limits) -> None:
-        self.ssl_context = ssl_context
+    def __init__(self, tls: Callable[[], ssl.SSLContext], limits: httpx.Limits) -> None:
+        self._tls = tls
+        self._ssl_context: ssl.SSLContext | None = None
         self.keepalive = limits.max_keepalive_connections or 0
         self.keepalive_expiry = limits.keepalive_expiry
         self.slots = asyncio.Semaphore(limits.max_connections or 1 << 30)
@@ -61,10 +62,16 @@ class _Connections:
             await connection.aclose()
         return httpcore.AsyncHTTPConnection(
             origin=origin,
-            ssl_context=self.ssl_context,
+            ssl_context=self.ssl_context() if origin.scheme == b"https" else None,
             keepalive_expiry=self.keepalive_expiry,
             network_backend=self.backend,
         )
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """Made at the first https connection: loading the CA bundle costs a plain-http run 0.05 CPU-s."""
+        if self._ssl_context is None:
+            self._ssl_context = self._tls()
+        return self._ssl_context
 
     async def give_back(self, connection: httpcore.AsyncHTTPConnection) -> None:
         self.slots.release()
@@ -111,7 +118,13 @@ class LeanTransport(httpx.AsyncHTTPTransport):
     """httpx's default transport over `_Connections` instead of httpcore's pool."""
 
     def __init__(self, verify: bool | ssl.SSLContext = True, limits: httpx.Limits | None = None) -> None:
+        # httpx's __init__ would only build its own pool (and an SSL context): all the transport's
+        # methods need is `_pool`.
         limits = limits or httpx.Limits()
-        super().__init__(verify=verify, limits=limits)
-        # The SSL context httpx built from `verify`, taken from the pool it made (not used otherwise).
-        self._pool = _Connections(self._pool._ssl_context, limits)  # type: ignore[assignment]
+
+        def tls() -> ssl.SSLContext:
+            # The SSL context httpx builds from `verify`, taken from the pool it makes (not used otherwise).
+            context = httpx.AsyncHTTPTransport(verify=verify)._pool._ssl_context
+            return context if context is not None else ssl.create_default_context()
+
+        self._pool = _Connections(tls, limits)  # type: ignore[assignment]

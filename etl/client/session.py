@@ -9,6 +9,7 @@ does `retry` take over; a request that succeeds at once costs nothing more.
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -41,6 +42,24 @@ def _tls_failure(exc: BaseException) -> str | None:
             return cause.verify_message or cause.reason or "certificate verify failed"
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+_PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
+
+
+def _url(url: str, params: Any) -> tuple[str, Any]:
+    """(url, params) for httpx: plain values (every series request: `count=N`) go into the URL as httpx
+    would encode them, so that it parses one URL instead of parsing one and merging a query into it
+    (about 0.1 ms of CPU a request)."""
+    if not params:
+        return url, None
+    if isinstance(params, dict) and all(
+        _PLAIN.fullmatch(k)
+        and (type(v) is int or (type(v) is str and _PLAIN.fullmatch(v)))  # not bool, not a list
+        for k, v in params.items()
+    ):
+        return url + "?" + "&".join(f"{k}={v}" for k, v in params.items()), None
+    return url, params
 
 
 class Session:
@@ -157,8 +176,9 @@ class Session:
         decode: Callable[[bytes], Any],
         in_thread_over: int | None,
     ) -> Any:
+        url, params = _url(self.base_url + path, params)
         try:
-            response = await self._send(self._http.build_request(method, self.base_url + path, params=params))
+            response = await self._send(self._http.build_request(method, url, params=params))
             body = self._classified(response, method, path, expect_json)
             if body is None:
                 return None

@@ -11,6 +11,7 @@ import logging
 import os
 import ssl
 from functools import cached_property
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import httpx
@@ -27,14 +28,14 @@ from etl.quality.writer import QualitySlabWriter, QualityTracker
 from etl.sinks.base import SlabSink
 from etl.sinks.files import SlabWriter
 from etl.sinks.formats import FileFormat, file_format
-from etl.sinks.lake import Lake, app_id
-from etl.sinks.lake.writer import LakeSlabWriter
-from etl.sinks.lake.writer import write_dimensions as write_lake_dimensions
 from etl.sinks.layout import Layout
 from etl.state import StateStore
 from etl.storage.files import Storage
 from etl.support import redact
 from etl.timeutil import now_ms
+
+if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
+    from etl.sinks.lake import Lake
 
 log = logging.getLogger(__name__)
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -123,10 +124,16 @@ class Build:
     @cached_property
     def lake(self) -> Lake | None:
         """The lake tables (sink.format delta / iceberg), or None for Parquet/CSV datasets."""
-        return Lake(self.config.sink, self.data) if self.config.sink.lake else None
+        if not self.config.sink.lake:
+            return None
+        from etl.sinks.lake import Lake
+
+        return Lake(self.config.sink, self.data)
 
     @property
     def app(self) -> str:
+        from etl.sinks.lake import app_id
+
         return app_id(self.config.source.name, self.shard)
 
     def layout(self, series: Series) -> Layout:
@@ -153,6 +160,8 @@ class Build:
     def slab_writer(self, slab: Slab) -> SlabSink:
         if self.lake is not None:
             quality = (self.lake.quality(), self._tracker(slab)) if slab.series is Series.RAW else None
+            from etl.sinks.lake.writer import LakeSlabWriter
+
             return LakeSlabWriter(
                 self.lake.series(slab.series), self.layout(slab.series), (self.app, self.run_id), quality
             )
@@ -178,7 +187,9 @@ class Build:
     def write_dimensions(self, tables: dict[str, Rows]) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""
         if self.lake is not None:
-            return write_lake_dimensions(tables, self.lake.dimension, self.config.source.name)
+            from etl.sinks.lake.writer import write_dimensions
+
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
         return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- checkpoints --------------------------------------------------------------------------------

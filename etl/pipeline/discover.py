@@ -3,7 +3,9 @@
 Parameters are listed with the document's paged search (`/search/params`, many `oid`s a request, about
 `2 + objects / OIDS_PER_SEARCH` requests for a fleet) when it can be trusted: its records must name
 their object and kind, and for a sample object it must list exactly what the per-object physical and
-calculated lists do. Otherwise, two lists per object (what the document guarantees).
+calculated lists do. Otherwise, two lists per object (what the document guarantees). The check and the
+first pages of the search are asked at once: sign-in, objects, search, its empty last page are the
+four round trips before the first series request.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,15 +112,28 @@ class _Seen:
         return fresh
 
 
-async def _search(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
+def _chunks(object_ids: list[int]) -> list[list[int]]:
+    return [object_ids[i : i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
+
+
+async def _search(
+    client: MonitoringClient,
+    chunks: list[list[int]],
+    selection: _Selection,
+    first_pages: Sequence[asyncio.Future] | None = None,
+) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
     `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
-    kind is listed object by object instead (the same parameter taken twice counts once)."""
+    kind is listed object by object instead (the same parameter taken twice counts once).
+    `first_pages`: the first chunks' first pages, asked already."""
     untyped: list[int] = []
 
-    async def chunk(ids: list[int]) -> None:
+    async def chunk(ids: list[int], first: asyncio.Future | None) -> None:
         offset = 0
-        while page := await client.search_params(ids, limit=SEARCH_PAGE, offset=offset):
+        while page := await (
+            first if first is not None else client.search_params(ids, limit=SEARCH_PAGE, offset=offset)
+        ):
+            first = None
             offset += len(page)
             kinds = [_kind_of(r) if isinstance(r, dict) else None for r in page]
             if None in kinds:
@@ -134,9 +150,12 @@ async def _search(client: MonitoringClient, object_ids: list[int], selection: _S
                     client.skip(f"record #{offset - len(page) + index + 1} of GET /search/params", str(exc))
             selection.take(found)
 
-    chunks = [object_ids[i : i + OIDS_PER_SEARCH] for i in range(0, len(object_ids), OIDS_PER_SEARCH)]
-    for first in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
-        await asyncio.gather(*(chunk(c) for c in chunks[first : first + SEARCHES_AT_ONCE]))
+    asked = list(first_pages or [])
+    for at in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
+        group = chunks[at : at + SEARCHES_AT_ONCE]
+        await asyncio.gather(
+            *(chunk(c, asked[at + i] if at + i < len(asked) else None) for i, c in enumerate(group))
+        )
     if untyped:
         log.info("parameter search records without a type: listing %d object(s) one by one", len(untyped))
         await _per_object(client, sorted(untyped), selection.kinds, selection)
@@ -161,13 +180,20 @@ async def _per_object(
 
 
 async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
-    """Does the search list a sample object's parameters exactly as its lists do, naming object and kind?"""
+    """Does the search list a sample object's parameters exactly as its lists do, naming object and kind?
+    The three answers are asked at once."""
+    search = asyncio.ensure_future(client.search_params([sample], limit=SEARCH_PAGE, offset=0))
     try:
-        searched = await client.search_params([sample], limit=SEARCH_PAGE, offset=0)
+        listed = await _per_object(client, [sample], {"physical", "calculated"})
+    except BaseException:
+        search.cancel()
+        await asyncio.gather(search, return_exceptions=True)
+        raise
+    try:
+        searched = await search
     except Exception as exc:  # noqa: BLE001 - any refusal means: use the lists
         log.info("parameter search unavailable (%s): listing parameters object by object", exc)
         return False
-    listed = await _per_object(client, [sample], {"physical", "calculated"})
     usable = all(
         isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) and _usable_id(r.get("id"))
         for r in searched
@@ -192,8 +218,8 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
     records, selection = Rows("objects"), _Selection(select.parameters)
     try:
         object_ids = await _objects(client, select, records)
-        if len(object_ids) > 1 and await _search_trusted(client, object_ids[0]):
-            await _search(client, object_ids, selection)
+        if len(object_ids) > 1:
+            await _search_or_list(client, object_ids, selection)
         else:
             await _per_object(client, object_ids, selection.kinds, selection)
     except BaseException:
@@ -201,6 +227,26 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
         selection.rows.close()
         raise
     return Discovery(object_ids, records, selection.rows, selection.params())
+
+
+async def _search_or_list(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
+    """The search when it can be trusted, else the lists. The first chunks' first pages are asked beside
+    the check (a round trip fewer before the first series request); they are dropped if the check fails."""
+    chunks = _chunks(object_ids)
+    first = [
+        asyncio.ensure_future(client.search_params(c, limit=SEARCH_PAGE, offset=0))
+        for c in chunks[:SEARCHES_AT_ONCE]
+    ]
+    try:
+        trusted = await _search_trusted(client, object_ids[0])
+        if trusted:
+            await _search(client, chunks, selection, first)
+            return
+    finally:
+        for page in first:
+            page.cancel()
+        await asyncio.gather(*first, return_exceptions=True)
+    await _per_object(client, object_ids, selection.kinds, selection)
 
 
 async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:

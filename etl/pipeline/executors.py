@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from etl.client import MonitoringClient
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
-from etl.pipeline.slab import SlabJob, SlabResult, process_slab, run_slab
+from etl.pipeline.slab import FetchFlow, SlabJob, SlabResult, process_slab, run_slab
 from etl.support.optional import require
 from etl.timeutil import iso
 
 log = logging.getLogger("etl")
 
-RunJob = Callable[[SlabJob], Awaitable[SlabResult]]
+RunJob = Callable[[SlabJob, FetchFlow], Awaitable[SlabResult]]
 Commit = Callable[[SlabJob, SlabResult], Awaitable[None]]
 Fail = Callable[[SlabJob, BaseException], None]
 
@@ -38,34 +38,88 @@ class Executor:
     in_flight: int  # slabs admitted at once, whatever their size
     run_job: RunJob
     remote: bool = False  # jobs run in other processes, maybe on other machines
-    windows: int = 0  # more (small) slabs are admitted while their windows stay under this
+    # More slabs are admitted while fewer than `queue` of the admitted windows wait for or hold a request
+    # slot, and fewer than `hold` are fetched (or being fetched) and not yet written. 0: no more.
+    queue: int = 0
+    hold: int = 0
+    ahead: int = 0  # windows a slab fetches ahead of its writer at most (what admitting it reserves)
 
 
 class _Admission:
-    """Slabs in flight: at least `in_flight` of them, more while their windows stay under a budget, so a
-    small fleet (slabs of a few windows) still keeps every request slot busy."""
+    """Slabs in flight: at least `in_flight` of them, and more whenever the admitted slabs' windows run
+    short of requests to send, so that `extract.concurrency` requests stay in flight whatever a slab's
+    size. A slab counts by what it still has to fetch, not by its size: one whose windows are all
+    fetched (writing its files, committing its checkpoint) makes room for the next at once. `hold`
+    bounds the windows fetched and not yet written (memory), `MAX_SLABS` the open files."""
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
-        self.slabs = self.windows = 0
-        self.changed = asyncio.Condition()
+        self.slabs = 0
+        self.queued = 0  # windows launched (or reserved) and not yet fetched
+        self.held = 0  # windows launched (or reserved) and not yet released by their writer
+        self.changed = asyncio.Event()
 
-    def _room(self, size: int) -> bool:
-        return self.slabs < self.executor.in_flight or (
-            self.slabs < MAX_SLABS and self.windows + size <= self.executor.windows
+    def _room(self) -> bool:
+        e = self.executor
+        return self.slabs < e.in_flight or (
+            self.slabs < MAX_SLABS and self.queued < e.queue and self.held < e.hold
         )
 
-    async def enter(self, size: int) -> None:
-        async with self.changed:
-            await self.changed.wait_for(lambda: self._room(size))
-            self.slabs += 1
-            self.windows += size
+    async def enter(self, size: int) -> _Flow:
+        while not self._room():
+            self.changed.clear()
+            await self.changed.wait()
+        self.slabs += 1
+        return _Flow(self, min(size, self.executor.ahead))
 
-    async def leave(self, size: int) -> None:
-        async with self.changed:
-            self.slabs -= 1
-            self.windows -= size
-            self.changed.notify_all()
+    def leave(self, flow: _Flow) -> None:
+        self.slabs -= 1
+        flow.close()
+        self.changed.set()
+
+
+class _Flow:
+    """One admitted slab's share of the admission's tallies (`FetchFlow`). Admitting it reserves the
+    windows it will launch first, so that slabs admitted back to back see each other's demand."""
+
+    def __init__(self, admission: _Admission, reserved: int) -> None:
+        self.admission, self.reserved = admission, reserved
+        self.queued = self.held = 0
+        self.closed = False
+        admission.queued += reserved
+        admission.held += reserved
+
+    def launched(self) -> None:
+        if self.closed:
+            return
+        if self.reserved:
+            self.reserved -= 1
+        else:
+            self.admission.queued += 1
+            self.admission.held += 1
+        self.queued += 1
+        self.held += 1
+
+    def fetched(self) -> None:
+        if self.closed:  # a cancelled fetch's callback runs after its slab ended
+            return
+        self.queued -= 1
+        self.admission.queued -= 1
+        self.admission.changed.set()
+
+    def released(self, count: int) -> None:
+        if self.closed:
+            return
+        self.held -= count
+        self.admission.held -= count
+        self.admission.changed.set()
+
+    def close(self) -> None:
+        """The slab is done: what it still counted (cancelled fetches, unused reservations) goes."""
+        self.admission.queued -= self.queued + self.reserved
+        self.admission.held -= self.held + self.reserved
+        self.queued = self.held = self.reserved = 0
+        self.closed = True
 
 
 async def execute(
@@ -73,21 +127,22 @@ async def execute(
 ) -> None:
     admission = _Admission(executor)
 
-    async def one(job: SlabJob) -> None:
+    async def one(job: SlabJob, flow: _Flow) -> None:
         try:
-            await commit(job, await executor.run_job(job))
+            await commit(job, await executor.run_job(job, flow))
         except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
             fail(job, exc)
         finally:
-            await admission.leave(len(job.slab.windows))
+            admission.leave(flow)
 
     running: set[asyncio.Task] = set()
     try:
         for job in jobs:
-            await admission.enter(len(job.slab.windows))
+            flow = await admission.enter(len(job.slab.windows))
             if stop.is_set():
+                admission.leave(flow)
                 break
-            task = asyncio.ensure_future(one(job))
+            task = asyncio.ensure_future(one(job, flow))
             running.add(task)
             task.add_done_callback(running.discard)
         if running:
@@ -104,8 +159,12 @@ def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) 
     return Executor(
         "local",
         extract.slabs_in_flight,
-        lambda job: process_slab(job, client, build.slab_writer(job.slab), stop),
-        windows=4 * extract.concurrency,
+        lambda job, flow: process_slab(job, client, build.slab_writer(job.slab), stop, flow),
+        # Twice the request slots waiting: a slab's last answers and the next one's first overlap. The
+        # data held is what two slabs of a wide fleet hold anyway (each fetches 2 batches ahead).
+        queue=2 * extract.concurrency,
+        hold=max(4 * extract.concurrency, 2 * extract.batch_windows),
+        ahead=2 * extract.batch_windows,
     )
 
 
@@ -125,7 +184,7 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
         raise NetworkError(f"cannot reach the Dask scheduler at {address}: {reason}") from None
     run = uuid.uuid4().hex[:8]
 
-    async def run_job(job: SlabJob) -> SlabResult:
+    async def run_job(job: SlabJob, _flow: FetchFlow) -> SlabResult:
         key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"
         try:
             return await client.submit(run_slab, job, key=key, pure=False)

@@ -38,7 +38,6 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.sinks.lake.writer import recover
 from etl.state.coverage import Coverage, intervals_of
 from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms, to_ms
@@ -213,6 +212,9 @@ class Runner:
         coverage = self.store.load()
         if self.build.lake is not None and not self.options.dry_run:
             tables = [self.build.lake.series(s) for s in self.config.series]
+            # Imported here: the lake modules (pyarrow.dataset, deltalake, pyiceberg) load for lake formats only.
+            from etl.sinks.lake.writer import recover
+
             await asyncio.to_thread(recover, tables, self.store, coverage, self.build.app)
         summary.window = (start, end)
         async with self.build.client(summary.client) as client:
@@ -407,7 +409,10 @@ def run(
     )
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
-    import pandas  # noqa: F401  pyarrow loads it at its first conversion: load it now, not mid-run
+    # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
+    # its process (etl/cli/runs.py): pyarrow works without it.
+    with suppress(ImportError):
+        import pandas  # noqa: F401
 
     allocator.release_freed_memory()
     runner = Runner(config, options)

@@ -7,8 +7,8 @@ batch boundaries; writing runs in a thread beside the fetching.
 
 A window that fails stays out of the files and the checkpoints; a fatal failure (or a stop) ends the
 slab early, writing what was fetched before it. After a stop (a signal) the windows in flight get
-`STOP_GRACE` seconds; those still out then (a stuck answer) are cancelled and stay open. No checkpoint is committed here: the coordinator does,
-once the result says the files are swapped in. Besides the client, a job and its result are plain
+`STOP_GRACE` seconds; those still out then (a stuck answer) are cancelled and stay open. No checkpoint
+is committed here: the coordinator does, once the result says the files are swapped in. Besides the client, a job and its result are plain
 picklable data, so `run_slab` can run it on a Dask worker with a client of its own.
 """
 
@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -80,13 +81,31 @@ class SlabResult:
 STOP_GRACE = 2.0  # seconds the windows in flight get after a stop before they are cancelled
 
 
+class FetchFlow(Protocol):
+    """What the executor hears of a slab's windows as they go (on the event loop), to admit the next slab
+    before this one's requests run dry rather than after its files are written."""
+
+    def launched(self) -> None: ...  # a window's fetch started (it waits for a request slot, or has one)
+
+    def fetched(self) -> None: ...  # that fetch ended, with data or an error
+
+    def released(self, count: int) -> None: ...  # the writer is done with this many windows
+
+
 class _Fetcher:
     """Fetches a slab's windows in order, at most `ahead` of them before the writer takes them."""
 
     def __init__(
-        self, client: MonitoringClient, windows: Windows, max_points: int, ahead: int, counters: Counter
+        self,
+        client: MonitoringClient,
+        windows: Windows,
+        max_points: int,
+        ahead: int,
+        counters: Counter,
+        flow: FetchFlow | None = None,
     ) -> None:
         self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
+        self.flow = flow
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
         self.cancelled = False  # windows still in flight were cancelled (a stop's grace ran out)
@@ -117,7 +136,11 @@ class _Fetcher:
                 await self.room.acquire()
                 if self.stopped:
                     break
-                self.tasks.append(asyncio.ensure_future(self._one(window)))
+                task = asyncio.ensure_future(self._one(window))
+                if self.flow is not None:
+                    self.flow.launched()
+                    task.add_done_callback(self._fetched)
+                self.tasks.append(task)
                 self.launched.set()
         finally:
             self.done_launching = True
@@ -132,21 +155,32 @@ class _Fetcher:
             await self.launched.wait()
         return self.tasks[index]
 
+    def _fetched(self, _task: asyncio.Task) -> None:
+        if self.flow is not None:
+            self.flow.fetched()
+
     def release(self, count: int) -> None:
         for _ in range(count):
             self.room.release()
+        if self.flow is not None:
+            self.flow.released(count)
 
 
 async def process_slab(
-    job: SlabJob, client: MonitoringClient, writer: SlabSink, stop: asyncio.Event | None = None
+    job: SlabJob,
+    client: MonitoringClient,
+    writer: SlabSink,
+    stop: asyncio.Event | None = None,
+    flow: FetchFlow | None = None,
 ) -> SlabResult:
-    """Fetch the slab's windows and write those that succeed; failed ones stay open."""
+    """Fetch the slab's windows and write those that succeed; failed ones stay open. `flow` hears of
+    each window's fetch and release (the local executor's admission)."""
     slab, extract = job.slab, job.config.extract
     result = SlabResult(slab.series, windows=len(slab.windows))
     groups = batches(slab.windows.param_id, extract.batch_windows)
     # Room for the batch being written and the next: never less than two of the longest batch.
     ahead = 2 * max([extract.batch_windows, *(hi - lo for lo, hi in groups)])
-    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counters)
+    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counters, flow)
     watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
     launcher = asyncio.ensure_future(fetcher.launch())
     source, by_object = job.config.source.name, writer.layout.by_object

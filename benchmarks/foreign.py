@@ -1,0 +1,426 @@
+"""`etl run` against servers that are not ours, next to the limits of the same requests.
+
+    python benchmarks/foreign.py [--params 48] [--days 7] [--period-range 10:60] [--latencies 0 0.01 0.05]
+                                 [--servers emulator threaded nginx] [--repeat 3] [--quick] [--json PATH]
+
+For each fleet size the emulator (its own process: `--objects N/8 --params-per-object 6
+--calc-per-object 2`) serves a warm-up `etl run` (every series, dimension tables, the default config);
+its request log names every request etl made, and the emulator's answers to them are recorded
+(servers/record.py). Three servers then answer exactly those requests, each after the added latency:
+
+- **emulator**: ours (uvicorn, httptools, one worker), from its answer cache;
+- **threaded**: the standard library's ThreadingHTTPServer replaying the recording (servers/threaded.py);
+- **nginx**: Debian's nginx serving the recorded bodies as static files (servers/nginx.py).
+
+Against each server and latency, in one run and alternating (`--repeat` times, medians kept):
+`etl run` (sign-in to the last byte written, as `make bench` times it); **httpx**, bare httpx on
+uvloop replaying the same requests (benchmarks/peers.py ceiling-uvloop); **wrk**, a compiled client
+replaying them (servers/wrk.py). Beside them the limits that need no run: the **latency bound**
+N x L / C (N requests, L the added latency, C in flight), and the **work floor**: the same bodies
+decoded by Arrow and written as Parquet in one loop (servers/floor.py), in CPU seconds per million
+points, next to etl's (its whole process: start-up included).
+
+A tool that is missing (nginx, its echo module, wrk) is reported as skipped, with the command that
+installs it (`make bench-tools`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import httpx
+import yaml
+from servers import nginx as nginx_server
+from servers import wrk as wrk_client
+from servers.record import Recording, record
+
+from etl.timeutil import DAY_MS, iso, to_ms
+from harness import HERE, PY, Emulator, environment, free_port, run_child
+
+START = "2026-11-01T00:00:00Z"
+PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
+SERVERS = ("emulator", "threaded", "nginx")
+CONTENDERS = ("etl", "httpx", "wrk")
+
+
+@dataclass
+class Sample:
+    seconds: float
+    cpu_seconds: float = 0.0
+    peak_rss_mb: float = 0.0
+    points: int = 0
+    requests: int = 0
+
+
+@dataclass
+class Cell:
+    runs: list[Sample] = field(default_factory=list)
+    skipped: str | None = None
+
+    def median(self, key: str = "seconds") -> float:
+        return statistics.median(getattr(r, key) for r in self.runs)
+
+
+class Server:
+    """One of the servers, answering the recording after `latency` seconds."""
+
+    def __init__(self, name: str, emulator: Emulator, recording: Recording, work: Path) -> None:
+        self.name, self.emulator, self.recording = name, emulator, recording
+        self.proc = None
+        self.nginx: nginx_server.Nginx | None = None
+        if name == "emulator":
+            self.url = emulator.url
+        elif name == "threaded":
+            port = free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            import subprocess
+
+            self.proc = subprocess.Popen(
+                [
+                    PY,
+                    str(HERE / "servers" / "threaded.py"),
+                    "--root",
+                    str(recording.root),
+                    "--port",
+                    str(port),
+                    "--fallback",
+                    emulator.url,
+                    "--fallback-cookie",
+                    session_cookie(emulator.base_url),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+        else:
+            self.nginx = nginx_server.Nginx(
+                recording.root,
+                work / "nginx",
+                free_port(),
+                free_port(),
+                emulator.url,
+                session_cookie(emulator.base_url),
+            )
+            self.url = self.nginx.url
+        self.base_url = self.url + recording.base_path
+
+    def latency(self, seconds: float) -> None:
+        if self.name == "emulator":
+            self.emulator.control.set_faults(latency=seconds)
+        elif self.name == "threaded":
+            httpx.put(f"{self.url}/_bench/latency", params={"seconds": seconds}).raise_for_status()
+        else:
+            assert self.nginx is not None
+            self.nginx.start(seconds)
+
+    def misses(self) -> int:
+        if self.name == "threaded":
+            return httpx.get(f"{self.url}/_bench/stats").json()["misses"]
+        if self.nginx is not None:
+            return self.nginx.misses()
+        return 0
+
+    def cookie(self) -> str:
+        """A session's Cookie header (only the emulator checks it)."""
+        return session_cookie(self.base_url)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        if self.nginx is not None:
+            self.nginx.stop()
+        if self.name == "emulator":
+            self.emulator.control.set_faults(latency=0.0)
+
+
+def session_cookie(base_url: str) -> str:
+    answer = httpx.post(base_url + "/auth/login", params={"username": "demo", "password": "demo"}, timeout=30)
+    answer.raise_for_status()
+    return "; ".join(f"{k}={answer.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))
+
+
+def objects_for(parameters: int) -> int:
+    return max(1, parameters // sum(PER_OBJECT))
+
+
+def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: int) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "source": {"base_url": base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
+                "window": {"start": START, "end": iso(to_ms(START) + days * DAY_MS)},
+                "extract": {"concurrency": concurrency},
+                "sink": {"path": str(out)},
+            }
+        )
+    )
+    return path
+
+
+def etl_once(config: Path, out: Path) -> Sample:
+    shutil.rmtree(out, ignore_errors=True)
+    summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"])
+    return Sample(
+        summary["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"], summary["points"], summary["requests"]
+    )
+
+
+def httpx_once(spec: Path) -> Sample:
+    line, usage = run_child([PY, str(HERE / "peers.py"), "ceiling-uvloop", "--requests", str(spec)])
+    return Sample(line["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"])
+
+
+def wrk_once(recording: Recording, server: Server, concurrency: int) -> Sample:
+    line, usage = run_child(
+        [
+            PY,
+            str(HERE / "servers" / "wrk.py"),
+            "--recording",
+            str(recording.root),
+            "--url",
+            server.url,
+            "--concurrency",
+            str(concurrency),
+            "--cookie",
+            server.cookie(),
+        ]
+    )
+    if line["errors"]:
+        raise RuntimeError(f"wrk got {line['errors']} errors from {server.name}")
+    return Sample(line["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"], requests=line["requests"])
+
+
+def replay_spec(path: Path, recording: Recording, base_url: str, concurrency: int) -> Path:
+    """What peers.py's ceiling replays: the recording's requests, relative to the base URL."""
+    cut = len(recording.base_path)
+    requests = [
+        {
+            "method": r.method,
+            "path": r.path[cut:],
+            "query": {
+                k: v[0] if len(v) == 1 else v for k, v in parse_qs(r.query, keep_blank_values=True).items()
+            },
+        }
+        for r in recording.requests
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "base_url": base_url,
+                "username": "demo",
+                "password": "demo",
+                "concurrency": concurrency,
+                "requests": requests,
+            }
+        )
+    )
+    return path
+
+
+def measure_size(args: argparse.Namespace, parameters: int, work: Path, skipped: dict[str, str]) -> dict:
+    work.mkdir(parents=True)
+    log = work / "requests.jsonl"
+    emulator_args = [
+        "--objects",
+        str(objects_for(parameters)),
+        "--params-per-object",
+        str(PER_OBJECT[0]),
+        "--calc-per-object",
+        str(PER_OBJECT[1]),
+        "--now",
+        iso(to_ms(START) + (args.days + 1) * DAY_MS),
+        "--request-log",
+        str(log),
+    ]
+    if args.period_range:
+        emulator_args += ["--period-range", args.period_range]
+    emulator = Emulator(work, "emulator", emulator_args)
+    doc: dict = {"parameters": objects_for(parameters) * sum(PER_OBJECT), "days": args.days, "servers": {}}
+    try:
+        warm_config = write_config(
+            work / "warm.yaml", emulator.base_url, work / "out", args.days, args.concurrency
+        )
+        # Two runs: the few requests that depend on timing (checks for a silent cap on answers) differ
+        # between runs; both runs' are recorded, and what a later run asks beyond them is a miss.
+        warm = etl_once(warm_config, work / "out")
+        etl_once(warm_config, work / "out")
+        recording = record(
+            emulator.url, emulator.base_url.removeprefix(emulator.url), log, work / "recording"
+        )
+        shutil.rmtree(work / "out", ignore_errors=True)
+        n = len(recording.requests) + 1  # and the sign-in
+        doc.update(points=warm.points, requests=n)
+        floor, usage = run_child(
+            [
+                PY,
+                str(HERE / "servers" / "floor.py"),
+                "--recording",
+                str(recording.root),
+                "--out",
+                str(work / "floor"),
+            ]
+        )
+        shutil.rmtree(work / "floor", ignore_errors=True)
+        doc["floor"] = {**floor, "process_cpu_seconds": usage["cpu_seconds"]}
+        doc["floor"]["cpu_per_million"] = 1e6 * floor["cpu_seconds"] / max(floor["points"], 1)
+        print(
+            f"\n{doc['parameters']:,} parameters x {args.days} days: {warm.points:,} points in {n:,} requests, "
+            f"{args.concurrency} in flight; work floor {doc['floor']['cpu_per_million']:.2f} CPU s per million "
+            f"points ({floor['points']:,} points, {floor['files']} files)",
+            flush=True,
+        )
+        for name in args.servers:
+            if name in skipped:
+                doc["servers"][name] = {"skipped": skipped[name]}
+                print(f"  {name}: skipped: {skipped[name]}")
+                continue
+            server = Server(name, emulator, recording, work)
+            try:
+                doc["servers"][name] = serve(args, server, recording, work, n, skipped)
+            finally:
+                server.stop()
+    finally:
+        emulator.stop()
+    return doc
+
+
+def serve(
+    args: argparse.Namespace,
+    server: Server,
+    recording: Recording,
+    work: Path,
+    n: int,
+    skipped: dict[str, str],
+) -> dict:
+    config = write_config(
+        work / f"etl-{server.name}.yaml", server.base_url, work / "out", args.days, args.concurrency
+    )
+    spec = replay_spec(work / f"spec-{server.name}.json", recording, server.base_url, args.concurrency)
+    out: dict = {}
+    for latency in args.latencies:
+        server.latency(latency)
+        misses = server.misses()
+        cells = {
+            name: Cell(skipped=skipped.get(name) or (None if name in args.contenders else "--contenders"))
+            for name in CONTENDERS
+        }
+        for _ in range(args.repeat):
+            for name, cell in cells.items():
+                if cell.skipped:
+                    continue
+                if name == "etl":
+                    cell.runs.append(etl_once(config, work / "out"))
+                elif name == "httpx":
+                    cell.runs.append(httpx_once(spec))
+                else:
+                    cell.runs.append(wrk_once(recording, server, args.concurrency))
+        bound = n * latency / args.concurrency
+        row = {
+            "latency_s": latency,
+            "requests": n,
+            "latency_bound_s": bound,
+            "misses": server.misses() - misses,
+            **{
+                name: {"skipped": c.skipped}
+                if c.skipped
+                else {"median_s": c.median(), "runs": [asdict(r) for r in c.runs]}
+                for name, c in cells.items()
+            },
+        }
+        etl = cells["etl"]
+        row["etl"].update(
+            cpu_seconds=etl.median("cpu_seconds"),
+            peak_rss_mb=max(r.peak_rss_mb for r in etl.runs),
+            points=etl.runs[0].points,
+            requests=etl.runs[0].requests,
+        )
+        row["etl"]["cpu_per_million"] = 1e6 * row["etl"]["cpu_seconds"] / max(row["etl"]["points"], 1)
+        row["etl_vs_bound"] = bound / etl.median() if bound else None
+        row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
+        row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
+        out[f"{latency * 1000:g}ms"] = row
+        print_row(server.name, row)
+    return out
+
+
+HEADER = (
+    f"  {'server':<9} {'latency':>7} {'bound s':>8} {'wrk s':>7} {'httpx s':>8} {'etl s':>7} "
+    f"{'etl/bound':>9} {'etl/httpx':>9} {'etl/wrk':>8} {'etl CPU s':>9} {'CPU s/M pts':>11} {'RSS MB':>7} {'misses':>6}"
+)
+
+
+def print_row(server: str, row: dict) -> None:
+    def s(name: str) -> str:
+        cell = row[name]
+        return "skip" if cell.get("skipped") else f"{cell['median_s']:.2f}"
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.2f}"
+
+    e = row["etl"]
+    print(
+        f"  {server:<9} {row['latency_s'] * 1000:>5g}ms {row['latency_bound_s']:>8.2f} {s('wrk'):>7} "
+        f"{s('httpx'):>8} {s('etl'):>7} {ratio(row['etl_vs_bound']):>9} {ratio(row['etl_vs_httpx']):>9} "
+        f"{ratio(row['etl_vs_wrk']):>8} {e['cpu_seconds']:>9.2f} {e['cpu_per_million']:>11.2f} "
+        f"{e['peak_rss_mb']:>7.0f} {row['misses']:>6}",
+        flush=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", type=int, nargs="+", default=[48], help="fleet sizes (parameters)")
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--period-range", default="10:60", help="sampling periods in seconds (emulator)")
+    parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.01, 0.05], help="seconds")
+    parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=SERVERS)
+    parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each contender (medians kept)")
+    parser.add_argument("--quick", action="store_true", help="a tiny fleet, one run: checks the script works")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "foreign.json")
+    args = parser.parse_args()
+    if "etl" not in args.contenders:
+        parser.error("--contenders: etl is what the others are measured against")
+    if args.quick:
+        args.params, args.days, args.latencies, args.repeat = [16], 1, [0.0, 0.01], 1
+    os.environ["ETL_PASSWORD"] = "demo"
+    skipped = {
+        name: why for name, why in (("nginx", nginx_server.missing()), ("wrk", wrk_client.missing())) if why
+    }
+    doc: dict = {"environment": environment(), "sizes": {}}
+    env = doc["environment"]
+    print(
+        f"environment: Python {env['python']}, {env['cores']} cores, load average {env['load_average_start']}"
+    )
+    print(HEADER)
+    workdir = Path(tempfile.mkdtemp(prefix="etl-foreign-"))
+    workdir.chmod(0o755)  # nginx's workers run as another user when it is started as root
+    try:
+        for size in args.params:
+            doc["sizes"][str(size)] = measure_size(args, size, workdir / f"fleet-{size}", skipped)
+    finally:
+        if not os.environ.get("FOREIGN_KEEP"):
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print("kept", workdir)
+    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at the end: {doc['environment']['load_average_end']}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(doc, indent=1))
+    print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

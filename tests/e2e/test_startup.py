@@ -1,0 +1,45 @@
+"""What an `etl run` process loads: not pandas, which pyarrow would import only to ask whether a value
+is a pandas object (etl/cli/runs.py); etl's own parser of odd stamps still gets it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.configs import config_dict, write_config
+
+WATCH = """
+import atexit, runpy, sys
+heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset")
+atexit.register(lambda: print("LOADED", *[m for m in heavy if m in sys.modules], file=sys.stderr))
+sys.argv = ["etl", *sys.argv[1:]]
+runpy.run_module("etl", run_name="__main__")
+"""
+
+
+def test_a_parquet_run_loads_none_of_the_heavy_optional_modules(emulator, tmp_path):
+    config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
+    done = subprocess.run(
+        [sys.executable, "-c", WATCH, "run", "-c", str(config), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = next(line for line in done.stderr.splitlines() if line.startswith("LOADED"))
+    assert loaded == "LOADED", loaded
+
+
+def test_odd_stamps_are_parsed_while_pandas_is_kept_from_pyarrow():
+    code = """
+import numpy as np, pyarrow as pa, sys
+from etl.cli.runs import _without_pandas
+from etl.timeutil import parse_iso_ms
+with _without_pandas():
+    pa.array(np.zeros(3)).to_numpy()
+    assert "pandas" not in sys.modules
+    print(parse_iso_ms(["2026-11-01T00:00:00+03:00"])[0])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(1793480400000)]
