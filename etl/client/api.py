@@ -32,7 +32,7 @@ from etl.client.models import (
     record_id,
 )
 from etl.client.retry import ClientStats, RetryPolicy
-from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points, parse_points
+from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument, InvalidResponse
 from etl.model import ParamKind, Series
@@ -327,7 +327,7 @@ class MonitoringClient:
         answer = await self.session.call(
             "GET", url, _query(count=count), decode=decode_points, in_thread_over=SMALL_ANSWER
         )
-        return answer if isinstance(answer, Points) else parse_points(answer)
+        return answer
 
     async def _candles(self, url: str, count: int | None) -> Candles:
         return await self.session.call("GET", url, _query(count=count), decode=decode_candles)

@@ -274,14 +274,14 @@ def parse_candles(doc: Any) -> Candles:
 SMALL_ANSWER = 48 * 1024
 
 
-def decode_points(body: bytes) -> Points | Any:
-    """The points of a point answer (or its decoded JSON, when the fast reader declines a large one)."""
+def decode_points(body: bytes) -> Points:
+    """The points of a point answer. Whatever is wrong with it is an InvalidResponse raised here, inside
+    the request, so that it is retried like any unreadable answer."""
     if (key := _repeated_keys(body)) is not None:
         raise InvalidResponse(f"the answer holds the key '{key}' more than once")
-    if len(body) <= SMALL_ANSWER:
-        return parse_points(decode_json(body))
-    points = read_points(body)
-    return points if points is not None else decode_json(body)
+    if len(body) > SMALL_ANSWER and (points := read_points(body)) is not None:
+        return points
+    return parse_points(decode_json(body))
 
 
 def decode_candles(body: bytes) -> Candles:

@@ -150,7 +150,7 @@ def test_a_window_takes_at_most_retry_deadline_however_many_requests_it_needs(ho
     outcome = etl_run(data, tmp_path)
     assert_one_line(outcome, 4, "not fetched within retry.deadline (2s)")
     assert outcome.summary["seconds"] < 2 * 2 + 10  # two windows at once, each its deadline, and start-up
-    assert not len(checkpoints(out))
+    assert_covered_exact(out, checkpoints(out))  # a short window may finish first: kept exactly
 
 
 def test_a_continuation_that_does_not_advance_fails_its_window_after_a_few_requests(hostile, tmp_path):
