@@ -48,7 +48,9 @@ class RetryConfig(Strict):
     attempts: int = Field(6, ge=1, le=50)
     backoff_initial: float = Field(0.5, gt=0)
     backoff_max: float = Field(30.0, gt=0)
-    deadline: float | None = Field(300.0, gt=0, description="seconds per request, all attempts together")
+    deadline: float | None = Field(
+        300.0, gt=0, description="seconds per window (or request), all requests and attempts together"
+    )
     retry_after_max: float = Field(120.0, gt=0)
 
 
@@ -63,6 +65,12 @@ class SourceConfig(Strict):
     ca_bundle: Path | None = None
     connect_timeout: float = Field(10.0, gt=0)
     read_timeout: float = Field(60.0, gt=0)
+    request_timeout: float = Field(
+        120.0, gt=0, description="seconds for a whole answer, however it trickles in"
+    )
+    max_answer_mb: float = Field(
+        32.0, gt=0, description="MiB an answer may hold, on the wire or decompressed (a raw day is ~5 MB)"
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -92,8 +100,10 @@ class SourceConfig(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", value):
-            raise ValueError("use letters, digits, '.', '_' and '-' (it names files and folders)")
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
+            raise ValueError(
+                "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
+            )
         return value
 
     @property

@@ -17,6 +17,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
+    │   │   └── AnswerTooLarge         6     no        no    over source.max_answer_mb
     │   └── RetriesExhausted         (as its last cause)     retries ran out
     ├── DataError                      6     no        no    data that cannot be used
     ├── StorageError                   7     no        yes   output or state not writable
@@ -133,6 +134,13 @@ class InvalidResponse(ApiError):
     retryable = True
     fatal = False
     reason = "invalid_body"
+
+
+class AnswerTooLarge(InvalidResponse):
+    """An answer over the size limit (on the wire or decompressed): it would come as large again."""
+
+    retryable = False
+    reason = "too_large"
 
 
 class RetriesExhausted(ApiError):

@@ -147,6 +147,10 @@ def parse_iso_ms(stamps: list) -> np.ndarray:
 
 def _parse_slow(stamps: list) -> np.ndarray:
     if all(isinstance(s, int | float) and not isinstance(s, bool) for s in stamps):
+        # As floats first: an integer beyond 64 bits must not wrap round (nor a float be cast blindly).
+        as_float = np.asarray(stamps, dtype=np.float64)
+        if not (np.abs(as_float) < 2.0**63).all():
+            raise ValueError("a stamp in the answer is beyond 64-bit epoch milliseconds")
         return np.asarray(stamps, dtype=np.int64)
     import pandas as pd  # imported here so that commands which never meet an odd stamp start faster
 

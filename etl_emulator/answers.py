@@ -3,8 +3,9 @@ handler) and the styles of error bodies, reading request bodies and sending answ
 
 from __future__ import annotations
 
+import asyncio
 import html
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 
@@ -40,6 +41,8 @@ class Answer:
     status: int = 200
     content_type: bytes | None = JSON  # None: no content-type header (an empty body)
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # A body sent as it is made, chunked (no content-length), instead of `body`: slow or endless ones.
+    stream: Callable[[], AsyncIterator[bytes]] | None = None
 
 
 def _reason(status: int) -> str:
@@ -94,9 +97,37 @@ def _head(answer: Answer, length: int) -> dict:
     return {"type": "http.response.start", "status": answer.status, "headers": headers}
 
 
-async def send_answer(send: Callable, answer: Answer) -> None:
+async def send_answer(send: Callable, answer: Answer, receive: Callable | None = None) -> None:
+    if answer.stream is not None and receive is not None:
+        await _send_stream(send, receive, answer)
+        return
     await send(_head(answer, len(answer.body)))
     await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _send_stream(send: Callable, receive: Callable, answer: Answer) -> None:
+    """Chunks of `answer.stream` until it ends or the client goes away (uvicorn then drops what is
+    sent without a word, so the disconnect is watched for)."""
+    assert answer.stream is not None
+    head = _head(answer, 0)
+    head["headers"] = [h for h in head["headers"] if h[0] != b"content-length"]
+    gone = asyncio.Event()
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await send(head)
+        async for chunk in answer.stream():
+            if gone.is_set():
+                return
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        watcher.cancel()
 
 
 async def send_partial(send: Callable, answer: Answer) -> None:

@@ -65,10 +65,10 @@ class Emulator:
         self.session_store = Sessions(
             accounts(config.users, self.dataset.object_ids), self.base_path, self.plan
         )
-        self.catalog = Catalog(self.dataset, self.clock)
+        self.catalog = Catalog(self.dataset, self.clock, self.plan)
         self.measurements = Measurements(self.dataset, self.clock, self.plan)
         self.control = ControlApi(
-            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path
+            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path, config.host
         )
         self.router = Router(self._routes())
         self._date: tuple[int, bytes] = (-1, b"")  # the Date header of the clock's current second
@@ -204,6 +204,8 @@ class Emulator:
             entry["session_ended"] = True
         except Refusal as exc:
             answer = refused(exc, self.plan.faults.error_body)
+        if answer.status >= 400 and self.plan.faults.echo_params:
+            answer = _echoing(answer, scope["query_string"])
         entry["status"] = answer.status
         if decision:
             fault = (
@@ -229,7 +231,7 @@ class Emulator:
         if decision and decision.drop:
             await send_partial(send, answer)
         else:
-            await send_answer(send, answer)
+            await send_answer(send, answer, receive)
 
     def _date_header(self) -> bytes:
         """The emulator's clock as an HTTP Date (as an origin server with a clock sends it): clients may
@@ -249,9 +251,24 @@ class Emulator:
             return refused(
                 Refusal(429, "too_many_requests", "rate limit exceeded"),
                 style,
-                [(b"retry-after", retry_after_header(self.plan.faults.retry_after))],
+                [
+                    (
+                        b"retry-after",
+                        retry_after_header(self.plan.faults.retry_after, self.plan.faults.retry_after_text),
+                    )
+                ],
             )
         return None
+
+
+def _echoing(answer: Answer, query: bytes) -> Answer:
+    """An error answer that repeats the query's values as they came, percent-encoding and all (as some
+    servers' error pages do): what a client must not print."""
+    echoed = {}
+    for part in filter(None, query.split(b"&")):
+        name, _, value = part.partition(b"=")
+        echoed[name.decode("latin-1")] = value.decode("latin-1")
+    return Answer(orjson.dumps({"params": echoed}), answer.status, headers=answer.headers)
 
 
 def _loggable(fields: dict[str, list[str]]) -> dict[str, str | list[str]]:

@@ -8,6 +8,8 @@ import orjson
 from etl_emulator import records
 from etl_emulator.answers import bad, not_found
 from etl_emulator.dataset import DEVICES_PER_OBJECT, Dataset, Param
+from etl_emulator.faults import FaultPlan
+from etl_emulator.hostile import odd_objects, odd_params
 from etl_emulator.routing import Call
 from etl_emulator.state import Clock
 
@@ -28,10 +30,15 @@ def visible_param(ds: Dataset, call: Call, param_id: int) -> Param:
 class Catalog:
     """The record endpoints over one dataset; keeps the external command runs."""
 
-    def __init__(self, dataset: Dataset, clock: Clock) -> None:
+    def __init__(self, dataset: Dataset, clock: Clock, plan: FaultPlan | None = None) -> None:
         self.dataset = dataset
         self.clock = clock
+        self.plan = plan or FaultPlan()
         self.runs: list[dict] = []
+
+    def _params_body(self, found: list[dict]) -> bytes:
+        kinds = self.plan.faults.odd_records
+        return odd_params(kinds, found) if kinds else orjson.dumps(found)
 
     def _objects(self, call: Call) -> list[int]:
         return [o for o in self.dataset.object_ids if call.user.sees(o)]
@@ -44,13 +51,13 @@ class Catalog:
 
     def objects(self, call: Call) -> bytes:
         states = set(call.integers("state"))
-        return orjson.dumps(
-            [
-                records.object_full(self.dataset, o)
-                for o in self._objects(call)
-                if not states or records.object_state(o) in states
-            ]
-        )
+        found = [
+            records.object_full(self.dataset, o)
+            for o in self._objects(call)
+            if not states or records.object_state(o) in states
+        ]
+        kinds = self.plan.faults.odd_records
+        return odd_objects(kinds, found) if kinds else orjson.dumps(found)
 
     def object(self, call: Call) -> bytes:
         return orjson.dumps(records.object_by_id(self.dataset, self._object(call)))
@@ -81,10 +88,10 @@ class Catalog:
                 found = [r for r in found if r.get(name, False) == wanted]
         if tags:
             found = [r for r in found if tags & set(r["tags"])]
-        return orjson.dumps(found)
+        return self._params_body(found)
 
     def all_object_params(self, call: Call) -> bytes:
-        return orjson.dumps(
+        return self._params_body(
             self._records([self._object(call)], physical=True, calculated=bool(call.flag("calc")))
         )
 
@@ -103,7 +110,7 @@ class Catalog:
         tags = set(call.strings("tags"))
         if tags:
             found = [r for r in found if tags & set(r["tags"])]
-        return orjson.dumps([records.param_short(r) for r in found] if short else found)
+        return self._params_body([records.param_short(r) for r in found] if short else found)
 
     def search_params(self, call: Call) -> bytes:
         limit, offset = call.integer("limit", 100), call.integer("offset", 0)
@@ -113,7 +120,10 @@ class Catalog:
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
         page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
-        return orjson.dumps([records.param_record(self.dataset, pid) for pid in page])
+        found = [records.param_record(self.dataset, pid) for pid in page]
+        kinds = self.plan.faults.odd_records
+        # Names edited as in the lists; no extra records (the search pages by offset).
+        return odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)

@@ -138,6 +138,9 @@ _rate = click.FloatRange(0, 1)
 @click.option(
     "--retry-after", default=1.0, show_default=True, type=float, help="Retry-After of 429s, seconds."
 )
+@click.option(
+    "--retry-after-text", metavar="TEXT", help="Retry-After of 429s as given (soon, inf, an HTTP date...)."
+)
 @click.option("--latency", default=0.0, type=float, help="Seconds added to every answer.")
 @click.option(
     "--latency-spike-rate", default=0.0, type=_rate, help="Share of answers delayed by --latency-spike."
@@ -158,6 +161,13 @@ _rate = click.FloatRange(0, 1)
 )
 @click.option(
     "--hostile-rate", default=1.0, show_default=True, type=_rate, help="Share of series answers made odd."
+)
+@click.option(
+    "--bomb-mb",
+    default=1024,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="What a gzip_bomb answer expands to, MiB.",
 )
 @click.option(
     "--session-end",

@@ -1,8 +1,15 @@
 """The control API under /_emulator (no sign-in): health, the request log, faults, the clock, the
-command runs and each parameter's documented gaps. It is the test harness's channel, so its errors are always JSON."""
+command runs and each parameter's documented gaps. It is the test harness's channel, so its errors are always JSON.
+
+It changes what the emulator does, so it answers only requests addressed to the emulator itself: the
+Host header must name a loopback name, an IP address or the host it serves on (a web page cannot reach
+it through a domain of its own that resolves to 127.0.0.1: DNS rebinding). `gaps` takes at most
+`GAPS_MAX_DAYS` days at a time.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +24,17 @@ from etl_emulator.series import gaps
 from etl_emulator.state import Clock, RequestLog
 
 PREFIX = "/_emulator/"
+GAPS_MAX_DAYS = 3660  # ten years of daily gaps a request: a few hundred kB of JSON
+DAY_MS = 86_400_000
+LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
+
+
+def _host_of(scope: dict) -> str:
+    """The host name of the request's Host header, without its port or brackets."""
+    host = next((v for k, v in scope["headers"] if k == b"host"), b"").decode("latin-1").strip().lower()
+    if host.startswith("["):  # [::1]:8765
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 async def _json_body(receive: Callable) -> dict[str, Any]:
@@ -41,13 +59,29 @@ class ControlApi:
         log: RequestLog,
         runs: list[dict],
         base_path: str,
+        host: str = "127.0.0.1",
     ) -> None:
         self.dataset, self.clock, self.plan, self.log, self.runs = dataset, clock, plan, log, runs
         self.base_path = base_path
+        self.host = host.lower()
+
+    def _addressed_to_me(self, scope: dict) -> bool:
+        host = _host_of(scope)
+        if host in LOOPBACK_NAMES or host == self.host:
+            return True
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return True
 
     async def answer(self, scope: dict, receive: Callable, what: str) -> Answer:
         method = scope["method"]
         try:
+            if not self._addressed_to_me(scope):
+                raise Refusal(
+                    403, "forbidden", "the control API answers requests addressed to this host only"
+                )
             doc = await _json_body(receive) if method == "PUT" else {}
             handler = {
                 ("GET", "health"): lambda: {
@@ -84,6 +118,8 @@ class ControlApi:
             param, start, end = (int(query[name]) for name in ("param", "start", "end"))
         except (KeyError, ValueError):
             raise bad("gaps takes the integers param, start and end (epoch ms)") from None
+        if not 0 <= end - start <= GAPS_MAX_DAYS * DAY_MS:
+            raise bad(f"gaps takes a window of 0 to {GAPS_MAX_DAYS} days (start <= end)")
         try:
             spans = gaps(self.dataset, param, start, end)
         except KeyError:

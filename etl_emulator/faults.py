@@ -24,6 +24,34 @@ HOSTILE_KINDS = (
     "offsets",
     "no_millis",
     "huge",
+    "error_200",
+    "empty_object",
+    "points_null",
+    "misspelled",
+    "duplicate_key",
+    "epoch_seconds",
+    "date_only",
+    "conflicting",
+    "infinity",
+    "string_values",
+    "bool_values",
+    "huge_stamps",
+    "deep_nesting",
+    "stuck",
+    "drip",
+    "endless",
+    "gzip_bomb",
+    "gzip_corrupt",
+)
+# Odd records in the object listing and the parameter lists (every answer, not drawn), see hostile.py.
+RECORD_KINDS = (
+    "surrogate_name",
+    "deep_record",
+    "huge_id",
+    "text_id",
+    "fractional_id",
+    "control_names",
+    "mathtext_names",
 )
 ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
@@ -39,6 +67,7 @@ class Faults:
     error_rate: float = 0.0  # 500/502/503, half JSON bodies, half HTML pages
     rate_limit_rate: float = 0.0  # 429 with Retry-After
     retry_after: float = 1.0
+    retry_after_text: str | None = None  # sent as the Retry-After header instead (e.g. "soon", "inf")
     latency: float = 0.0  # added to every answer
     latency_spike_rate: float = 0.0
     latency_spike: float = 2.0
@@ -48,6 +77,9 @@ class Faults:
     drop_rate: float = 0.0  # connection closed mid-answer
     hostile: tuple[str, ...] = ()  # odd but 200 answers on series routes, see HOSTILE_KINDS
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
+    bomb_mb: int = 1024  # what a `gzip_bomb` answer expands to, MiB
+    odd_records: tuple[str, ...] = ()  # in the object listing and parameter lists, see RECORD_KINDS
+    echo_params: bool = False  # error answers repeat the query's values as received (still encoded)
     seed: int = 0
     session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
     error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
@@ -65,7 +97,12 @@ class Faults:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        for name, optional in (("max_count", True), ("count_default", False), ("count_reject_over", True)):
+        for name, optional in (
+            ("max_count", True),
+            ("count_default", False),
+            ("count_reject_over", True),
+            ("bomb_mb", False),
+        ):
             value = getattr(self, name)
             if value is None and optional:
                 continue
@@ -73,12 +110,13 @@ class Faults:
                 raise ValueError(
                     f"{name} must be an integer of at least 1" + (" or null" if optional else "")
                 )
-        if isinstance(self.hostile, str):
-            self.hostile = tuple(k for k in self.hostile.split(",") if k)
-        self.hostile = tuple(self.hostile)
-        unknown = set(self.hostile) - set(HOSTILE_KINDS)
-        if unknown:
-            raise ValueError(f"unknown hostile kind(s) {sorted(unknown)}; known: {', '.join(HOSTILE_KINDS)}")
+        for name, known in (("hostile", HOSTILE_KINDS), ("odd_records", RECORD_KINDS)):
+            kinds = getattr(self, name)
+            kinds = tuple(k for k in kinds.split(",") if k) if isinstance(kinds, str) else tuple(kinds)
+            setattr(self, name, kinds)
+            unknown = set(kinds) - set(known)
+            if unknown:
+                raise ValueError(f"unknown {name} kind(s) {sorted(unknown)}; known: {', '.join(known)}")
         for name in (
             "error_rate",
             "rate_limit_rate",
@@ -91,7 +129,11 @@ class Faults:
                 raise ValueError(f"{name} must be between 0 and 1")
 
     def as_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "hostile": list(self.hostile)}
+        return {
+            **dataclasses.asdict(self),
+            "hostile": list(self.hostile),
+            "odd_records": list(self.odd_records),
+        }
 
     def updated(self, changes: dict[str, Any]) -> Faults:
         names = {f.name for f in dataclasses.fields(self)}
@@ -172,6 +214,8 @@ class FaultPlan:
         return d
 
 
-def retry_after_header(seconds: float) -> bytes:
-    """Whole seconds when whole, else a decimal (clients here accept both)."""
+def retry_after_header(seconds: float, text: str | None = None) -> bytes:
+    """Whole seconds when whole, else a decimal (clients here accept both); `text` as it is, if given."""
+    if text is not None:
+        return text.encode("latin-1")
     return str(int(seconds) if float(seconds).is_integer() else seconds).encode()

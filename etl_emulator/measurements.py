@@ -70,8 +70,10 @@ class Measurements:
             )
         count = self._count(call, signal=source == "signal")
         now = self.clock.now()
-        lo, hi = (start, end) if kind == "raw" else series.bucket_span(start, end)
         hostile = call.decision.hostile if call.decision else None
+        if hostile == "stuck":  # ignores the start asked: always from the UTC midnight before it
+            start -= start % DAY_MS
+        lo, hi = (start, end) if kind == "raw" else series.bucket_span(start, end)
         # Answers whose points all lie before the clock never change (setvalue bumps the key).
         key = (source, kind, param_id, start, end, count, self.overlay_version.get(param_id, 0))
         if hi <= now and not hostile and (body := self.cache.get(key)) is not None:
@@ -87,10 +89,16 @@ class Measurements:
             b, o, h, low, c = self._buckets(p, series.candles_of, lo, hi, now, count)
             columns = {"ts": b, "open": o, "close": c, "low": low, "high": h}
         if hostile:
-            body, content_type = hostile_body(
-                hostile, call.faults.salt, param_id, columns, kind == "candles", start, end
+            return hostile_body(
+                hostile,
+                call.faults.salt,
+                param_id,
+                columns,
+                kind == "candles",
+                start,
+                end,
+                self.plan.faults.bomb_mb,
             )
-            return Answer(body, content_type=content_type)
         if kind == "candles":
             body = encode_candles(
                 param_id, columns["ts"], columns["open"], columns["high"], columns["low"], columns["close"]

@@ -197,6 +197,7 @@ def report(
     config = load_config(config_path, offline=True)
     from etl.dataset.report import ReportOptions, build, label, percent, text
     from etl.dataset.report_html import render
+    from etl.support.terminal import printable_lines
 
     options = ReportOptions(start, end, stale_after, flatline_after, fail_under, top)
     result = build(config, options)
@@ -208,7 +209,7 @@ def report(
     if as_json:
         echo_json(result.as_dict())
     else:
-        click.echo(text(result))
+        click.echo(printable_lines(text(result)))
         if output:
             click.echo(f"\nwrote {output}")
     if fail_under is not None and result.below_count:

@@ -19,6 +19,7 @@ import click
 from etl.cli import interrupted, say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact
+from etl.support.terminal import printable
 
 __all__ = ["COMMANDS", "cli", "run"]
 
@@ -140,7 +141,7 @@ def _main(argv: list[str] | None) -> None:
             exc.show()
             sys.exit(exc.exit_code)
         hint = f" (see '{exc.ctx.command_path} -h')" if isinstance(exc, click.UsageError) and exc.ctx else ""
-        click.echo(f"etl: error: {redact.redact(message)}{hint}", err=True)
+        click.echo(f"etl: error: {printable(redact.redact(message))}{hint}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -148,7 +149,7 @@ def _main(argv: list[str] | None) -> None:
         if _debug:
             traceback.print_exc()
         kind = "" if isinstance(exc, Interrupted) else "error: "
-        click.echo(f"etl: {kind}{redact.redact(str(exc))}", err=True)
+        click.echo(f"etl: {kind}{printable(redact.redact(str(exc)))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         say_interrupted(argv)
@@ -160,7 +161,8 @@ def _main(argv: list[str] | None) -> None:
         if _debug:
             traceback.print_exc()
         click.echo(
-            f"etl: internal error: {type(exc).__name__}: {redact.redact(str(exc))} (run with --debug for details)",
+            f"etl: internal error: {type(exc).__name__}: {printable(redact.redact(str(exc)))} "
+            "(run with --debug for details)",
             err=True,
         )
         sys.exit(ExitCode.INTERNAL)

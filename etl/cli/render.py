@@ -1,4 +1,5 @@
-"""What the commands print: tables, JSON, the run summary and the plan."""
+"""What the commands print: tables, JSON, the run summary and the plan. Text from the server goes out
+through `etl.support.terminal`: no control or bidirectional formatting character reaches the terminal."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
+from etl.support.terminal import json_for_terminal, printable
 from etl.timeutil import iso
 
 if TYPE_CHECKING:
@@ -24,9 +26,8 @@ def plain(value: Any) -> Any:
 def echo_json(value: Any) -> None:
     # orjson writes dataclasses field by field itself, so records become plain before it sees them.
     value = [plain(v) for v in value] if isinstance(value, list) else plain(value)
-    click.echo(
-        orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY).decode()
-    )
+    text = orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    click.echo(json_for_terminal(text.decode()))
 
 
 WIDEST = 48  # characters of a table cell; a longer one is cut, and ends with an ellipsis
@@ -73,7 +74,7 @@ def echo_cells(columns: list[str], rows: list[list[str]], right: set[int] | set[
             v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, flush_right, strict=True)
         ).rstrip()
 
-    click.echo(line(columns))
+    click.echo(line([printable(c) for c in columns]))  # the server's field names too
     for row in cells:
         click.echo(line(row))
 
@@ -99,8 +100,8 @@ def _cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
-        return orjson.dumps(value).decode()
-    return str(value)
+        return printable(json_for_terminal(orjson.dumps(value).decode()))
+    return printable(str(value))
 
 
 def series_rows(data: Points | Candles) -> list[dict]:

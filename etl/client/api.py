@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import logging
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -12,6 +13,7 @@ from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
 from etl.client.auth import SignIn
 from etl.client.caps import AnswerCaps
@@ -24,17 +26,22 @@ from etl.client.models import (
     ParamList,
     ParamStatus,
     Points,
+    Record,
     User,
+    one_line,
+    record_id,
 )
 from etl.client.retry import ClientStats, RetryPolicy
-from etl.client.series import SMALL_ANSWER, JsonArray, decode_points, parse_candles, parse_points
+from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Session
-from etl.errors import InvalidArgument
+from etl.errors import InvalidArgument, InvalidResponse
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, now_ms, to_ms
 
+log = logging.getLogger(__name__)
 Time = datetime | int | str
 RAW_WINDOW_MAX_MS = DAY_MS
+M = TypeVar("M", bound=Record)
 # The route of each series of each kind of parameter. A signal parameter is a physical one: the
 # document gives it a raw route of its own only.
 ROUTES = {
@@ -74,14 +81,24 @@ def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
     return start_ms, end_ms
 
 
+def _listing(doc: Any, what: str) -> list:
+    if not isinstance(doc, list):
+        raise InvalidResponse(f"{what}: expected a JSON array, got {type(doc).__name__}")
+    return doc
+
+
+def _model(cls: type[M], doc: Any, what: str) -> M:
+    """One record as its model, or an InvalidResponse on one line."""
+    try:
+        return cls.model_validate(doc)
+    except ValidationError as exc:
+        raise InvalidResponse(f"{what}: {one_line(exc)}") from None
+
+
 def _ids(values: Iterable[int] | int | None) -> list[int] | None:
     if values is None:
         return None
     return [int(values)] if isinstance(values, int) else [int(v) for v in values]
-
-
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
 
 
 def _query(**params: Any) -> dict[str, Any]:
@@ -99,7 +116,10 @@ class MonitoringClient:
 
     `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
     as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
-    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`)."""
+    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`).
+    A record of a listing that cannot be used (an id that is not a 64-bit integer, a field of the wrong
+    type, nesting deeper than the parser reads) is left out of what the methods return and noted in
+    `skipped`, one line each."""
 
     def __init__(
         self,
@@ -109,6 +129,8 @@ class MonitoringClient:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -117,13 +139,17 @@ class MonitoringClient:
     ) -> None:
         """`base_url`: host and base path (`https://HOST/sem-restservices`). `max_in_flight` bounds the
         requests in flight; `retry` is the policy after a failure; `verify` the TLS trust (a context for a
-        private CA); `transport` replaces the network (tests, recorded answers)."""
+        private CA); `transport` replaces the network (tests, recorded answers). `timeout` bounds each
+        connect and read, `request_timeout` a whole exchange (seconds; None: no bound); an answer over
+        `max_answer_bytes` (on the wire or decompressed) is refused (`AnswerTooLarge`)."""
         self.session = Session(
             base_url,
             username,
             password,
             sign_in=sign_in,
             timeout=timeout,
+            request_timeout=request_timeout,
+            max_answer_bytes=max_answer_bytes,
             retry=retry,
             max_in_flight=max_in_flight,
             verify=verify,
@@ -131,10 +157,25 @@ class MonitoringClient:
             stats=stats,
         )
         self.caps = AnswerCaps()
+        self.skipped: list[str] = []
 
     @property
     def stats(self) -> ClientStats:
         return self.session.stats
+
+    def skip(self, what: str, reason: str) -> None:
+        """A record the platform sent that cannot be used: left out, and noted in `skipped`."""
+        self.skipped.append(f"{what}: {reason}")
+        log.warning("left out %s: %s", what, reason)
+
+    def _valid(self, cls: type[M], records: Any, what: str) -> list[M]:
+        found = []
+        for index, record in enumerate(_listing(records, what)):
+            try:
+                found.append(cls.model_validate(record))
+            except ValidationError as exc:
+                self.skip(f"record #{index + 1} of {what}", one_line(exc))
+        return found
 
     async def __aenter__(self) -> MonitoringClient:
         return self
@@ -163,7 +204,7 @@ class MonitoringClient:
 
     # 4.2 objects ------------------------------------------------------------------------------
     async def objects_short(self) -> list[ObjectShort]:
-        return [ObjectShort.model_validate(o) for o in await self._get("/db/object/shortest")]
+        return self._valid(ObjectShort, await self._get("/db/object/shortest"), "GET /db/object/shortest")
 
     async def objects(self, states: Iterable[int] | int | None = None) -> list[ObjectFull]:
         return [o async for page in self.object_pages(states) for o in page]
@@ -173,25 +214,41 @@ class MonitoringClient:
     ) -> AsyncIterator[list[ObjectFull]]:
         """The full listing (one answer) as models a page at a time, each record decoded when its page
         is: a wide instance's records are never all Python objects at once."""
-        records = iter(
-            await self.session.call("GET", "/db/object", _query(state=_ids(states)), decode=JsonArray)
-        )
-        while page := [ObjectFull.model_validate(r) for r in itertools.islice(records, size)]:
-            yield page
+        what = "GET /db/object"
+        listing = await self.session.call("GET", "/db/object", _query(state=_ids(states)), decode=JsonArray)
+        for index, reason in listing.unreadable:
+            self.skip(f"record #{index + 1} of {what}", reason)
+        records = listing.items()
+        while chunk := list(itertools.islice(records, size)):
+            page = []
+            for index, record in chunk:
+                try:
+                    page.append(ObjectFull.model_validate(record))
+                except ValidationError as exc:
+                    self.skip(f"record #{index + 1} of {what}", one_line(exc))
+            if page:
+                yield page
 
     async def object(self, object_id: int) -> ObjectFull:
-        return ObjectFull.model_validate(await self._get(f"/db/object/{int(object_id)}"))
+        path = f"/db/object/{int(object_id)}"
+        return _model(ObjectFull, await self._get(path), f"GET {path}")
 
     async def units(self, object_id: int) -> list[dict[str, Any]]:
-        return list(await self._get(f"/db/object/{int(object_id)}/unit"))
+        path = f"/db/object/{int(object_id)}/unit"
+        return _listing(await self._get(path), f"GET {path}")
 
     # 4.3 parameters ---------------------------------------------------------------------------
-    @staticmethod
-    def _params(records: list[dict], source: ParamList, object_id: int | None) -> list[Parameter]:
-        return [
-            Parameter(id=int(r["id"]), source=source, object_id=object_id or _int(r.get("objectId")), meta=r)
-            for r in records
-        ]
+    def _params(self, records: Any, source: ParamList, object_id: int | None, what: str) -> list[Parameter]:
+        found = []
+        for index, r in enumerate(_listing(records, what)):
+            try:
+                if not isinstance(r, dict):
+                    raise ValueError(f"not a record: {type(r).__name__}")
+                owner = object_id or (None if r.get("objectId") is None else record_id(r["objectId"]))
+                found.append(Parameter(id=record_id(r.get("id")), source=source, object_id=owner, meta=r))
+            except ValueError as exc:
+                self.skip(f"record #{index + 1} of {what}", str(exc))
+        return found
 
     def _param_filters(self, object_id, controller_ids, drone_id, tags, device_classified, room_ids) -> dict:
         return dict(
@@ -216,7 +273,7 @@ class MonitoringClient:
     ) -> list[Parameter]:
         path = "/db/contrdeviceparam/shortest" if short else "/db/contrdeviceparam"
         filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
-        return self._params(await self._get(path, **filters), "physical", object_id)
+        return self._params(await self._get(path, **filters), "physical", object_id, f"GET {path}")
 
     async def calculated_params(
         self,
@@ -231,7 +288,7 @@ class MonitoringClient:
     ) -> list[Parameter]:
         path = "/db/contrcalcparam/shortest" if short else "/db/contrcalcparam"
         filters = self._param_filters(object_id, controller_ids, drone_id, tags, device_classified, room_ids)
-        return self._params(await self._get(path, **filters), "calculated", object_id)
+        return self._params(await self._get(path, **filters), "calculated", object_id, f"GET {path}")
 
     async def object_physical_params(
         self,
@@ -241,13 +298,9 @@ class MonitoringClient:
         locked: bool | None = None,
         tags: Iterable[str] | None = None,
     ) -> list[Parameter]:
-        records = await self._get(
-            f"/db/object/{int(object_id)}/cdp",
-            ctrability=ctrability,
-            locked=locked,
-            tag=list(tags or []) or None,
-        )
-        return self._params(records, "physical", object_id)
+        path = f"/db/object/{int(object_id)}/cdp"
+        records = await self._get(path, ctrability=ctrability, locked=locked, tag=list(tags or []) or None)
+        return self._params(records, "physical", object_id, f"GET {path}")
 
     async def object_calculated_params(
         self,
@@ -257,21 +310,19 @@ class MonitoringClient:
         locked: bool | None = None,
         tags: Iterable[str] | None = None,
     ) -> list[Parameter]:
-        records = await self._get(
-            f"/db/object/{int(object_id)}/ccp",
-            ctrability=ctrability,
-            locked=locked,
-            tag=list(tags or []) or None,
-        )
-        return self._params(records, "calculated", object_id)
+        path = f"/db/object/{int(object_id)}/ccp"
+        records = await self._get(path, ctrability=ctrability, locked=locked, tag=list(tags or []) or None)
+        return self._params(records, "calculated", object_id, f"GET {path}")
 
     async def object_params(self, object_id: int, *, calc: bool = False) -> list[dict[str, Any]]:
-        return list(await self._get(f"/db/object/{int(object_id)}/params", calc=calc))
+        path = f"/db/object/{int(object_id)}/params"
+        return _listing(await self._get(path, calc=calc), f"GET {path}")
 
     async def search_params(
         self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0
     ) -> list[dict]:
-        return list(await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset))
+        records = await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset)
+        return _listing(records, "GET /search/params")
 
     # 4.4 measurements -------------------------------------------------------------------------
     async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
@@ -281,10 +332,10 @@ class MonitoringClient:
         answer = await self.session.call(
             "GET", url, _query(count=count), decode=decode_points, in_thread_over=SMALL_ANSWER
         )
-        return answer if isinstance(answer, Points) else parse_points(answer)
+        return answer
 
     async def _candles(self, url: str, count: int | None) -> Candles:
-        return parse_candles(await self._get(url, count=count))
+        return await self.session.call("GET", url, _query(count=count), decode=decode_candles)
 
     async def _route(
         self, path: str, series: Series, param_id: int, start: Time, end: Time, count: int | None
@@ -334,7 +385,7 @@ class MonitoringClient:
         body = await self._get(
             f"/db/contrdeviceparam/{int(param_id)}/state", time=None if at is None else to_ms(at)
         )
-        return ParamStatus.model_validate(body)
+        return _model(ParamStatus, body, f"GET /db/contrdeviceparam/{int(param_id)}/state")
 
     async def set_value(self, param_id: int, value: float) -> Any:
         """Acts on real equipment. The answer's shape is not documented: returned as it came."""
@@ -344,9 +395,8 @@ class MonitoringClient:
 
     # 4.7 external commands --------------------------------------------------------------------
     async def ext_commands(self, device_id: int) -> list[ExternalCommand]:
-        return [
-            ExternalCommand.model_validate(c) for c in await self._get("/extcommand", deviceId=int(device_id))
-        ]
+        commands = await self._get("/extcommand", deviceId=int(device_id))
+        return self._valid(ExternalCommand, commands, f"GET /extcommand?deviceId={int(device_id)}")
 
     async def run_command(self, device_id: int, command_id: int, data: str) -> Any:
         """Acts on real equipment. The answer's shape is not documented: returned as it came."""
@@ -359,18 +409,19 @@ class MonitoringClient:
 
     # 4.8 reference lookups (POST with an empty body) ------------------------------------------
     async def zones(self) -> list[dict[str, Any]]:
-        return list(await self._post("/db/zone"))
+        return _listing(await self._post("/db/zone"), "POST /db/zone")
 
     async def classifiers(self) -> list[dict[str, Any]]:
-        return list(await self._post("/deviceclassifier"))
+        return _listing(await self._post("/deviceclassifier"), "POST /deviceclassifier")
 
     async def room_types(self) -> list[dict[str, Any]]:
-        return list(await self._post("/sensor_location"))
+        return _listing(await self._post("/sensor_location"), "POST /sensor_location")
 
     async def rooms(
         self, object_id: int | None = None, sensor_location_id: int | None = None
     ) -> list[dict[str, Any]]:
-        return list(await self._post("/room", objectId=object_id, sensorLocationId=sensor_location_id))
+        rooms = await self._post("/room", objectId=object_id, sensorLocationId=sensor_location_id)
+        return _listing(rooms, "POST /room")
 
 
 P = ParamSpec("P")
@@ -402,6 +453,8 @@ class SyncMonitoringClient:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -419,6 +472,8 @@ class SyncMonitoringClient:
                 password,
                 sign_in=sign_in,
                 timeout=timeout,
+                request_timeout=request_timeout,
+                max_answer_bytes=max_answer_bytes,
                 retry=retry,
                 max_in_flight=max_in_flight,
                 verify=verify,

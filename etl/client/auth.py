@@ -17,6 +17,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Literal
 
 import httpx
+from pydantic import ValidationError
 
 from etl.client.classify import is_html, raise_for_status
 from etl.client.models import User
@@ -158,7 +159,10 @@ class SessionAuth(httpx.Auth):
         redact.register(*values.values())
         self.clock_offset = _clock_offset(response.headers.get("date"))
         body = decode_json(response.content)
-        self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
+        try:  # the user record is for show: an odd one does not stop the session
+            self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
+        except ValidationError:
+            self.user = None
         self.cookie = "; ".join(f"{k}={v}" for k, v in values.items())
         self._signed_in = True
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import time
 
@@ -21,14 +22,22 @@ def excerpt(response: httpx.Response, size: int = 120) -> str:
 
 
 def retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+    """Seconds the server asks to wait (a number or an HTTP date); None when it says nothing readable
+    (`soon`, `inf`, NaN): the caller waits its default then. Capping is the retry policy's."""
+    value = response.headers.get("retry-after", "").strip()
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        parsed = email.utils.parsedate_to_datetime(value)
-        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+        try:
+            parsed = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if parsed is None or parsed.tzinfo is None:
+            return None
+        seconds = parsed.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def is_html(body: bytes) -> bool:

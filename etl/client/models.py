@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+INT64 = (-(2**63), 2**63 - 1)
+# An identifier as the platform may write it (an integer, 5.0, "5"), within 64 bits: ids are int64 columns.
+Id = Annotated[int, Field(ge=INT64[0], le=INT64[1])]
+_DIGITS = re.compile(r"-?[0-9]+")
+
+
+def record_id(value: Any) -> int:
+    """An identifier as an int; ValueError saying why not (text, a fraction, beyond 64 bits, missing)."""
+    if (isinstance(value, float) and value.is_integer()) or (
+        isinstance(value, str) and _DIGITS.fullmatch(value.strip())
+    ):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"id {_short(value)} is not an integer")
+    if not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f"id {_short(value)} is beyond 64 bits")
+    return value
+
+
+def _short(value: Any, size: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= size else text[: size - 3] + "..."
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first problem of a validation error, on one line."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "record"
+    return f"{where}: {first['msg']} (got {_short(first.get('input'))})"
 
 
 class Record(BaseModel):
@@ -19,13 +50,13 @@ class Record(BaseModel):
 
 
 class UserState(Record):
-    id: int | None = None
+    id: Id | None = None
     name: str | None = None
     comment: str | None = None
 
 
 class User(Record):
-    id: int
+    id: Id
     login: str
     firstname: str | None = None
     lastname: str | None = None
@@ -41,7 +72,7 @@ class User(Record):
 
 
 class ObjectShort(Record):
-    id: int
+    id: Id
     shortname: str | None = None
 
 
@@ -67,14 +98,14 @@ class ObjectFull(ObjectShort):
 
 
 class ParamStatus(Record):
-    id: int | None = None
+    id: Id | None = None
     statename: str | None = None
     statecolor: str | None = None
     comment: str | None = None
 
 
 class Device(Record):
-    id: int
+    id: Id
     devicename: str | None = None
     devicetopic: str | None = None
     devicetype: str | None = None
@@ -88,7 +119,7 @@ class Device(Record):
 
 
 class ExternalCommand(Record):
-    id: int
+    id: Id
     name: str | None = None
     description: str | None = None
     cmd: str | None = None

@@ -25,19 +25,25 @@ class RetryPolicy:
     attempts: int = 6
     backoff_initial: float = 0.5  # seconds before the first retry; doubles each time
     backoff_max: float = 30.0
-    deadline: float | None = 300.0  # no new attempt after this many seconds on one request
-    retry_after_max: float = 120.0  # a server asking for more than this is not waited for
+    deadline: float | None = 300.0  # seconds for one window (or one request), all attempts together
+    retry_after_max: float = 120.0  # the longest wait a Retry-After is honoured with
+    retry_after_default: float = 1.0  # the wait after a 429 whose Retry-After is missing or unreadable
 
     def gives_up(self, attempts: int, seconds: float) -> bool:
         """No more attempts after `attempts` failed ones that took `seconds` in all."""
         return attempts >= max(1, self.attempts) or (self.deadline is not None and seconds >= self.deadline)
 
+    def honoured(self, retry_after: float | None) -> float:
+        """The wait a Retry-After (None: missing or unreadable) is honoured with: capped."""
+        return min(self.retry_after_default if retry_after is None else retry_after, self.retry_after_max)
+
     def delay(self, attempt: int, error: BaseException) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        retry_after = getattr(error, "retry_after", None)
-        if retry_after is not None:
-            # Honour the server, plus a little jitter so throttled requests do not return in lockstep.
-            return min(retry_after, self.retry_after_max) + random.uniform(0, 0.1 * max(retry_after, 0.1))
+        if getattr(error, "status", None) == 429 or getattr(error, "retry_after", None) is not None:
+            # Honour the server (capped), plus a little jitter so throttled requests do not return in
+            # lockstep.
+            wait = self.honoured(getattr(error, "retry_after", None))
+            return wait + random.uniform(0, 0.1 * max(wait, 0.1))
         cap = min(self.backoff_max, self.backoff_initial * 2 ** (attempt - 1))
         return random.uniform(cap / 2, cap)  # "equal jitter": never zero, never over the cap
 
@@ -83,9 +89,13 @@ class RateGate:
             self._stats.throttled_seconds += now + seconds - max(self._resume_at, now)
             self._resume_at = now + seconds
 
-    async def wait(self) -> None:
+    async def wait(self) -> bool:
+        """Hold while the gate is closed; whether it was."""
+        waited = False
         while (delay := self._resume_at - time.monotonic()) > 0:
+            waited = True
             await asyncio.sleep(delay)
+        return waited
 
 
 async def retry(
@@ -103,17 +113,20 @@ async def retry(
     while True:
         if not error.retryable:
             raise error
-        if policy.gives_up(attempts, time.monotonic() - started):
+        elapsed = time.monotonic() - started
+        delay = policy.delay(attempts, error)
+        # Waiting past the deadline would only end in giving up: give up now.
+        if policy.gives_up(attempts, elapsed) or (
+            policy.deadline is not None and elapsed + delay >= policy.deadline
+        ):
             cause = str(error).removeprefix(f"{what}: ")
             raise RetriesExhausted(
-                redact.redact(
-                    f"{what}: gave up after {attempts} attempt(s) in {time.monotonic() - started:.1f}s: {cause}"
-                ),
+                redact.redact(f"{what}: gave up after {attempts} attempt(s) in {elapsed:.1f}s: {cause}"),
                 error,
                 attempts,
             ) from None
         stats.retries[getattr(error, "reason", type(error).__name__)] += 1
-        await asyncio.sleep(policy.delay(attempts, error))
+        await asyncio.sleep(delay)
         attempts += 1
         try:
             return await again()

@@ -9,6 +9,7 @@ decoded one record at a time (`JsonArray`).
 from __future__ import annotations
 
 import json
+import logging
 import re
 from array import array
 from collections.abc import Iterator
@@ -23,17 +24,58 @@ from etl.client.models import Candles, Points
 from etl.errors import InvalidResponse
 from etl.timeutil import parse_iso_ms
 
+log = logging.getLogger(__name__)
+
+
+# Deeper than this the stdlib parser (Python's recursion limit) and orjson (1,024) give up.
+TOO_DEEP = "nested deeper than the JSON parser reads (about 1,000 levels)"
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE_BYTES = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
 
 def decode_json(body: bytes) -> Any:
-    """orjson first; the stdlib parser second because it accepts the bare NaN some servers send."""
+    """orjson first; the stdlib parser second because it accepts the bare NaN some servers send (and
+    the lone UTF-16 surrogates orjson refuses: they become U+FFFD, see `mend`)."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(body)
+        doc = json.loads(body)
+    except RecursionError:
+        raise InvalidResponse(f"answer {TOO_DEEP}") from None
     except (ValueError, UnicodeDecodeError):
         raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
+    return mend(doc) if _SURROGATE_ESCAPE_BYTES.search(body) else doc
+
+
+def mend(value: Any) -> Any:
+    """`value` with every unpaired UTF-16 surrogate (an escape like \\ud800 alone) as U+FFFD: no UTF-8
+    file or terminal takes one. Says so in the log when it found any."""
+    found = [0]
+
+    def walk(item: Any) -> Any:
+        if isinstance(item, str):
+            text, count = _LONE_SURROGATE.subn("\ufffd", item)
+            found[0] += count
+            return text
+        if isinstance(item, list):
+            return [walk(v) for v in item]
+        if isinstance(item, dict):
+            return {walk(k): walk(v) for k, v in item.items()}
+        return item
+
+    try:
+        mended = walk(value)
+    except RecursionError:
+        raise InvalidResponse(f"answer {TOO_DEEP}") from None
+    if found[0]:
+        log.warning(
+            "an answer held %d unpaired UTF-16 surrogate(s) (\\ud800-\\udfff escapes alone): read as U+FFFD",
+            found[0],
+        )
+    return mended
 
 
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -49,7 +91,8 @@ class JsonArray:
     """A JSON array decoded one element at a time: a listing of thousands of records is never all
     Python objects at once (they would scatter the long-lived objects made meanwhile across the
     allocator's arenas, and those would pin the listing's peak for the rest of the run). The body is
-    checked whole on arrival, so a malformed one is refused (and retried) like any other."""
+    checked whole on arrival, so a malformed one is refused (and retried) like any other. An element
+    nested deeper than the parser reads is left out, its position and why in `unreadable`."""
 
     def __init__(self, body: bytes) -> None:
         try:
@@ -57,18 +100,27 @@ class JsonArray:
         except UnicodeDecodeError:
             raise InvalidResponse(f"answer is not valid JSON ({len(body)} bytes: {_excerpt(body)})") from None
         self._starts = array("q")
-        for start in self._scan():
+        self._positions = array("q")  # each readable element's position in the array
+        self.unreadable: list[tuple[int, str]] = []
+        self._surrogates = _SURROGATE_ESCAPE.search(self._text) is not None
+        for position, start in self._scan():
+            self._positions.append(position)
             self._starts.append(start)
 
     def __len__(self) -> int:
         return len(self._starts)
 
     def __iter__(self) -> Iterator[Any]:
-        decode = json.JSONDecoder().raw_decode
-        for start in self._starts:
-            yield decode(self._text, start)[0]
+        return (record for _, record in self.items())
 
-    def _scan(self) -> Iterator[int]:
+    def items(self) -> Iterator[tuple[int, Any]]:
+        """(position in the array, element) of each readable element."""
+        decode = json.JSONDecoder().raw_decode
+        for position, start in zip(self._positions, self._starts, strict=True):
+            record = decode(self._text, start)[0]
+            yield position, mend(record) if self._surrogates else record
+
+    def _scan(self) -> Iterator[tuple[int, int]]:
         """Where each element starts; each is parsed once to find its end, then let go."""
         text, decode = self._text, json.JSONDecoder().raw_decode
         pos = _skip(text, 0)
@@ -78,14 +130,20 @@ class JsonArray:
         separator = ","
         if text[pos : pos + 1] == "]":  # empty
             separator, pos = "]", _skip(text, pos + 1)
+        position = 0
         while separator == ",":
             try:
                 _, end = decode(text, pos)
+            except RecursionError:
+                self.unreadable.append((position, TOO_DEEP))
+                end = _value_end(text, pos)
             except ValueError:
                 raise InvalidResponse(
                     f"answer is not valid JSON (at char {pos}: {_excerpt(text[pos:])})"
                 ) from None
-            yield pos
+            else:
+                yield position, pos
+            position += 1
             pos = _skip(text, end)
             separator = text[pos : pos + 1]
             if separator not in (",", "]"):
@@ -95,28 +153,93 @@ class JsonArray:
             raise InvalidResponse(f"answer is not valid JSON (after the array: {_excerpt(text[pos:])})")
 
 
+def _value_end(text: str, pos: int) -> int:
+    """Where the array or object at `pos` ends, found without recursion (it is too deep to parse)."""
+    depth, i, n = 0, pos, len(text)
+    while i < n:
+        char = text[i]
+        if char == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise InvalidResponse(f"answer is not valid JSON (unterminated at char {pos})")
+
+
 def _excerpt(body: bytes | str, size: int = 60) -> str:
     text = body[:size] if isinstance(body, str) else body[:size].decode("utf-8", "replace")
     return repr(text.replace("\n", " ") + ("..." if len(body) > size else ""))
 
 
 def _items(doc: Any, key: str) -> list:
-    # The signal answer's shape is not documented: accept {key: [...]} and a bare list.
-    items = doc.get(key) if isinstance(doc, dict) else doc
-    if items is None and isinstance(doc, dict):
-        items = doc.get("points") or doc.get("candles") or []
-    if not isinstance(items, list):
-        raise InvalidResponse(f"answer has no '{key}' list")
+    """The records of a series answer: `{key: [...]}` as the document shows it. The signal answer's shape
+    is not documented: a bare list, and the other series' key, are taken too. Anything else (an error
+    object, `{}`, a null or misspelled list) is not a series answer."""
+    if isinstance(doc, list):
+        items: Any = doc
+    elif isinstance(doc, dict) and isinstance(doc.get(key), list):
+        items = doc[key]
+    elif isinstance(doc, dict) and key not in doc and isinstance(doc.get(_OTHER[key]), list):
+        items = doc[_OTHER[key]]
+    else:
+        raise InvalidResponse(f"not a series answer: no '{key}' list in {_excerpt(_dumps(doc), 80)}")
     if items and not all(isinstance(p, dict) for p in items):
         raise InvalidResponse(f"'{key}' holds something other than records")
     return items
 
 
+_OTHER = {"points": "candles", "candles": "points"}
+
+
+def _dumps(doc: Any) -> str:
+    try:
+        return orjson.dumps(doc).decode()
+    except (TypeError, ValueError):
+        return repr(doc)
+
+
+def _repeated_keys(body: bytes) -> str | None:
+    """The first key an object of the answer holds twice, if any: parsers keep one of the two values
+    (orjson and Arrow the last), so such an answer means two things at once. Only answers that spell a
+    series key more than once are parsed again to find out."""
+    if body.count(b'"points"') + body.count(b'"candles"') < 2:
+        return None
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        if not repeated:
+            seen: set[str] = set()
+            for name, _ in items:
+                if name in seen:
+                    repeated.append(name)
+                    break
+                seen.add(name)
+        return dict(items)
+
+    try:
+        json.loads(body, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None  # the decoder says what is wrong with it
+    return repeated[0] if repeated else None
+
+
+_NUMBERS = frozenset({int, float, type(None)})
+
+
 def _floats(items: list, key: str) -> np.ndarray:
     values = [p.get(key) for p in items]
+    if not _NUMBERS.issuperset(map(type, values)):  # text ("12.5") and booleans are not numbers
+        odd = next(v for v in values if type(v) not in _NUMBERS)
+        raise InvalidResponse(f"non-numeric '{key}' in answer: {_excerpt(_dumps(odd), 40)}")
     try:
         return np.array(values, dtype=np.float64)  # None -> nan
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InvalidResponse(f"non-numeric '{key}' in answer") from None
 
 
@@ -125,6 +248,8 @@ def _stamps(items: list) -> np.ndarray:
         return parse_iso_ms([p.get("timestmp") for p in items])
     except (ValueError, TypeError) as exc:
         raise InvalidResponse(str(exc)) from None
+    except OverflowError:
+        raise InvalidResponse("a stamp in the answer is beyond 64-bit epoch milliseconds") from None
 
 
 def parse_points(doc: Any) -> Points:
@@ -149,12 +274,20 @@ def parse_candles(doc: Any) -> Candles:
 SMALL_ANSWER = 48 * 1024
 
 
-def decode_points(body: bytes) -> Points | Any:
-    """The points of a point answer (or its decoded JSON, when the fast reader declines a large one)."""
-    if len(body) <= SMALL_ANSWER:
-        return parse_points(decode_json(body))
-    points = read_points(body)
-    return points if points is not None else decode_json(body)
+def decode_points(body: bytes) -> Points:
+    """The points of a point answer. Whatever is wrong with it is an InvalidResponse raised here, inside
+    the request, so that it is retried like any unreadable answer."""
+    if (key := _repeated_keys(body)) is not None:
+        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
+    if len(body) > SMALL_ANSWER and (points := read_points(body)) is not None:
+        return points
+    return parse_points(decode_json(body))
+
+
+def decode_candles(body: bytes) -> Candles:
+    if (key := _repeated_keys(body)) is not None:
+        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
+    return parse_candles(decode_json(body))
 
 
 # -- the fast path -------------------------------------------------------------------------------

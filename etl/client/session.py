@@ -14,6 +14,7 @@ import ssl
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
@@ -21,6 +22,7 @@ import httpx
 
 from etl.client import classify
 from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
+from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.pool import LeanTransport
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
@@ -40,6 +42,10 @@ _PROTOCOL_MISMATCH = {
     "TLSV1_ALERT_PROTOCOL_VERSION",
     "NO_PROTOCOLS_AVAILABLE",
 }
+
+# The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
+_DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
+
 
 
 def _tls_failure(exc: BaseException, base_url: str) -> str | None:
@@ -88,6 +94,8 @@ class Session:
         *,
         sign_in: SignIn = "query",
         timeout: httpx.Timeout | float = 30.0,
+        request_timeout: float | None = 120.0,
+        max_answer_bytes: int = 32 * 1024**2,
         retry: RetryPolicy | None = None,
         max_in_flight: int = 16,
         verify: bool | ssl.SSLContext = True,
@@ -95,6 +103,8 @@ class Session:
         stats: ClientStats | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # `timeout` bounds each read; this, the whole exchange (a body that drips in never ends a read).
+        self.request_timeout = request_timeout
         self.username = username
         self.policy = retry or RetryPolicy()
         self.stats = stats or ClientStats()
@@ -109,12 +119,14 @@ class Session:
             auth=self.auth,
             timeout=timeout,
             verify=verify,
-            transport=transport or LeanTransport(verify=verify, limits=limits),
+            transport=BoundedTransport(
+                transport or LeanTransport(verify=verify, limits=limits), max_answer_bytes
+            ),
             limits=limits,
             # The auth flow sends the two session cookies itself; a jar would also keep rememberMe and
             # language and share cookies across hosts.
             cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
             event_hooks={"request": [self._on_the_wire]},
@@ -186,27 +198,39 @@ class Session:
         in_thread_over: int | None,
     ) -> Any:
         url, params = _url(self.base_url + path, params)
-        response = await self._send(self._http.build_request(method, url, params=params))
-        body = self._classified(response, method, path, expect_json)
-        if body is None:
-            return None
         try:
+            response = await self._send(self._http.build_request(method, url, params=params))
+            body = self._classified(response, method, path, expect_json)
+            if body is None:
+                return None
             if in_thread_over is not None and len(body) > in_thread_over:
                 return await asyncio.get_running_loop().run_in_executor(self._decoders, decode, body)
             return decode(body)
         except InvalidResponse as exc:
-            raise InvalidResponse(f"{method} {path}: {exc}") from None
+            if str(exc).startswith(f"{method} {path}: "):
+                raise
+            raise type(exc)(f"{method} {path}: {exc}") from None
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
         """Every request, sign-ins and resends of the auth flow included: counted, and held while a 429
-        pauses the client."""
-        await self.gate.wait()
+        pauses the client (the request's own deadline starts again after that wait)."""
+        if await self.gate.wait() and (deadline := _DEADLINE.get()) is not None:
+            deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         async with self._in_flight:
+            await self.gate.wait()
+            token = None
             try:
-                response = await self._http.send(request)
+                async with asyncio.timeout(self.request_timeout) as deadline:
+                    token = _DEADLINE.set(deadline if self.request_timeout else None)
+                    response = await self._http.send(request)
+            except TimeoutError:
+                raise NetworkError(
+                    f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
+                    reason="timeout",
+                ) from None
             except httpx.TimeoutException as exc:
                 raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
             except httpx.TransportError as exc:
@@ -219,6 +243,9 @@ class Session:
             except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
                 self._throttle(exc)
                 raise
+            finally:
+                if token is not None:
+                    _DEADLINE.reset(token)
         self.stats.bytes_received += len(response.content)
         # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
         # free the answer and its body; a run makes too few objects for that to come often, and the
@@ -237,4 +264,4 @@ class Session:
 
     def _throttle(self, error: ServerError) -> None:
         if error.status == 429:
-            self.gate.pause(error.retry_after if error.retry_after is not None else 1.0)
+            self.gate.pause(self.policy.honoured(error.retry_after))

@@ -72,11 +72,14 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
             drawstyle="steps-post" if series is Series.RAW else "default",
         )
     title = f"{names.title()}: {series}"
+    # Names and units come from the platform: drawn as text, never as mathtext ($...$ would be parsed)
     ax.set_title(
-        f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded", fontsize=10
+        f"{title}\nparameter {param_id} ({frame['kind'].iloc[0]}), {len(gaps)} gap(s) shaded",
+        fontsize=10,
+        parse_math=False,
     )
     if names.unit:
-        ax.set_ylabel(names.unit)
+        ax.set_ylabel(names.unit, parse_math=False)
     ax.set_xlabel("UTC")
     ax.grid(alpha=0.3)
     fig.autofmt_xdate()

@@ -14,6 +14,7 @@ from etl.pipeline.dimensions import FOLDER
 from etl.quality.view import create_quality_view
 
 _LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
+_FILES = "_files_"  # the files behind a view built on another (quality)
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
@@ -36,27 +37,31 @@ def connect(config: Config | str | PathLike[str]) -> duckdb.DuckDBPyConnection:
         con.register_filesystem(storage.fs)
         prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
     ext = build.fmt.extension
-    reader = "read_parquet" if ext == ".parquet" else "read_csv"
+    parquet = ext == ".parquet"
     for series in Series:
         layout = build.layout(series)
         if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
             # union_by_name: files of older versions have no source column
-            con.sql(
-                f"create view {series} as select * from "
-                f"{reader}('{prefix}/{layout.glob}', hive_partitioning=1, union_by_name=1)"
-            )
+            _files(con, parquet, f"{prefix}/{layout.glob}", hive=True).create_view(str(series))
     present = set(storage.listdir(FOLDER))
     for name in DIMENSIONS:
         if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
             # one file per source (instance of the platform)
-            con.sql(
-                f"create view {name} as select * from {reader}('{prefix}/{FOLDER}/{name}/*{ext}', union_by_name=1)"
-            )
+            _files(con, parquet, f"{prefix}/{FOLDER}/{name}/*{ext}", hive=False).create_view(name)
     quality = build.quality_layout()
     if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
-        create_quality_view(con, f"{reader}('{prefix}/{quality.glob}', hive_partitioning=1, union_by_name=1)")
+        _files(con, parquet, f"{prefix}/{quality.glob}", hive=True).create_view(f"{_FILES}{QUALITY}")
+        create_quality_view(con, f"{_FILES}{QUALITY}")
     _named_views(con)
     return con
+
+
+def _files(con: duckdb.DuckDBPyConnection, parquet: bool, glob: str, hive: bool) -> duckdb.DuckDBPyRelation:
+    """The files a glob matches, as one relation. The path is handed to DuckDB as a value, never spliced
+    into SQL: a quote in sink.path is just a character of it."""
+    if parquet:
+        return con.read_parquet(glob, hive_partitioning=hive, union_by_name=True)
+    return con.read_csv(glob, hive_partitioning=hive, union_by_name=True)
 
 
 def _lake_views(con: duckdb.DuckDBPyConnection, lake) -> None:
@@ -96,12 +101,12 @@ def _columns(con: duckdb.DuckDBPyConnection, view: str) -> list[str]:
 
 
 def _has_view(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    return bool(con.sql(f"select 1 from duckdb_views() where view_name = '{name}'").fetchall())
+    return bool(con.execute("select 1 from duckdb_views() where view_name = ?", [name]).fetchall())
 
 
 def views(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [
         r[0]
         for r in con.sql("select view_name from duckdb_views() where not internal order by 1").fetchall()
-        if not r[0].startswith(_LAKE)
+        if not r[0].startswith((_LAKE, _FILES))
     ]

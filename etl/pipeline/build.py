@@ -104,6 +104,8 @@ class Build:
             self.password,
             sign_in=source.sign_in,
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
+            request_timeout=source.request_timeout,
+            max_answer_bytes=int(source.max_answer_mb * 1024**2),
             retry=RetryPolicy(**self.config.retry.model_dump()),
             max_in_flight=self.config.extract.concurrency,
             verify=self.tls,

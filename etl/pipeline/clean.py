@@ -2,6 +2,12 @@
 
 The platform's intervals are inclusive, ours half-open: `keep_span` drops the point at a window's end,
 which is expected there and not counted as odd.
+
+Stamps that mostly fall outside their window, or collapse onto a few instants, mean the server writes
+time in another format than the document's (epoch seconds, dates without a time): that window fails
+(`TimeFormatError`) rather than being written as nothing or as a handful of points. Of several points
+at one stamp the first sent is kept; repeats of the same values are counted as `duplicate_points`, repeats
+with other values as `conflicting_duplicates`.
 """
 
 from __future__ import annotations
@@ -13,9 +19,21 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client.models import Candles, Points
+from etl.errors import DataError
 from etl.model import SCHEMAS, TS, Series, Window, keep_span
+from etl.timeutil import DAY_MS, iso
 
-__all__ = ["SCHEMAS", "TS", "WindowData", "clean", "to_table"]
+__all__ = ["SCHEMAS", "TS", "TimeFormatError", "WindowData", "clean", "to_table"]
+
+# An answer this long or longer whose stamps are more than half outside its window, or more than half
+# repeats piled up on few instants, is read in the wrong time format. Shorter ones are too few to tell (a point or two outside a
+# window is a server's slack, counted and dropped).
+JUDGED_FROM = 8
+COLLAPSED = 16  # points on one instant that no duplication explains
+
+
+class TimeFormatError(DataError):
+    """The answer's stamps, read as the document says, do not fit its window."""
 
 
 @dataclass(slots=True)
@@ -31,17 +49,58 @@ class WindowData:
 
 
 def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
-    """Keep points inside [start, end), with every value present, once per timestamp (first kept)."""
+    """Keep points inside [start, end), with every value present and finite, once per timestamp (first
+    kept)."""
     ts = data.ts
     if len(ts) < 2 or (np.diff(ts) > 0).all():  # the usual answer: ascending, one point per stamp
         lo, hi = keep_span(ts, window.start, window.end)
         values = {c: getattr(data, c)[lo:hi] for c in window.series.value_columns}
-        if not any(np.isnan(v).any() for v in values.values()):
+        if all(np.isfinite(v).all() for v in values.values()):
             outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == window.end)
             if outside:
+                check_outside(window, ts, outside)
                 warnings["points_outside_window"] += outside
             return WindowData(window, ts[lo:hi], values)
     return _clean_any(window, data, warnings)
+
+
+def _when(ms: int) -> str:
+    try:
+        return iso(ms)
+    except (ValueError, OverflowError, OSError):  # beyond the years a datetime holds
+        return f"{ms} ms"
+
+
+def _looks_like(window: Window, ts: np.ndarray) -> str:
+    """What the server's stamps probably are, judged from how they read as epoch ms."""
+    inside = (ts >= window.start // 1000) & (ts <= window.end // 1000)
+    if inside.mean() > 0.5:
+        return f"epoch seconds (e.g. {int(ts[inside][0])})"
+    if (ts % DAY_MS == 0).all():
+        return f"dates without a time (e.g. {_when(int(ts[0]))[:10]})"
+    return f"stamps that read as {_when(int(ts.min()))} .. {_when(int(ts.max()))}"
+
+
+def check_outside(window: Window, ts: np.ndarray, outside: int) -> None:
+    """TimeFormatError if `outside` of the answer's stamps `ts` are more than half of a long answer."""
+    if len(ts) >= JUDGED_FROM and outside * 2 > len(ts):
+        raise TimeFormatError(
+            f"the server's time format is not what we read: {outside} of {len(ts)} stamps fall outside "
+            f"the window; they look like {_looks_like(window, ts)}"
+        )
+
+
+def check_collapse(window: Window, ts: np.ndarray) -> None:
+    """TimeFormatError if more than half of a long answer's stamps repeat others, `COLLAPSED` or more on
+    one instant (a server that sends a chunk twice repeats each point a few times, not dozens)."""
+    if len(ts) < JUDGED_FROM or (np.diff(ts) > 0).all():
+        return
+    _, counts = np.unique(ts, return_counts=True)
+    if (len(ts) - len(counts)) * 2 > len(ts) and counts.max() >= COLLAPSED:
+        raise TimeFormatError(
+            f"the server's time format is not what we read: {len(ts)} points fall on "
+            f"{len(counts)} instant(s); they look like {_looks_like(window, ts)}"
+        )
 
 
 def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
@@ -51,14 +110,21 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
     keep = (ts >= window.start) & (ts < window.end)
     outside = int((~keep).sum() - (ts == window.end).sum())
     if outside:
+        check_outside(window, ts, outside)
         warnings["points_outside_window"] += outside
-    present = np.ones(len(ts), dtype=bool)
+    check_collapse(window, ts)
+    present = np.ones(len(ts), dtype=bool)  # a value for every column, none NaN
+    finite = np.ones(len(ts), dtype=bool)  # nor ±inf (Infinity, 1e309)
     for c in columns:
         present &= ~np.isnan(values[c])
+        finite &= np.isfinite(values[c])
     missing = int((keep & ~present).sum())
     if missing:
         warnings["points_without_value"] += missing
-    keep &= present
+    infinite = int((keep & present & ~finite).sum())
+    if infinite:
+        warnings["points_not_finite"] += infinite
+    keep &= finite
     ts = ts[keep]
     values = {c: v[keep] for c, v in values.items()}
     if len(ts) > 1 and not (np.diff(ts) > 0).all():
@@ -67,7 +133,16 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
         values = {c: v[order] for c, v in values.items()}
         first = np.concatenate(([True], np.diff(ts) > 0))
         if not first.all():
-            warnings["duplicate_points"] += int((~first).sum())
+            # Each repeat against the first point of its stamp: the same values, or others.
+            head = np.maximum.accumulate(np.where(first, np.arange(len(ts)), 0))
+            differs = np.zeros(len(ts), dtype=bool)
+            for v in values.values():
+                differs |= v != v[head]
+            conflicting = int(differs.sum())
+            if conflicting:
+                warnings["conflicting_duplicates"] += conflicting
+            if (same := int((~first).sum()) - conflicting) > 0:
+                warnings["duplicate_points"] += same
             ts = ts[first]
             values = {c: v[first] for c, v in values.items()}
     return WindowData(window, ts, values)

@@ -17,7 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from etl.client import MonitoringClient
-from etl.errors import StorageError
+from etl.client.models import record_id
+from etl.errors import DataError, InvalidResponse, StorageError
 from etl.pipeline import records
 from etl.sinks import FileFormat
 from etl.storage import spools
@@ -137,38 +138,75 @@ class Rows:
 
 async def collect(
     client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
-) -> dict[str, Rows]:
-    """Every dimension table: objects and parameters as discovery listed them, the rest fetched here."""
-    units, commands, devices = Rows("units"), Rows("commands"), set[int]()
-    for start in range(0, len(object_ids), AT_ONCE):
-        chunk = object_ids[start : start + AT_ONCE]
-        for object_id, found in zip(
-            chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True
-        ):
-            units.add([{"object_id": object_id, **u} for u in found])
-            devices.update(
-                int(u["deviceconnect"]["device"]["id"])
-                for u in found
-                if isinstance(u.get("deviceconnect"), dict)
-                and isinstance(u["deviceconnect"].get("device"), dict)
-            )
-    device_ids = sorted(devices)
-    for start in range(0, len(device_ids), AT_ONCE):
-        chunk = device_ids[start : start + AT_ONCE]
-        for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
-            commands.add([c.raw() for c in batch])
-    lookups = dict(
-        zip(
-            ("zones", "classifiers", "room_types", "rooms"),
-            await asyncio.gather(client.zones(), client.classifiers(), client.room_types(), client.rooms()),
-            strict=True,
-        )
-    )
-    tables = {"objects": objects, "units": units, "parameters": parameters, "commands": commands}
-    for name, found in lookups.items():
-        tables[name] = Rows(name)
-        tables[name].add(found)
-    return tables
+) -> tuple[dict[str, Rows], list[str]]:
+    """Every dimension table: objects and parameters as discovery listed them, the rest fetched here;
+    and, one line each, the tables that could not be fetched (an answer that cannot be read): those are
+    left as the last run wrote them."""
+    tables = {"objects": objects, "parameters": parameters}
+    failed: list[str] = []
+
+    async def table(name: str, fetch) -> None:
+        rows = Rows(name)
+        try:
+            await fetch(rows)
+        except (InvalidResponse, DataError) as exc:  # an answer that cannot be read: this table only
+            rows.close()
+            failed.append(f"dimension table {name}: {exc}")
+        else:
+            tables[name] = rows
+
+    devices: set[int] = set()
+
+    async def units(rows: Rows) -> None:
+        for start in range(0, len(object_ids), AT_ONCE):
+            chunk = object_ids[start : start + AT_ONCE]
+            for object_id, found in zip(
+                chunk, await asyncio.gather(*(client.units(o) for o in chunk)), strict=True
+            ):
+                rows.add([{"object_id": object_id, **u} for u in found if isinstance(u, dict)])
+                devices.update(_device_ids(found))
+
+    async def commands(rows: Rows) -> None:
+        device_ids = sorted(devices)
+        for start in range(0, len(device_ids), AT_ONCE):
+            chunk = device_ids[start : start + AT_ONCE]
+            for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
+                rows.add([c.raw() for c in batch])
+
+    def lookup(fetch):
+        async def rows_of(rows: Rows) -> None:
+            rows.add(await fetch())
+
+        return rows_of
+
+    await table("units", units)
+    if "units" in tables:  # the devices come from the units
+        await table("commands", commands)
+    else:
+        failed.append("dimension table commands: its devices come from the units, which failed")
+    lookups = {
+        "zones": client.zones,
+        "classifiers": client.classifiers,
+        "room_types": client.room_types,
+        "rooms": client.rooms,
+    }
+    await asyncio.gather(*(table(name, lookup(fetch)) for name, fetch in lookups.items()))
+    order = ["objects", "units", "parameters", "commands", *lookups]
+    return {name: tables[name] for name in order if name in tables}, failed
+
+
+def _device_ids(units: list) -> set[int]:
+    """The device ids of an object's units (deviceconnect.device.id), those that are ids."""
+    found = set()
+    for unit in units:
+        connect = unit.get("deviceconnect") if isinstance(unit, dict) else None
+        device = connect.get("device") if isinstance(connect, dict) else None
+        if isinstance(device, dict):
+            try:
+                found.add(record_id(device.get("id")))
+            except ValueError:
+                continue  # not a device the commands can be asked for
+    return found
 
 
 def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows], source: str) -> list[str]:

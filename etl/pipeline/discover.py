@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, ParamList
+from etl.client.models import Parameter, ParamList, record_id
 from etl.config import SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
@@ -158,17 +158,20 @@ async def _search(
         ):
             first = None
             offset += len(page)
-            kinds = [_kind_of(r) for r in page]
+            kinds = [_kind_of(r) if isinstance(r, dict) else None for r in page]
             if None in kinds:
                 untyped.extend(ids)
                 return
-            selection.take(
-                [
-                    Parameter(int(r["id"]), k, int(r["objectId"]), r)
-                    for r, k in zip(page, kinds, strict=True)
-                    if k
-                ]
-            )
+            found = []
+            for index, r in enumerate(page):
+                kind = _kind_of(r)
+                try:
+                    if kind is None:
+                        raise ValueError("no type")
+                    found.append(Parameter(record_id(r.get("id")), kind, record_id(r.get("objectId")), r))
+                except ValueError as exc:
+                    client.skip(f"record #{offset - len(page) + index + 1} of GET /search/params", str(exc))
+            selection.take(found)
 
     asked = list(first_pages or [])
     for at in range(0, len(chunks), SEARCHES_AT_ONCE):  # pages in flight: a bounded few
@@ -214,11 +217,24 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
     except Exception as exc:  # noqa: BLE001 - any refusal means: use the lists
         log.info("parameter search unavailable (%s): listing parameters object by object", exc)
         return False
-    usable = all(isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) for r in searched)
-    same = usable and {(int(r["id"]), _kind_of(r)) for r in searched} == {(p.id, p.source) for p in listed}
+    usable = all(
+        isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) and _usable_id(r.get("id"))
+        for r in searched
+    )
+    same = usable and {(record_id(r["id"]), _kind_of(r)) for r in searched} == {
+        (p.id, p.source) for p in listed
+    }
     if not same:
         log.info("parameter search answers differ from the parameter lists: listing object by object")
     return same
+
+
+def _usable_id(value: object) -> bool:
+    try:
+        record_id(value)
+    except ValueError:
+        return False
+    return True
 
 
 async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:

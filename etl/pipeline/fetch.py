@@ -11,6 +11,13 @@ nothing more. One as long as the longest (the first of a route, or one of many e
 the server's clock) is first checked by asking a wider span ending at the same stamp: more points
 there mean the cap is above this answer's length, and every later answer up to that length is cleared
 too. Only when the wider span is no longer is the answer continued.
+
+A server that ignores the interval asked would make continuations go on for ever (each resuming 1 ms
+later): an answer that would be continued although less than half of it is new ground is a stall, and
+after `MAX_STALLS` of them the window fails. The first answer of a window, read as the document says,
+must also fit it: stamps mostly outside it or collapsed onto a few instants fail the window at once
+(`etl.pipeline.clean.TimeFormatError`), before any continuation. And a window takes at most
+`retry.deadline` seconds in all, however many requests it needs.
 """
 
 from __future__ import annotations
@@ -24,9 +31,10 @@ import numpy as np
 from etl.client import MonitoringClient
 from etl.client.caps import Verdict
 from etl.client.models import Candles, Points
-from etl.errors import RequestRejected
+from etl.errors import DataError, NetworkError, RequestRejected
 from etl.model import ParamKind, Series, Window
-from etl.timeutil import DAY_MS
+from etl.pipeline.clean import check_collapse, check_outside
+from etl.timeutil import DAY_MS, iso
 
 # Pieces are sized to hold this share of the cap at the density seen so far: points are not spread
 # evenly (gaps, jitter), and a piece that overflows costs a continuation in sequence.
@@ -34,6 +42,32 @@ PIECE_FILL = 0.75
 # At most this many pieces at once: a density misjudged from a dense start costs few requests, and a
 # piece that overflows is cut again at its own density.
 MAX_PIECES = 64
+# Continuations of a window that bring less than half an answer of new points, before the window fails.
+MAX_STALLS = 3
+
+
+class StalledError(DataError):
+    """Answers that would be continued do not advance in time."""
+
+
+class _Stalls:
+    """The stalls of one window, its pieces included."""
+
+    def __init__(self, window: Window) -> None:
+        self.window, self.count = window, 0
+
+    def check(self, start: int, end: int, points: int, new: int, last: int) -> bool:
+        """Whether an answer of `points` points, `new` of them new ground, stalled (raises after too many)."""
+        if new * 2 >= points:
+            return False
+        self.count += 1
+        if self.count > MAX_STALLS:
+            raise StalledError(
+                f"the server's answers do not advance in time: {self.count} answers to continue from "
+                f"{iso(start)} (to {iso(end)}) held {points} points of which {new} new, the last at "
+                f"{iso(last)}; does it ignore the interval asked?"
+            )
+        return True
 
 
 def _concat(parts: list[Points | Candles]) -> Points | Candles:
@@ -58,13 +92,29 @@ async def fetch_window(
     been cut (wider spans asked to rule a cap out, and the rest asked from an answer's last stamp);
     splits, rests of a window asked in several pieces at once."""
     start, end = window.request()
-    return _concat(await _fetch(client, window, start, end, max_points, counters))
+    deadline = client.session.policy.deadline
+    try:
+        async with asyncio.timeout(deadline):
+            parts = await _fetch(client, window, start, end, max_points, counters, _Stalls(window), True)
+    except TimeoutError:
+        raise NetworkError(
+            f"not fetched within retry.deadline ({deadline:g}s): the server answers too slowly",
+            reason="deadline",
+        ) from None
+    return _concat(parts)
 
 
 async def _fetch(
-    client: MonitoringClient, window: Window, start: int, end: int, max_points: int, counters: Counter
+    client: MonitoringClient,
+    window: Window,
+    start: int,
+    end: int,
+    max_points: int,
+    counters: Counter,
+    stalls: _Stalls,
+    first: bool = False,
 ) -> list[Points | Candles]:
-    """The points in [start, end], both included."""
+    """The points in [start, end], both included (`first`: the window's first request)."""
     kind, series = window.kind, window.series
     count = None if kind is ParamKind.SIGNAL and series is Series.RAW else max_points  # /db/signal takes none
     parts: list[Points | Candles] = []
@@ -77,6 +127,10 @@ async def _fetch(
         counters["requests"] += 1
         points = len(data)
         last = int(data.ts.max()) if points else end
+        if first:
+            check_outside(window, data.ts, int(((data.ts < start) | (data.ts > end)).sum()))
+            first = False
+        check_collapse(window, data.ts)
         if seen is not None:
             data = _where(data, data.ts > seen)
             if suspected and len(data):
@@ -85,6 +139,8 @@ async def _fetch(
         verdict = client.caps.verdict(kind, series, points, count)
         if last >= end or verdict is Verdict.COMPLETE:
             return parts
+        new = int(((data.ts >= start) & (data.ts <= end)).sum())  # after dropping what came already
+        stalled = stalls.check(start, end, points, new, last)
         # From `last` again (inclusive bounds), or past `start` when every point so far shares one stamp
         # (of those only the first is kept anyway).
         resume = max(last, start + 1)
@@ -97,13 +153,15 @@ async def _fetch(
                     and await _cap_is_above(client, window, start, end, count, points, counters)
                 ):
                     return parts
-        if verdict is Verdict.FULL:
+        if verdict is Verdict.FULL and not stalled:  # a stalled answer tells no density: go on in sequence
             limit = min(c for c in (count, client.caps.cap(kind, series)) if c is not None)
             rest = (end - resume) * points / max(last - start, 1)
             pieces = min(math.ceil(rest / (PIECE_FILL * limit)), MAX_PIECES, end - resume)
             if pieces > 1:
                 counters["splits"] += 1
-                parts += await _pieces(client, window, resume, end, pieces, max_points, counters, last)
+                parts += await _pieces(
+                    client, window, resume, end, pieces, max_points, counters, last, stalls
+                )
                 return parts
         counters["continuations"] += 1
         start, seen, suspected = resume, last, points if verdict is Verdict.SUSPECT else 0
@@ -163,12 +221,13 @@ async def _pieces(
     max_points: int,
     counters: Counter,
     seen: int,
+    stalls: _Stalls,
 ) -> list[Points | Candles]:
     """[start, end] in `pieces` spans fetched at once; each keeps its points before the next one's start."""
     bounds = [start + (end - start) * i // pieces for i in range(pieces)] + [end]
     fetched = await asyncio.gather(
         *(
-            _fetch(client, window, lo, hi, max_points, counters)
+            _fetch(client, window, lo, hi, max_points, counters, stalls)
             for lo, hi in zip(bounds, bounds[1:], strict=False)
         )
     )

@@ -9,12 +9,15 @@ functions read. CSV has no nested types: there lists and records are written as 
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import re
 from typing import Any
 
 import orjson
 import pyarrow as pa
 
+log = logging.getLogger(__name__)
 _WORD_BREAKS = (re.compile(r"([A-Z]+)([A-Z][a-z])"), re.compile(r"([a-z0-9])([A-Z])"))
 
 
@@ -26,23 +29,39 @@ def snake(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z]+", "_", name).strip("_").lower() or "field"
 
 
-def snake_keys(value: Any) -> Any:
+# Records nest a few levels; deeper than this a value is written as null (Arrow, Parquet and JSON text
+# all have limits of their own, and a record that hit them would fail its whole table).
+MAX_DEPTH = 32
+
+
+def snake_keys(value: Any, depth: int = 0) -> Any:
     """A record with snake_case keys at every level. Where two keys meet (a derived `object_id` beside
-    the platform's `objectId`), the first value that is not null stays."""
+    the platform's `objectId`), the first value that is not null stays. Values nested deeper than
+    MAX_DEPTH are null (and logged)."""
+    if depth > MAX_DEPTH and isinstance(value, dict | list):
+        log.warning("a record nests deeper than %d levels: the deeper part is written as null", MAX_DEPTH)
+        return None
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
             name = snake(str(key))
             if out.get(name) is None:
-                out[name] = snake_keys(item)
+                out[name] = snake_keys(item, depth + 1)
         return out
     if isinstance(value, list):
-        return [snake_keys(v) for v in value]
+        return [snake_keys(v, depth + 1) for v in value]
     return value
 
 
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # an integer beyond 64 bits, which orjson refuses: the stdlib writes any
+        return json.dumps(value)
+
+
 def json_text(values: list[Any]) -> pa.Array:
-    return pa.array([None if v is None else orjson.dumps(v).decode() for v in values], pa.string())
+    return pa.array([None if v is None else _dumps(v) for v in values], pa.string())
 
 
 def writable(kind: pa.DataType) -> bool:

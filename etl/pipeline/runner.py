@@ -38,7 +38,7 @@ from etl.pipeline.executors import Executor, dask_executor, execute, local_execu
 from etl.pipeline.identity import check_source_identity
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
-from etl.pipeline.slab import SlabJob, SlabResult
+from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.state.coverage import Coverage, intervals_of
 from etl.storage import spools
 from etl.support import allocator, redact
@@ -159,6 +159,8 @@ class Runner:
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
         self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
+        # Records and dimension tables from the platform that could not be used, one line each.
+        self.left_out: list[str] = []
 
     def _window(self) -> tuple[int, int]:
         window = self.config.window
@@ -305,7 +307,13 @@ class Runner:
                     snapshot.cancel()
                 raise
             if snapshot is not None:
-                await snapshot
+                if self.interrupted:  # its requests may be as stuck as the windows were
+                    snapshot.cancel()
+                with suppress(asyncio.CancelledError):
+                    await snapshot
+            self.left_out[:0] = client.skipped
+        if self.left_out:
+            summary.warnings["records_left_out"] += len(self.left_out)
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
         if self.build.lake is not None and self.fatal is None and not self.interrupted:
@@ -320,6 +328,11 @@ class Runner:
             raise DataError(
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them"
+            )
+        if self.left_out:
+            raise DataError(
+                f"{len(self.left_out)} record(s) or table(s) the platform sent could not be used and are "
+                f"left out (first: {self.left_out[0]}); the rest is written and checkpointed"
             )
 
     def _recover(self, coverage: Coverage) -> None:
@@ -341,7 +354,8 @@ class Runner:
     async def _dimensions(
         self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
     ) -> None:
-        tables = await dimensions.collect(client, object_ids, objects, parameters)
+        tables, failed = await dimensions.collect(client, object_ids, objects, parameters)
+        self.left_out += failed
         await asyncio.to_thread(self.build.write_dimensions, tables)
 
     def _merge_committed(self, coverage: Coverage) -> None:
@@ -370,7 +384,12 @@ class Runner:
 
         def on_signal(signum: int) -> None:
             if not self.interrupted:
-                log.warning("%s received: stopping after the windows in flight", signal.Signals(signum).name)
+                log.warning(
+                    "%s received: stopping after the windows in flight (those still out in %gs are "
+                    "cancelled and stay open)",
+                    signal.Signals(signum).name,
+                    STOP_GRACE,
+                )
             self.interrupted = True
             self.stop.set()
 

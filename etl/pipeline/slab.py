@@ -6,8 +6,9 @@ time, so a slab holds a bounded amount of data however wide the fleet. Requests 
 batch boundaries; writing runs in a thread beside the fetching.
 
 A window that fails stays out of the files and the checkpoints; a fatal failure (or a stop) ends the
-slab early, writing what was fetched before it. No checkpoint is committed here: the coordinator does,
-once the result says the files are swapped in. Besides the client, a job and its result are plain
+slab early, writing what was fetched before it. After a stop (a signal) the windows in flight get
+`STOP_GRACE` seconds; those still out then (a stuck answer) are cancelled and stay open. No checkpoint
+is committed here: the coordinator does, once the result says the files are swapped in. Besides the client, a job and its result are plain
 picklable data, so `run_slab` can run it on a Dask worker with a client of its own.
 """
 
@@ -78,6 +79,9 @@ class SlabResult:
         return dataclasses.replace(self, failures=[dataclasses.replace(f, error=None) for f in self.failures])
 
 
+STOP_GRACE = 2.0  # seconds the windows in flight get after a stop before they are cancelled
+
+
 class FetchFlow(Protocol):
     """What the executor hears of a slab's windows as they go (on the event loop), to admit the next slab
     before this one's requests run dry rather than after its files are written."""
@@ -105,6 +109,7 @@ class _Fetcher:
         self.flow = flow
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
+        self.cancelled = False  # windows still in flight were cancelled (a stop's grace ran out)
         self.tasks: list[asyncio.Task | None] = []
         self.launched = asyncio.Event()  # set whenever a task is added, and at the end
         self.done_launching = False
@@ -113,6 +118,13 @@ class _Fetcher:
         """Launch nothing more (what is in flight finishes)."""
         self.stopped = True
         self.launched.set()
+
+    def cancel(self) -> None:
+        """Cancel the windows still in flight: they stay open."""
+        self.cancelled = True
+        for task in self.tasks:
+            if task is not None and not task.done():
+                task.cancel()
 
     async def _one(self, window: Window) -> WindowData:
         return clean(
@@ -190,6 +202,8 @@ async def process_slab(
                 if isinstance(outcome, WindowData):
                     good.append(outcome)
                     written.append(index)
+                elif isinstance(outcome, asyncio.CancelledError) and fetcher.cancelled:
+                    complete = False  # stopped while in flight: it stays open; the rest is written
                 elif isinstance(outcome, Exception):
                     # Each error class says whether fetching more is pointless; anything else is a bug.
                     failure = WindowFailure(
@@ -244,6 +258,8 @@ def _write(writer: SlabSink, table: pa.Table, windows: Windows) -> None:
 async def _relay(stop: asyncio.Event, fetcher: _Fetcher) -> None:
     await stop.wait()
     fetcher.halt()
+    await asyncio.sleep(STOP_GRACE)
+    fetcher.cancel()
 
 
 def run_slab(job: SlabJob) -> SlabResult:

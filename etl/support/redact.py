@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
-from urllib.parse import unquote
+from urllib.parse import quote, quote_plus, unquote
+
+from etl.support.terminal import printable_lines
 
 MASK = "***"
 _lock = threading.Lock()
 _secrets: set[str] = set()
 _public: set[str] = set()  # words shown as they are though they contain a secret (a username)
-# Also catch secrets we were never told about, in URLs and cookie headers.
+# Also catch secrets we were never told about: in query strings, form bodies and JSON, in URLs and cookie
+# headers.
 _PATTERNS = [
     (re.compile(r"(password=)[^&\s'\"]*", re.IGNORECASE), r"\1" + MASK),
+    (re.compile(r"""(["']password["']\s*:\s*["'])(?:[^"'\\]|\\.)*""", re.IGNORECASE), r"\1" + MASK),
     (re.compile(r"((?:SEMSESSIONID|issToken)=)[^;&\s'\"]*"), r"\1" + MASK),
     # user:password@ in a URL (a database or catalog URL); a '/' ends the match so host:port/path is kept
     (re.compile(r"(://[^:/@\s]*:)[^@\s/]+@"), r"\1" + MASK + "@"),
@@ -22,10 +27,20 @@ _PATTERNS = [
 _URL_PASSWORD = re.compile(r"^[\w+.-]+://[^:/@]*:([^@]*)@")
 
 
+def encodings(secret: str) -> set[str]:
+    """The forms a secret travels in: as typed, percent-encoded (path or query style, `+` for spaces as
+    forms send it, either case of hex digits) and escaped in JSON."""
+    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret), json.dumps(secret)[1:-1]}
+    return forms | {re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), f) for f in forms}
+
+
 def register(*values: str | None) -> None:
-    """Remember values that must never be shown (very short ones would mask too much)."""
+    """Remember values that must never be shown, in every form they travel in (very short ones would
+    mask too much)."""
     with _lock:
-        _secrets.update(v for v in values if v and len(v) >= 3)
+        for value in values:
+            if value and len(value) >= 3:
+                _secrets.update(encodings(value))
 
 
 def register_public(*values: str | None) -> None:
@@ -64,7 +79,8 @@ _installed = False
 
 
 def install_log_redaction() -> None:
-    """Redact every log record at creation, whichever logger (httpx, httpcore...) made it."""
+    """Redact every log record at creation, whichever logger (httpx, httpcore...) made it; and keep text
+    the server sent from steering the terminal (control characters out)."""
     global _installed
     if _installed:
         return
@@ -77,7 +93,7 @@ def install_log_redaction() -> None:
             message = record.getMessage()
         except Exception:  # a broken format string is the caller's bug; leave it alone
             return record
-        record.msg, record.args = redact(message), None
+        record.msg, record.args = printable_lines(redact(message)), None
         return record
 
     logging.setLogRecordFactory(factory)

@@ -4,6 +4,7 @@ table on its own: tests/unit/test_emulator_sessions.py."""
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.cookies import SimpleCookie
@@ -519,7 +520,48 @@ def hostile_emu() -> Iterator[RunningEmulator]:
         yield running
 
 
-@pytest.mark.parametrize("kind", HOSTILE_KINDS)
+TRANSPORT_KINDS = ("stuck", "drip", "endless", "gzip_bomb", "gzip_corrupt")
+
+
+@pytest.mark.parametrize("kind", TRANSPORT_KINDS)
+def test_hostile_transport(hostile_emu, kind):
+    """Answers that are slow, endless, compressed oddly, or blind to the start asked."""
+    emu = hostile_emu
+    emu.set_faults(reset=True, bomb_mb=64)
+    path = f"/db/measure/{ANALOG}/{T0 + 6 * HOUR}/{T0 + 12 * HOUR}"
+    with signed_in(emu) as c:
+        want_ts, _ = points(c.get(path))
+        midnight_ts, _ = points(c.get(f"/db/measure/{ANALOG}/{T0}/{T0 + 12 * HOUR}"))
+        emu.set_faults(hostile=[kind])
+        try:
+            if kind == "stuck":  # from midnight, whatever the start
+                got_ts, _ = points(c.get(path))
+                assert got_ts.tolist() == midnight_ts.tolist() != want_ts.tolist()
+            elif kind == "gzip_corrupt":
+                with pytest.raises(httpx.DecodingError):
+                    c.get(path)
+            else:
+                with c.stream("GET", path) as response:
+                    assert response.status_code == 200
+                    if kind == "drip":  # one byte at a time, a second apart
+                        raw = response.iter_raw()
+                        assert next(raw) == b"{" and next(raw) == b'"'
+                    elif kind == "endless":  # the start of an answer, then white space for ever
+                        raw, size = response.iter_raw(), 0
+                        assert next(raw).startswith(b'{"id":')
+                        while size < 8 * 1024**2:
+                            chunk = next(raw)
+                            assert chunk.strip() == b""
+                            size += len(chunk)
+                    else:  # gzip_bomb: about 64 kB on the wire, 64 MiB once decompressed
+                        packed = b"".join(response.iter_raw())
+                        assert response.headers["content-encoding"] == "gzip" and len(packed) < 200_000
+                        assert len(zlib.decompress(packed, 31)) == 64 * 1024**2 + len(b'{"points":[]}')
+        finally:
+            emu.set_faults(reset=True)
+
+
+@pytest.mark.parametrize("kind", sorted(set(HOSTILE_KINDS) - set(TRANSPORT_KINDS)))
 def test_hostile_answers(hostile_emu, kind):
     emu = hostile_emu
     emu.set_faults(reset=True)
@@ -543,7 +585,28 @@ def test_hostile_answers(hostile_emu, kind):
             "text/html"
         )
         return
+    if kind == "deep_nesting":  # deeper than Python's parser goes, beside the points
+        assert body.endswith(b"]" * 1100 + b"}") and b'"points":[' in body
+        return
+    if kind == "huge_stamps":  # epoch ms beyond int64
+        assert b'"timestmp":100000000000000000000' in body
+        return
     doc = __import__("json").loads(body)  # the stdlib parser reads the bare NaN token
+    if kind == "error_200":
+        assert doc == {"error": "database timeout"}
+        return
+    if kind == "empty_object":
+        assert doc == {}
+        return
+    if kind == "points_null":
+        assert doc["points"] is None
+        return
+    if kind == "misspelled":
+        assert "points" not in doc and len(doc["Points"]) == len(want_ts)
+        return
+    if kind == "duplicate_key":  # the last of two "points" keys is empty
+        assert body.count(b'"points"') == 2 and doc["points"] == []
+        return
     got = doc["points"]
     values = [p["value"] for p in got]
     stamps = [p["timestmp"] for p in got]
@@ -571,6 +634,21 @@ def test_hostile_answers(hostile_emu, kind):
         assert list(map(to_ms, stamps)) == (want_ts // 1000 * 1000).tolist()
     elif kind == "huge":
         assert len(body) > 3_000_000 and values == want_values.tolist()
+    elif kind == "infinity":
+        assert b"Infinity" in body and b"1e309" in body and float("inf") in values
+    elif kind == "string_values":
+        assert [float(v) for v in values] == want_values.tolist() and any(isinstance(v, str) for v in values)
+    elif kind == "bool_values":
+        assert any(isinstance(v, bool) for v in values)
+    elif kind == "epoch_seconds":
+        assert stamps == (want_ts // 1000).tolist()
+    elif kind == "date_only":
+        assert set(stamps) == {"2026-11-01"} and len(stamps) == len(want_ts)
+    elif kind == "conflicting":  # a bogus value first, then the real one, at the same stamp
+        assert len(got) > len(want_ts) and len(set(stamps)) == len(want_ts)
+        firsts = [i for i in range(len(stamps) - 1) if stamps[i] == stamps[i + 1]]
+        assert firsts and all(values[i] == -999.0 for i in firsts)
+        assert [v for i, v in enumerate(values) if i not in firsts] == want_values.tolist()
 
 
 # -- control API and request log -------------------------------------------------------------------

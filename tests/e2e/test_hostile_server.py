@@ -1,0 +1,235 @@
+"""A hostile or broken server, whole `etl run` processes: every run ends with its one line and the exit
+code of its class, within the bounds its config sets (time, answer size), with peak memory within
+the configured bound, and with the windows it could not fetch left open. Bounds are asserted from the
+run's own figures (its summary, `getrusage` of the process); a wall-clock guard only turns a hang into
+a failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from etl.timeutil import DAY_MS, iso, to_ms
+from etl_emulator.server import RunningEmulator, run_emulator
+from tests.support.checks import assert_exact
+from tests.support.cli import etl_process
+from tests.support.configs import config_dict, write_config
+from tests.support.emulator import START, emulator_config, series_requests
+from tests.support.expected import expected_table
+from tests.support.output import checkpoints, read
+
+DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
+GUARD = 90.0  # seconds: only a hang comes near it
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RunningEmulator]:
+    with run_emulator(emulator_config()) as running:
+        yield running
+
+
+@pytest.fixture
+def hostile(server: RunningEmulator) -> Iterator[RunningEmulator]:
+    server.set_faults(reset=True)
+    server.clear_requests()
+    yield server
+    server.set_faults(reset=True)
+
+
+@dataclass
+class Outcome:
+    code: int
+    stderr: str
+    summary: dict  # the run's own record, _runs/*.json
+    peak_rss_mb: float  # the process's high-water mark, from its own accounting (getrusage)
+
+    @property
+    def errors(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("etl: ")]
+
+
+def config(emulator: RunningEmulator, out: Path, **sections) -> dict:
+    data = config_dict(
+        emulator.base_url,
+        out,
+        series=["raw"],
+        window={"end": DAY_END, "overlap": "0s"},
+        extract={"concurrency": 4},
+        retry={"attempts": 3, "backoff_initial": 0.01, "backoff_max": 0.1, "deadline": 30},
+    )
+    for key, value in sections.items():
+        data[key] = {**data.get(key, {}), **value}
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    return data
+
+
+def start(data: dict, tmp_path: Path) -> subprocess.Popen:
+    path = write_config(tmp_path / "c.yaml", data)
+    with open(tmp_path / "stderr", "wb") as stderr:  # the child keeps its own descriptor
+        return etl_process("run", "-c", str(path), "--no-progress", stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUARD) -> Outcome:
+    """Wait for the process (a hang past `guard` fails the test) and read what it left."""
+    deadline = time.monotonic() + guard
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"etl run still running after {guard:.0f}s:\n{(tmp_path / 'stderr').read_text()}")
+        time.sleep(0.02)
+    summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
+    return Outcome(
+        proc.returncode,
+        (tmp_path / "stderr").read_text(),
+        summaries[0] if summaries else {},
+        usage.ru_maxrss / 1024,
+    )
+
+
+def etl_run(data: dict, tmp_path: Path, guard: float = GUARD) -> Outcome:
+    return finish(start(data, tmp_path), tmp_path, Path(data["sink"]["path"]), guard)
+
+
+def assert_one_line(outcome: Outcome, code: int, *phrases: str) -> None:
+    assert outcome.code == code, outcome.stderr
+    assert len(outcome.errors) == 1, outcome.stderr
+    assert all(p in outcome.errors[0] for p in phrases), outcome.errors[0]
+    assert "Traceback" not in outcome.stderr
+
+
+# -- bounded time ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "retry_after", ["600", "inf", "soon", "Wed, 21 Oct 2099 07:28:00 GMT"], ids=["600", "inf", "soon", "2099"]
+)
+def test_retry_after_is_capped_everywhere_and_unreadable_values_wait_a_default(
+    hostile, tmp_path, retry_after
+):
+    hostile.set_faults(rate_limit_rate=0.15, retry_after_text=retry_after, seed=3)
+    out = tmp_path / "out"
+    outcome = etl_run(config(hostile, out, retry={"attempts": 10, "retry_after_max": 0.2}), tmp_path)
+    assert outcome.code == 0, outcome.stderr
+    assert_exact(out, START, DAY_END, series=["raw"])
+    throttled = sum(r.get("fault") == "rate_limit" for r in hostile.requests())
+    assert throttled and outcome.summary["retries_by_reason"]["http_429"] == throttled
+    # Each 429 closed the client's gate for at most retry_after_max (they may overlap).
+    assert outcome.summary["throttled_seconds"] <= 0.2 * throttled + 0.01
+
+
+def test_a_dripping_answer_ends_at_the_request_timeout_with_its_windows_open(hostile, tmp_path):
+    hostile.set_faults(hostile=["drip"])  # 1 byte a second: no read ever waits long enough to time out
+    out = tmp_path / "out"
+    data = config(hostile, out, source={"request_timeout": 1}, retry={"attempts": 2, "deadline": 10})
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 4, "no complete answer within 1s (source.request_timeout)")
+    assert outcome.summary["status"] == "failed"
+    assert outcome.summary["seconds"] < 10 + 1 + 5  # retry.deadline + one request_timeout + start-up
+    assert not len(checkpoints(out))  # every window stays open: the next run fetches it
+
+
+def test_a_window_takes_at_most_retry_deadline_however_many_requests_it_needs(hostile, tmp_path):
+    hostile.set_faults(latency=0.3)  # each answer is quick enough; a window needs dozens of them
+    out = tmp_path / "out"
+    data = config(
+        hostile, out, extract={"concurrency": 2, "max_points": 50}, retry={"deadline": 2, "attempts": 2}
+    )
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 4, "not fetched within retry.deadline (2s)")
+    assert outcome.summary["seconds"] < 2 * 2 + 10  # two windows at once, each its deadline, and start-up
+    assert_covered_exact(out, checkpoints(out))  # a short window may finish first: kept exactly
+
+
+def test_a_continuation_that_does_not_advance_fails_its_window_after_a_few_requests(hostile, tmp_path):
+    hostile.set_faults(hostile=["stuck"])  # every answer starts at midnight, whatever start is asked
+    out = tmp_path / "out"
+    outcome = etl_run(config(hostile, out, extract={"max_points": 50}), tmp_path)
+    assert_one_line(outcome, 6, "window(s) failed", "do not advance in time")
+    failed = outcome.summary["failed_windows"]
+    assert failed and all("do not advance in time" in f for f in failed)
+    # The first answer, the pieces of the rest asked at once (at most 64), and a few stalls: no storm.
+    assert len(series_requests(hostile)) <= 8 * (1 + 64 + 4)
+    # A window whose first answer held it all (the signal parameter: /db/signal takes no count) is kept,
+    # exactly; the others stay open.
+    assert_covered_exact(out, checkpoints(out))
+
+
+def assert_covered_exact(out: Path, covered) -> None:
+    """The output holds exactly the source's points of the windows the checkpoints cover."""
+    want = expected_table(emulator_config(), "raw", to_ms(START), to_ms(DAY_END))
+    keep = [bool(covered.intervals(p, "raw")) for p in want["param_id"].to_pylist()]
+    want = want.filter(keep)
+    got = read(out, "raw") if (out / "raw").exists() else want.schema.empty_table()
+    assert got.select(want.column_names).equals(want)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_stuck_run_within_seconds_keeping_what_finished(hostile, tmp_path, signum):
+    hostile.set_faults(hostile=["drip"], hostile_rate=0.5, seed=1)  # half the answers never end
+    out = tmp_path / "out"
+    proc = start(config(hostile, out), tmp_path)
+    deadline = time.monotonic() + GUARD
+    while sum(r.get("fault") == "hostile_drip" for r in hostile.requests()) < 4:  # all slots stuck
+        assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
+        time.sleep(0.02)
+    proc.send_signal(signum)
+    sent = time.monotonic()
+    outcome = finish(proc, tmp_path, out, guard=30)
+    stopped_in = time.monotonic() - sent
+    assert_one_line(outcome, 130, "etl: interrupted")
+    assert stopped_in < 10, stopped_in  # the grace period (2 s) and the slab's writing: seconds
+    assert outcome.summary["status"] == "interrupted"
+    dripping = {r["param_id"] for r in hostile.requests() if r.get("fault") == "hostile_drip"}
+    covered = checkpoints(out)
+    assert not any(covered.intervals(p, "raw") for p in dripping)  # stuck windows stay open...
+    assert_covered_exact(out, covered)  # ...those that finished are written and checkpointed
+    hostile.set_faults(reset=True)
+    again = etl_run(config(hostile, out), tmp_path)  # ...and the next run fetches them
+    assert again.code == 0, again.stderr
+    assert_exact(out, START, DAY_END, series=["raw"])
+
+
+# -- bounded memory -------------------------------------------------------------------------------
+
+LIMIT_MB = 16
+
+
+@pytest.fixture(scope="module")
+def baseline_rss_mb(server: RunningEmulator, tmp_path_factory) -> float:
+    """Peak RSS of the same one-day run against a well-behaved server."""
+    server.set_faults(reset=True)
+    tmp = tmp_path_factory.mktemp("baseline")
+    outcome = etl_run(config(server, tmp / "out", extract={"concurrency": 2}), tmp)
+    assert outcome.code == 0, outcome.stderr
+    return outcome.peak_rss_mb
+
+
+@pytest.mark.parametrize("kind", ["gzip_bomb", "endless", "huge"])
+def test_an_answer_over_the_size_limit_fails_its_window_within_the_memory_bound(
+    baseline_rss_mb, hostile, tmp_path, kind
+):
+    """A 1 MB gzip body that expands to 1 GiB, a body that never ends, a 4 MB one: each is read up to
+    source.max_answer_mb (decompressed as it comes), then its window fails; nothing is retried."""
+    hostile.set_faults(hostile=[kind], bomb_mb=1024)
+    out = tmp_path / "out"
+    limit = 1 if kind == "huge" else LIMIT_MB  # the 4 MB answer is over 1 MiB
+    data = config(hostile, out, source={"max_answer_mb": limit}, extract={"concurrency": 2})
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "window(s) failed", f"answer over {limit} MiB (source.max_answer_mb)")
+    assert outcome.summary["retries"] == 0 and not len(checkpoints(out))
+    # Two answers at once, each held up to the limit (and once more while it is joined), over what the
+    # same run takes from a well-behaved server.
+    assert outcome.peak_rss_mb < baseline_rss_mb + 2 * 2 * limit + 64, (outcome.peak_rss_mb, baseline_rss_mb)
