@@ -47,7 +47,6 @@ _PROTOCOL_MISMATCH = {
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
 
 
-
 def _tls_failure(exc: BaseException, base_url: str) -> str | None:
     """The message of a TLS failure that trying again will not fix, if that is what a connection error was."""
     cause: BaseException | None = exc

@@ -155,6 +155,7 @@ class Runner:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
+        self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
         self.committed: list[
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
@@ -217,6 +218,7 @@ class Runner:
 
     async def run(self) -> RunSummary:
         started = time.monotonic()
+        restore = self._handle_signals()
         try:
             self.scheduler = self._scheduler()
             if not self.options.dry_run:
@@ -225,6 +227,8 @@ class Runner:
                     await self._run_locked()
             else:
                 await self._run_locked()
+            if self.interrupted:  # a signal whose cancellation was absorbed (an await that suppresses it)
+                raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
             stopped = isinstance(exc, Interrupted | KeyboardInterrupt | asyncio.CancelledError)
             self.summary.status = "interrupted" if stopped else "failed"
@@ -233,6 +237,7 @@ class Runner:
             )
             raise
         finally:
+            restore()
             self.summary.seconds = time.monotonic() - started
             if not self.options.dry_run and self.summary.window is not None:
                 self._save_summary()
@@ -376,22 +381,6 @@ class Runner:
     async def _execute(self, executor: Executor, plan: Plan, coverage: Coverage) -> None:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
-        loop = asyncio.get_running_loop()
-        # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
-        signals = (
-            (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
-        )
-
-        def on_signal(signum: int) -> None:
-            if not self.interrupted:
-                log.warning(
-                    "%s received: stopping after the windows in flight (those still out in %gs are "
-                    "cancelled and stay open)",
-                    signal.Signals(signum).name,
-                    STOP_GRACE,
-                )
-            self.interrupted = True
-            self.stop.set()
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
             self.fatal = self.fatal or exc
@@ -448,9 +437,7 @@ class Runner:
             )
             for series, planned in plan.summary().items():
                 committer.expect(series, planned["slabs"])
-        previous = {signum: signal.getsignal(signum) for signum in signals}
-        for signum in previous:
-            loop.add_signal_handler(signum, on_signal, signum)
+        self.executing = True
         try:
             await execute(
                 executor,
@@ -464,9 +451,43 @@ class Runner:
             if committer is not None:
                 committer.discard()
             progress.close()
+
+    def _handle_signals(self) -> Callable[[], None]:
+        """SIGINT and SIGTERM for the whole run, through the loop (a KeyboardInterrupt raised inside one of
+        the loop's callbacks can be lost): while slabs run, a graceful stop; before, the run is cancelled.
+        Returns what puts the previous handlers back."""
+        # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+
+        def on_signal(signum: int) -> None:
+            if not self.executing:
+                self.interrupted = True
+                if task is not None:
+                    task.cancel()
+                return
+            if not self.interrupted:
+                log.warning(
+                    "%s received: stopping after the windows in flight (those still out in %gs are "
+                    "cancelled and stay open)",
+                    signal.Signals(signum).name,
+                    STOP_GRACE,
+                )
+            self.interrupted = True
+            self.stop.set()
+
+        previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+        for signum in previous:
+            loop.add_signal_handler(signum, on_signal, signum)
+
+        def restore() -> None:
             for signum, handler in previous.items():
                 loop.remove_signal_handler(signum)
                 signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
+
+        return restore
 
 
 Time = datetime | int | str

@@ -167,5 +167,5 @@ def sweep() -> int:
                     os.unlink(entry.path)
                 removed += 1
     if removed:
-        log.info("removed %d spool(s) of runs that ended without cleaning up", removed)
+        log.debug("removed %d spool(s) of runs that ended without cleaning up", removed)
     return removed

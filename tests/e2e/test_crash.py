@@ -398,10 +398,14 @@ def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay
     """From the moment etl's code runs, its imports included, wherever SIGINT lands."""
     data = config_dict(emulator.base_url, tmp_path / "out")
     data["source"]["password"] = "${ETL_PASSWORD}"
-    proc = start_marked("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
-    time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    emulator.set_faults(latency=0.03)  # the run outlasts the longest delay on a fast machine too
+    try:
+        proc = start_marked("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        emulator.set_faults(reset=True)
     assert proc.returncode == 130, stderr
     said = [line for line in stderr.splitlines() if line.startswith("etl: ")]
     assert len(said) == 1 and said[0].startswith("etl: interrupted") and "Traceback" not in stderr, stderr

@@ -108,7 +108,7 @@ def test_a_quote_in_the_output_path_is_data_to_query_and_report(odd, tmp_path, c
     config = write_config(tmp_path / "c.yaml", one_day(odd, out))
     etl.run(config)
     code, stdout, stderr = etl_main(capsys, "query", "-c", str(config), "select count(*) as n from raw_named")
-    assert code == 0 and int(stdout.split()[-1]) > 0, stderr
+    assert code == 0 and int(stdout.splitlines()[1]) > 0 and stdout.splitlines()[-1] == "(1 row)", stderr
     code, stdout, stderr = etl_main(capsys, "report", "-c", str(config), "--from", START, "--to", DAY_END)
     assert code == 0 and "complete" in stdout, stderr
 
