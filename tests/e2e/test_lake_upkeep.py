@@ -143,3 +143,21 @@ def test_hourly_runs_keep_metadata_and_files_bounded_and_recovery_survives_expir
     run(make_config(fresh_emulator.base_url, tmp_path, sink=sink, window={"end": iso(start + 40 * HOUR_MS)}))
     assert lake(tmp_path, fmt).series("raw").latest(APP) >= before
     assert_exact(tmp_path, START, iso(start + 40 * HOUR_MS))
+
+
+@pytest.mark.parametrize("eager", [True, False])
+def test_a_backfill_writes_its_iceberg_files_as_slabs_end_and_a_rerun_still_replaces(
+    emulator, tmp_path, monkeypatch, eager
+):
+    """Slabs into partitions that hold nothing they replace write their data files when they end (a
+    backfill's tail is then one metadata commit); the commit replaces what it must either way."""
+    from etl.sinks.lake import writer
+
+    monkeypatch.setattr(writer, "EAGER_BYTES", 0 if eager else 1 << 60)
+    config = make_config(emulator.base_url, tmp_path, sink={"format": "iceberg"})
+    summary = run(config)
+    files = lake(tmp_path, "iceberg").series("raw").files_per_day()
+    assert sum(files.values()) == (summary["series"]["raw"]["slabs"] if eager else len(files)), files
+    assert_exact(tmp_path)
+    run(config, full_refresh=True)  # every window again, into partitions that hold them: replaced
+    assert_exact(tmp_path)

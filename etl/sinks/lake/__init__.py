@@ -19,7 +19,7 @@ class Lake:
 
     def __init__(self, sink: SinkConfig, storage: Storage) -> None:
         self.sink, self.storage = sink, storage
-        self.policy = Policy(sink.retention, sink.versions, sink.compact)
+        self.policy = Policy(sink.retention, sink.versions, sink.compact, sink.buckets)
         self._tables: dict[str, LakeTable] = {}
         # One object per table, whichever thread asks first: it holds the table's version counter.
         self._guard = threading.RLock()

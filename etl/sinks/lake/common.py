@@ -126,6 +126,9 @@ class Policy:
     retention_ms: int | None = 7 * DAY_MS  # None: old versions and their files are kept
     versions: int = 50
     compact: int = 4  # day partitions compacted per run at most
+    files: int = (
+        1  # small files a day that is over keeps uncompacted (sink.buckets: a backfill writes one a bucket)
+    )
 
     @property
     def slack(self) -> int:
@@ -159,14 +162,15 @@ class DayFiles:
     small_bytes: int = 0
 
 
-def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None) -> list[DayFiles]:
+def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None, keep: int = 1) -> list[DayFiles]:
     """The partitions worth compacting, newest first: a day that is over (before `horizon`, epoch ms)
-    with several small files, or any day with more than MANY_FILES of them; at most `limit`.
+    with more than `keep` small files, or any day with more than MANY_FILES of them; at most `limit`.
     `horizon` None: every day with several small files (etl compact)."""
     picked = [
         d
         for d in days
-        if d.small > 1 and (horizon is None or (d.day + 1) * DAY_MS <= horizon or d.small > MANY_FILES)
+        if d.small > 1
+        and (horizon is None or ((d.day + 1) * DAY_MS <= horizon and d.small > keep) or d.small > MANY_FILES)
     ]
     picked.sort(key=lambda d: d.day, reverse=True)
     return picked if limit is None else picked[:limit]
@@ -254,6 +258,12 @@ class LakeTable(ABC):
     @abstractmethod
     def prepare(self, schema: pa.Schema) -> None:
         """Make the table, empty, if it is missing (Dask workers write files into existing tables)."""
+
+    def holds_none_of(self, replace: Replace) -> bool:
+        """Can no data file of the table hold a row `replace` covers? Then a large slab's data files are
+        written when it ends, overlapping the fetching, rather than by its group's commit. Only the file
+        layout rides on the answer: the commit replaces what it must either way. Default: unknown (no)."""
+        return False
 
     @abstractmethod
     def history(self, app: str, after: int) -> list[Checkpoint]:
@@ -362,7 +372,7 @@ class LakeTable(ABC):
             return out
         with table_lock(self.uri):
             if self.time_key and self.policy.compact:
-                days = to_compact(self.day_files(), horizon, self.policy.compact)
+                days = to_compact(self.day_files(), horizon, self.policy.compact, self.policy.files)
                 if days:
                     out.files_rewritten = self._compact(days)
                     out.compacted = len(days)

@@ -257,6 +257,15 @@ class IcebergTable(LakeTable):
         )
         return self._write(table, rows)
 
+    def holds_none_of(self, replace: Replace) -> bool:
+        if not self.exists():
+            return True
+        with table_lock(self.uri):
+            table = self._handle()
+        if table.current_snapshot() is None:
+            return True
+        return next(iter(table.scan(row_filter=expression(replace)).plan_files()), None) is None
+
     def _create(self, schema: pa.Schema) -> Any:
         from pyiceberg.transforms import DayTransform, IdentityTransform
 

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Windows
 from etl.sinks.base import QualityRows, SlabOutcome, Staged
-from etl.sinks.lake.common import LakeTable, with_date
+from etl.sinks.lake.common import LakeTable, Replace, with_date
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
@@ -33,6 +33,10 @@ from etl.storage.spools import spool_file
 from etl.timeutil import DAY_MS
 
 log = logging.getLogger(__name__)
+
+# A slab spooled this large, into partitions that hold nothing it replaces (a backfill, a new day), has
+# its data files written when it ends; smaller ones are merged into their group's files by the commit.
+EAGER_BYTES = 256 * 2**10
 
 
 class LakeSlabWriter:
@@ -78,11 +82,14 @@ class LakeSlabWriter:
                     quality, days = self._quality(pa.ipc.open_file(mapped).read_all(), windows)
             files: tuple = ()
             nbytes = os.path.getsize(self._path)
-            if self.remote:
+            if self.remote or (nbytes >= EAGER_BYTES and self.table.holds_none_of(Replace.of(windows))):
                 from etl.sinks.lake.datafiles import write_data_files
 
                 with pa.memory_map(self._path) as mapped:
-                    files = tuple(write_data_files(self.table, pa.ipc.open_file(mapped).read_all()))
+                    rows = pa.ipc.open_file(mapped).read_all()
+                    if not self.remote:  # a Dask run's coordinator made the tables before
+                        self.table.prepare(rows.schema)
+                    files = tuple(write_data_files(self.table, rows))
                 self.abort()
             staged = Staged(
                 self.table.name,
