@@ -17,6 +17,11 @@ _INTERRUPTED = 130  # etl.errors.ExitCode.INTERRUPTED, without importing anythin
 
 def main(argv: list[str] | None = None) -> None:
     """The `etl` command: `argv` None reads the process's own arguments and may end the process."""
+    if argv is None:
+        # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
+        # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
+        # program that embeds etl keeps its httpx whole.
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     try:
         from etl.cli.app import run
 

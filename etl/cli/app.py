@@ -8,6 +8,7 @@ the analysts' or the emulator's imports); `etl emulator` is the separate `etl_em
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import logging
 import os
@@ -109,19 +110,27 @@ def run(argv: list[str] | None = None) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         # Only as the process's own command (argv None): a caller of main([...]) keeps its interpreter.
-        if argv is None and ("deltalake" in sys.modules or code == ExitCode.INTERRUPTED):
-            # delta-rs's runtime threads sometimes abort the interpreter's shutdown (SIGABRT, "terminate
-            # called without an active exception"), which would turn a finished command into exit 134;
-            # and after a Ctrl-C the interpreter may still exit by the signal (-2, not 130) when a module
-            # being imported saw it first. Everything is committed and flushed by now: leave without
-            # that shutdown.
+        if argv is None:
             leave(code)
         raise
 
 
 def leave(code: int) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
+    """End the process once its command is done, without the interpreter's teardown: atexit handlers
+    run (spool folders go), buffers are flushed, then os._exit. The teardown frees every module's
+    objects one by one, 0.15 CPU-s of an hourly run's 1.2; delta-rs's runtime threads sometimes abort
+    it (SIGABRT, "terminate called without an active exception": exit 134 for a finished command); and
+    after a Ctrl-C the interpreter may still exit by the signal (-2, not 130) when a module being
+    imported saw it first. Everything is committed and written by now."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # `etl query | head`: the reader has what it wanted
+            pass
+        except OSError as exc:  # a full disk under a redirected stdout: not a clean exit
+            os.write(2, f"etl: error: cannot write the output: {exc}\n".encode())
+            code = code or ExitCode.OUTPUT
     os._exit(code)
 
 
