@@ -574,17 +574,25 @@ def _in_a_loop(work: Coroutine[Any, Any, RunSummary]) -> RunSummary:
         start: Callable[[Coroutine[Any, Any, RunSummary]], RunSummary] = uvloop.run
     except ImportError:
         start = asyncio.run
+    if _loop_running():
+        with ThreadPoolExecutor(1, thread_name_prefix="etl-run") as pool:
+            return pool.submit(start, work).result()
+    if threading.current_thread() is not threading.main_thread():
+        return start(work)
+    # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight (the runner's own
+    # handlers); before, by unwinding (a temp file left behind is swept by the next run).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return start(work)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _loop_running() -> bool:
+    """Asked outside any except block: a run started while an exception is being handled would give
+    every error it raises that exception as its context."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        if threading.current_thread() is not threading.main_thread():
-            return start(work)
-        # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight (the runner's own
-        # handlers); before, by unwinding (a temp file left behind is swept by the next run).
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-        try:
-            return start(work)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    with ThreadPoolExecutor(1, thread_name_prefix="etl-run") as pool:
-        return pool.submit(start, work).result()
+        return False
+    return True
