@@ -28,16 +28,16 @@ def _sign_in(client, spec: dict) -> str:
 
 async def ceiling(spec: dict, _out: Path, lean: bool = False) -> int:
     """The same requests with bare httpx at the same concurrency; bodies read and thrown away. `lean`:
-    over etl's connection pool (etl.client.pool) instead of httpcore's."""
+    over etl's transport (etl.client.wire) instead of httpcore's."""
     import httpx
 
     n = spec["concurrency"]
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     transport = None
     if lean:
-        from etl.client.pool import LeanTransport
+        from etl.client.wire import WireTransport
 
-        transport = LeanTransport(limits=limits)
+        transport = WireTransport(limits=limits)
     received = 0
     async with httpx.AsyncClient(limits=limits, timeout=60, transport=transport) as client:
         response = await client.post(

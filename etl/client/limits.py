@@ -2,15 +2,16 @@
 
 httpx decompresses a gzip body whole before anyone sees it, so a 1 MB body that expands to 1 GiB
 (a gzip bomb) would be 1 GiB in memory, and a body that never ends would grow for ever. Here the
-transport hands httpx an answer whose body is already decoded, chunk by chunk, and stops with
-`AnswerTooLarge` once more than `max_bytes` arrived on the wire or came out of the decoder. An answer
-then holds at most `max_bytes` (twice, while httpx joins its chunks) per request in flight.
+transport hands httpx an answer whose body is already decoded, piece by piece as it arrived
+(`AnswerBody`), and stops with `AnswerTooLarge` once more than `max_bytes` arrived on the wire or came
+out of the decoder. An answer then holds at most `max_bytes` (twice, while its pieces are joined) per
+request in flight.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import httpx
 
@@ -60,63 +61,86 @@ class _Inflate:
         return rest
 
 
-class _BoundedBody(httpx.AsyncByteStream):
-    def __init__(self, raw: httpx.AsyncByteStream, encoding: str | None, max_bytes: int) -> None:
-        self.raw, self.max_bytes = raw, max_bytes
+def answer_encoding(headers: httpx.Headers | dict[str, str], max_bytes: int) -> str | None:
+    """The answer's content coding to undo (gzip, deflate or none), refusing what was not asked for and a
+    Content-Length over `max_bytes` before any of the body is read."""
+    encodings = [
+        e.strip().lower()
+        for e in headers.get("content-encoding", "").split(",")
+        if e.strip().lower() not in ("", "identity")
+    ]
+    if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "deflate")):
+        raise InvalidResponse(f"answer in an encoding not asked for ({', '.join(encodings)})")
+    length = headers.get("content-length", "")
+    if length.isdigit() and int(length) > max_bytes:
+        raise _too_large(max_bytes, f"(Content-Length {int(length):,})")
+    return encodings[0] if encodings else None
+
+
+class AnswerBody:
+    """An answer's body as it arrives: counted on the wire, decompressed a piece at a time, and refused
+    (`AnswerTooLarge`) once more than `max_bytes` arrived or came out of the decoder."""
+
+    __slots__ = ("inflate", "max_bytes", "parts", "produced", "received")
+
+    def __init__(self, encoding: str | None, max_bytes: int) -> None:
         self.inflate = _Inflate(encoding) if encoding else None
+        self.max_bytes = max_bytes
+        self.parts: list[bytes] = []
+        self.received = self.produced = 0
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        received = produced = 0
-        async for chunk in self.raw:
-            received += len(chunk)
-            if received > self.max_bytes:
-                raise _too_large(self.max_bytes, "on the wire")
-            for piece in self.inflate.decode(chunk) if self.inflate else (chunk,):
-                produced += len(piece)
-                if produced > self.max_bytes:
-                    raise _too_large(self.max_bytes, "decompressed" if self.inflate else "on the wire")
-                yield piece
-        if self.inflate is not None and (rest := self.inflate.flush()):
-            if produced + len(rest) > self.max_bytes:
+    def feed(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.max_bytes:
+            raise _too_large(self.max_bytes, "on the wire")
+        if self.inflate is None:
+            self.produced = self.received
+            self.parts.append(chunk)
+            return
+        for piece in self.inflate.decode(chunk):
+            self.produced += len(piece)
+            if self.produced > self.max_bytes:
                 raise _too_large(self.max_bytes, "decompressed")
-            yield rest
+            self.parts.append(piece)
 
-    async def aclose(self) -> None:
-        await self.raw.aclose()
+    def result(self) -> bytes:
+        if self.inflate is not None and (rest := self.inflate.flush()):
+            if self.produced + len(rest) > self.max_bytes:
+                raise _too_large(self.max_bytes, "decompressed")
+            self.parts.append(rest)
+        parts, self.parts = self.parts, []
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def decoded_headers(raw: list[tuple[bytes, bytes]], encoding: str | None) -> list[tuple[bytes, bytes]]:
+    """An answer's headers once its body is decoded here: without the coding and length it arrived in."""
+    if encoding is None:
+        return raw
+    return [(k, v) for k, v in raw if k.lower() not in (b"content-encoding", b"content-length")]
 
 
 class BoundedTransport(httpx.AsyncBaseTransport):
-    """Answers of `inner` with their bodies decoded here, within `max_bytes`."""
+    """Answers of another transport (a test's, say) with their bodies read and decoded here, within
+    `max_bytes` (etl's own transport, etl/client/wire.py, does this as the bytes arrive)."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, max_bytes: int) -> None:
         self.inner, self.max_bytes = inner, max_bytes
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
-        encodings = [
-            e.strip().lower()
-            for e in response.headers.get("content-encoding", "").split(",")
-            if e.strip().lower() not in ("", "identity")
-        ]
-        length = response.headers.get("content-length", "")
         try:
-            if len(encodings) > 1 or (encodings and encodings[0] not in ("gzip", "deflate")):
-                raise InvalidResponse(f"answer in an encoding not asked for ({', '.join(encodings)})")
-            if length.isdigit() and int(length) > self.max_bytes:
-                raise _too_large(self.max_bytes, f"(Content-Length {int(length):,})")
-        except InvalidResponse:
+            encoding = answer_encoding(response.headers, self.max_bytes)
+            body = AnswerBody(encoding, self.max_bytes)
+            assert isinstance(response.stream, httpx.AsyncByteStream)
+            async for chunk in response.stream:  # as sent, also when made from bytes (read already)
+                body.feed(chunk)
+            content = body.result()
+        finally:
             await response.aclose()
-            raise
-        headers = response.headers
-        if encodings:  # what httpx sees is decoded already
-            headers = httpx.Headers(
-                [(k, v) for k, v in headers.raw if k.lower() not in (b"content-encoding", b"content-length")]
-            )
-        assert isinstance(response.stream, httpx.AsyncByteStream)
         return httpx.Response(
             response.status_code,
-            headers=headers,
-            stream=_BoundedBody(response.stream, encodings[0] if encodings else None, self.max_bytes),
+            headers=decoded_headers(response.headers.raw, encoding),
+            content=content,
             extensions=response.extensions,
             request=request,
         )

@@ -24,9 +24,9 @@ from etl.client import classify
 from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
-from etl.client.pool import LeanTransport
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
+from etl.client.wire import WireTransport
 from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
 from etl.support import redact
 
@@ -118,9 +118,9 @@ class Session:
             auth=self.auth,
             timeout=timeout,
             verify=verify,
-            transport=BoundedTransport(
-                transport or LeanTransport(verify=verify, limits=limits), max_answer_bytes
-            ),
+            transport=WireTransport(verify, limits, max_answer_bytes)
+            if transport is None
+            else BoundedTransport(transport, max_answer_bytes),
             limits=limits,
             # The auth flow sends the two session cookies itself; a jar would also keep rememberMe and
             # language and share cookies across hosts.

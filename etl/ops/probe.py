@@ -38,8 +38,8 @@ from etl.client.api import ROUTES
 from etl.client.auth import SESSION_COOKIES, SIGN_IN_PATH, SignIn
 from etl.client.classify import RETRYABLE_STATUSES, is_html, retry_after
 from etl.client.models import Parameter
-from etl.client.pool import LeanTransport
 from etl.client.series import decode_json
+from etl.client.wire import WireTransport
 from etl.errors import (
     AuthError,
     ConfigError,
@@ -226,7 +226,7 @@ def _tls_problem(exc: BaseException) -> str | None:
 
 
 class Wire(httpx.AsyncBaseTransport):
-    """Every request of a probe, counted and timed (to its answer's headers), over one pool."""
+    """Every request of a probe, counted and timed (to its whole answer), over one pool."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
@@ -278,7 +278,7 @@ class Prober:
         self.prefer = sign_in
         self.verify = verify
         self.timeout = timeout
-        self.wire = Wire(LeanTransport(verify=verify, limits=httpx.Limits(max_connections=4)))
+        self.wire = Wire(WireTransport(verify, httpx.Limits(max_connections=4)))
         # No cookie jar: the probe's own requests carry a session only when they say so.
         self.raw = httpx.AsyncClient(
             transport=self.wire,

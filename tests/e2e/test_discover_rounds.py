@@ -10,7 +10,7 @@ import httpx
 import orjson
 
 from etl.client import MonitoringClient
-from etl.client.pool import LeanTransport
+from etl.client.wire import WireTransport
 from etl.config import SelectConfig
 from etl.pipeline.discover import discover
 
@@ -20,7 +20,7 @@ class _Rounds(httpx.AsyncBaseTransport):
     `objectId` from the search's records (a search that cannot be trusted)."""
 
     def __init__(self, untrusted: bool) -> None:
-        self.inner, self.untrusted = LeanTransport(), untrusted
+        self.inner, self.untrusted = WireTransport(), untrusted
         self.in_flight = self.rounds = 0
         self.paths: list[str] = []
 

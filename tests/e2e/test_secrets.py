@@ -57,14 +57,14 @@ def test_a_plain_password_in_the_config_works_but_warns(private_emulator, tmp_pa
 
 
 def test_debug_run_leaks_neither_password_nor_cookies(private_emulator, tmp_path):
-    """A --debug run (httpx and httpcore debug logs on) with sessions expiring every 10 requests, then a
+    """A --debug run (httpx and etl.client.wire debug logs on) with sessions expiring every 10 requests, then a
     refused sign-in: the password (as typed and URL-encoded) and every session cookie value the server
     issued appear in no output stream, no traceback and no file of the output folder."""
     private_emulator.set_faults(session_max_requests=10)
     path = etl_user_config(private_emulator, tmp_path)
     ok = etl("--debug", "run", "-c", str(path), "--json", password=PASSWORD)
     assert ok.returncode == 0, ok.stderr[-2000:]
-    assert "HTTP Request: POST" in ok.stderr and "receive_response_headers" in ok.stderr  # debug logs were on
+    assert "HTTP Request: POST" in ok.stderr and "etl.client.wire: connected to" in ok.stderr  # debug logs on
     assert '"relogins": 0' not in ok.stdout
     refused = etl("--debug", "run", "-c", str(path), password=PASSWORD + "-wrong")
     assert refused.returncode == 3 and "Traceback" in refused.stderr

@@ -1,5 +1,5 @@
-"""etl.client.pool against the real emulator: connections reused and bounded, never reused when unusable.
-Without a server: tests/unit/test_pool_transport.py."""
+"""etl.client.wire against the real emulator: connections reused and bounded, never reused when unusable.
+Against scripted peers (framings, failures, timeouts): tests/unit/test_wire.py."""
 
 from __future__ import annotations
 
@@ -7,32 +7,33 @@ import asyncio
 
 import httpx
 
-from etl.client.pool import LeanTransport
+from etl.client.wire import WireTransport
 
 
-class Counted(LeanTransport):
-    """Counts the connections the pool opens and the most requests it served at once."""
+class Counted(WireTransport):
+    """Counts the connections the transport opens and the most requests it served at once."""
 
     def __init__(self, limits: httpx.Limits) -> None:
         super().__init__(limits=limits)
         self.opened = self.busy = self.most_busy = 0
-        take, give_back = self._pool._take, self._pool.give_back
 
-        async def counting_take(origin):
-            fresh = not self._pool.idle
-            self.opened += fresh
-            self.busy += 1
-            self.most_busy = max(self.most_busy, self.busy)
-            return await take(origin)
+    async def _connect(self, origin, timeout):
+        self.opened += 1
+        return await super()._connect(origin, timeout)
 
-        async def counting_give_back(connection):
+    async def _exchange(self, *args):
+        self.busy += 1
+        self.most_busy = max(self.most_busy, self.busy)
+        try:
+            return await super()._exchange(*args)
+        finally:
             self.busy -= 1
-            await give_back(connection)
 
-        self._pool._take, self._pool.give_back = counting_take, counting_give_back
+    def idle(self) -> int:
+        return sum(len(c) for c in self._idle.values())
 
 
-def _client(transport: LeanTransport) -> httpx.AsyncClient:
+def _client(transport: WireTransport) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=transport, timeout=10)
 
 
@@ -59,7 +60,7 @@ def test_a_connection_the_server_closes_is_not_reused(emulator):
         async with _client(transport) as client:
             closing = await client.get(emulator.url + "/_emulator/health", headers={"Connection": "close"})
             assert closing.status_code == 200
-            assert transport._pool.idle == []  # closed, not kept
+            assert transport.idle() == 0  # closed, not kept
             for _ in range(3):
                 assert (await client.get(emulator.url + "/_emulator/health")).status_code == 200
 

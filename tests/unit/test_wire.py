@@ -1,30 +1,169 @@
-"""etl.client.pool without a server: a refused connection is httpx's ConnectError, and the transport sends
-through etl's own pool. Connections reused and bounded against the emulator: tests/e2e/test_pool.py."""
+"""etl.client.wire against scripted peers on loopback (in process, milliseconds each): every framing an
+HTTP/1.1 answer may come in, and every way it may go wrong. Against the emulator: tests/e2e/test_wire.py."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
+from collections.abc import Awaitable, Callable
 
-import httpcore
 import httpx
 import pytest
 
-from etl.client.pool import LeanTransport
+from etl.client.wire import WireTransport
+from etl.errors import AnswerTooLarge, InvalidResponse
+
+Peer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-def _client(transport: LeanTransport) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=transport, timeout=10)
+async def _head(reader: asyncio.StreamReader) -> bytes:
+    return await reader.readuntil(b"\r\n\r\n")
+
+
+def exchange(peer: Peer, requests: int = 1, **transport) -> tuple[list[httpx.Response | BaseException], int]:
+    """`requests` GETs in turn through one WireTransport to `peer`; the answers (or errors) and how many
+    connections the peer saw."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        try:
+            await peer(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def go() -> list[httpx.Response | BaseException]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        out: list[httpx.Response | BaseException] = []
+        async with server, httpx.AsyncClient(transport=WireTransport(**transport), timeout=2) as client:
+            for _ in range(requests):
+                try:
+                    out.append(await client.get(f"http://127.0.0.1:{port}/x?count=5"))
+                except Exception as exc:
+                    out.append(exc)
+        return out
+
+    return asyncio.run(go()), connections
+
+
+def answering(*answers: bytes, then_close: bool = False) -> Peer:
+    """Each request on any connection gets the next answer (the last one once they run out); with
+    `then_close`, a connection is closed after each answer."""
+    script = list(answers)
+
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await _head(reader)
+            writer.write(script.pop(0) if len(script) > 1 else script[0])
+            await writer.drain()
+            if then_close:
+                return
+
+    return peer
+
+
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+
+
+def test_a_request_goes_out_as_http_1_1_with_its_path_query_and_headers():
+    seen: list[bytes] = []
+
+    async def peer(reader, writer):
+        seen.append(await _head(reader))
+        writer.write(OK)
+        await reader.read()
+
+    (answer,), _ = exchange(peer)
+    assert isinstance(answer, httpx.Response) and answer.content == b"hello"
+    assert seen[0].startswith(b"GET /x?count=5 HTTP/1.1\r\n")
+    assert b"\r\nHost: 127.0.0.1:" in seen[0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
+        b"HTTP/1.1 100 Continue\r\n\r\n" + OK,
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: "
+        + str(len(gzip.compress(b"hello"))).encode()
+        + b"\r\n\r\n"
+        + gzip.compress(b"hello"),
+    ],
+    ids=["chunked", "after-100-continue", "gzip"],
+)
+def test_every_framing_gives_the_body_and_keeps_the_connection(answer):
+    answers, connections = exchange(answering(answer), requests=3)
+    assert [a.content for a in answers] == [b"hello"] * 3  # type: ignore[union-attr]
+    assert connections == 1
+
+
+def test_a_body_that_ends_with_the_connection_is_whole_and_the_connection_not_kept():
+    answer = b"HTTP/1.0 200 OK\r\n\r\nhello"
+    answers, connections = exchange(answering(answer, then_close=True), requests=2)
+    assert [a.content for a in answers] == [b"hello"] * 2  # type: ignore[union-attr]
+    assert connections == 2
+
+
+def test_a_connection_the_server_asks_to_close_is_not_kept():
+    answer = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello"
+    answers, connections = exchange(answering(answer), requests=2)
+    assert [a.content for a in answers] == [b"hello"] * 2  # type: ignore[union-attr]
+    assert connections == 2
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_without_an_error():
+    """The server answers one request per connection without saying so: the second request finds its
+    kept connection closed before a byte of answer, and is sent again on a new one."""
+    answers, connections = exchange(answering(OK, then_close=True), requests=3)
+    assert [a.content for a in answers] == [b"hello"] * 3  # type: ignore[union-attr]
+    assert connections == 3
+
+
+def test_a_connection_dropped_mid_answer_is_an_error_not_a_short_body():
+    (error,), _ = exchange(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nhello", then_close=True))
+    assert isinstance(error, httpx.RemoteProtocolError)
+
+
+def test_a_malformed_answer_is_a_protocol_error():
+    (error,), _ = exchange(answering(b"HTTP/1.1 abc nonsense\r\n\r\n", then_close=True))
+    assert isinstance(error, httpx.RemoteProtocolError)
+
+
+def test_a_silent_server_is_a_read_timeout():
+    async def peer(reader, writer):
+        await _head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhe")  # then nothing
+        await reader.read()
+
+    async def go():
+        server = await asyncio.start_server(peer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, httpx.AsyncClient(transport=WireTransport(), timeout=0.2) as client:
+            await client.get(f"http://127.0.0.1:{port}/")
+
+    with pytest.raises(httpx.ReadTimeout):
+        asyncio.run(go())
+
+
+def test_answers_over_the_limit_or_corrupt_fail_and_their_connection_goes():
+    big = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"400\r\n" + b"x" * 1024 + b"\r\n"
+    answers, connections = exchange(answering(big, OK), requests=2, max_answer_bytes=1000)
+    assert isinstance(answers[0], AnswerTooLarge)
+    assert answers[1].content == b"hello"  # type: ignore[union-attr]
+    assert connections == 2
+    corrupt = b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 5\r\n\r\nnotgz"
+    (error,), _ = exchange(answering(corrupt))
+    assert isinstance(error, InvalidResponse)
 
 
 def test_a_refused_connection_is_httpx_s_connect_error():
     async def go() -> None:
-        async with _client(LeanTransport()) as client:
+        async with httpx.AsyncClient(transport=WireTransport(), timeout=10) as client:
             await client.get("http://127.0.0.1:9/")  # the discard port: nothing listens
 
     with pytest.raises(httpx.ConnectError):
         asyncio.run(go())
-
-
-def test_the_pool_is_what_the_transport_sends_through():
-    transport = LeanTransport()
-    assert not isinstance(transport._pool, httpcore.AsyncConnectionPool)
