@@ -12,6 +12,7 @@ answer keeps it in flight.
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import runpy
 import sys
@@ -51,15 +52,11 @@ def main() -> None:
             spans.append((started, time.perf_counter(), request.url.path))
 
     httpx.AsyncClient.send = timed  # type: ignore[method-assign]
-    sys.argv = ["etl", *[a for a in args.etl if a != "--"]]
-    try:
-        runpy.run_module("etl", run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code
-    else:
-        code = 0
-    series = [(s, e) for s, e, path in spans if any(k in path for k in SERIES)]
-    if series:
+
+    def report() -> None:
+        series = [(s, e) for s, e, path in spans if any(k in path for k in SERIES)]
+        if not series:
+            return
         first, last = min(s for s, _ in series), max(e for _, e in series)
         doc = {
             "requests": len(spans),
@@ -68,8 +65,12 @@ def main() -> None:
             "first_series_after_s": round(first - min(s for s, _, _ in spans), 3),
             "timeline": [round(x) for x in timeline(series, args.step)],
         }
-        print(json.dumps(doc), file=sys.stderr)
-    sys.exit(code)
+        print(json.dumps(doc), file=sys.stderr, flush=True)
+
+    # The etl command ends its process itself once done (os._exit after the atexit handlers).
+    atexit.register(report)
+    sys.argv = ["etl", *[a for a in args.etl if a != "--"]]
+    runpy.run_module("etl", run_name="__main__")
 
 
 if __name__ == "__main__":
