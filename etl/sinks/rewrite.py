@@ -34,12 +34,21 @@ Observer = Callable[[pa.Table, "Ranges"], None]
 
 
 def ts_ms(table: pa.Table, key: str = "ts") -> np.ndarray:
-    """The time key column (`ts` for the series) as epoch ms."""
-    return table.column(key).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    """The time key column (`ts` for the series) as epoch ms (read-only: it may be the table's buffer)."""
+    column = table.column(key)
+    if column.num_chunks == 1 and not column.null_count:
+        # A view of the column's buffer: combine_chunks and cast would each copy it, and every copy
+        # of a large column is a fresh mapping to fault in (etl/support/allocator.py).
+        return column.chunk(0).view(pa.int64()).to_numpy()
+    return column.combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def param_ids(table: pa.Table) -> np.ndarray:
-    return table.column("param_id").combine_chunks().to_numpy(zero_copy_only=False)
+    """The param_id column (read-only: it may be the table's buffer)."""
+    column = table.column("param_id")
+    if column.num_chunks == 1 and not column.null_count:
+        return column.chunk(0).to_numpy()
+    return column.combine_chunks().to_numpy(zero_copy_only=False)
 
 
 @dataclass(frozen=True)
