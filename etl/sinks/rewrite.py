@@ -125,10 +125,10 @@ class FileRewrite:
             if handle is None
             else self.fmt.batches(handle, self.layout.schema, self.storage.display(self.rel))
         )
-        self._old_buf = self.layout.schema.empty_table()
+        self._old_buf = self.layout.empty
         self._old_done = handle is None
         self._last_old = -1  # the last parameter id read from the old file: they must ascend
-        self._new_buf = self.layout.schema.empty_table()
+        self._new_buf = self.layout.empty
         self._emitted: float = -1  # every row of parameters up to this id is written
         self._pending = 0  # the first feed in `fed` with parameters above `_emitted`
         self._output = self.storage.new_output(self.rel)
@@ -191,10 +191,10 @@ class FileRewrite:
             batch = None if self._old_done else self._next_old()
             if batch is None:
                 self._emit(tail, upto)
-                self._old_buf = self.layout.schema.empty_table()
+                self._old_buf = self.layout.empty
                 break
             self._old_buf = pa.concat_tables([tail, batch])
-        self._emit(self.layout.schema.empty_table(), upto)  # new rows with no old counterpart left
+        self._emit(self.layout.empty, upto)  # new rows with no old counterpart left
 
     def _emit(self, old: pa.Table, upto: float) -> None:
         """Write old rows (all of parameters <= upto) merged with the new rows of parameters <= upto."""
@@ -262,7 +262,7 @@ class FileRewrite:
                 chunk = ranges.between(done + 1, top)
                 self.feed(batch.filter(pa.array(chunk.mask(batch, self.key))), chunk)
                 done = top
-        self.feed(self.layout.schema.empty_table(), ranges.between(done + 1, float("inf")))
+        self.feed(self.layout.empty, ranges.between(done + 1, float("inf")))
         self.storage.discard(ours)
         self.observer = observer
 
