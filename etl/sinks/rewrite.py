@@ -84,6 +84,7 @@ class Ranges:
         if not table.num_rows or not len(self):
             return mask
         pids, ts = param_ids(table), ts_ms(table, key)
+        ordered = bool((pids[1:] >= pids[:-1]).all())
         # Rank k holds each parameter's k-th range: within a rank, ids are unique and sorted.
         first = np.r_[True, self.param_id[1:] != self.param_id[:-1]]
         group_start = np.maximum.accumulate(np.where(first, np.arange(len(self)), 0))
@@ -91,9 +92,31 @@ class Ranges:
         for k in range(int(rank.max()) + 1):
             level = rank == k
             ids, starts, ends = self.param_id[level], self.start[level], self.end[level]
+            if ordered:
+                mask |= _inside(pids, ts, ids, starts, ends)
+                continue
             pos = np.minimum(np.searchsorted(ids, pids), len(ids) - 1)
             mask |= (ids[pos] == pids) & (ts >= starts[pos]) & (ts < ends[pos])
         return mask
+
+
+_NEVER = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)  # bounds no stamp is within
+
+
+def _inside(
+    pids: np.ndarray, ts: np.ndarray, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """`Ranges.mask` of one range per parameter (ids unique and sorted) over rows sorted by parameter:
+    each parameter's rows are one run, so every row's bounds are a run-length expansion, without the
+    per-row search and gathers (each a fresh array the size of the table)."""
+    lo, hi = np.searchsorted(pids, ids, side="left"), np.searchsorted(pids, ids, side="right")
+    # Runs: rows before the first parameter's, its rows, rows up to the next one's, ..., rows after the last.
+    lengths = np.diff(np.r_[0, np.column_stack((lo, hi)).ravel(), len(pids)])
+    low = np.column_stack((np.full(len(ids), _NEVER[0]), starts)).ravel()
+    high = np.column_stack((np.full(len(ids), _NEVER[1]), ends)).ravel()
+    inside = ts >= np.repeat(np.r_[low, _NEVER[0]], lengths)
+    inside &= ts < np.repeat(np.r_[high, _NEVER[1]], lengths)
+    return inside
 
 
 def _merge(old: pa.Table, new: pa.Table, key: str = "ts") -> pa.Table:
