@@ -58,31 +58,86 @@ def _group_reduce(
     return out
 
 
+def _segment_reduce(ufunc: np.ufunc, values: np.ndarray, counts: np.ndarray, empty: float) -> np.ndarray:
+    """`_group_reduce` of values that come as consecutive segments of `counts` values each, reduced in
+    their own type (maximum and minimum commute with the conversion to float)."""
+    out = np.full(len(counts), empty, np.float64)
+    present = counts > 0
+    if present.any():
+        out[present] = ufunc.reduceat(values, (np.cumsum(counts) - counts)[present])
+    return out
+
+
 def infer_periods(spacings: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
     """The sampling period (ms) of each group of spacings (groups ascending): the median, refined by the
     mean of the spacings within [LOW, HIGH] x that estimate (REFINE times, so the window is centred on
     the period rather than on the noisier median); NaN for a group without spacings."""
+    starts = _group_starts(groups, n)
+    return _periods(spacings, np.diff(np.r_[starts, len(groups)]))
+
+
+def _periods(spacings: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """`infer_periods` of spacings that come as consecutive segments, `counts[i]` of group i."""
+    n = len(counts)
     median = np.full(n, np.nan)
     if not len(spacings):
         return median
     # The median only seeds the refinement, so it is taken over at most MEDIAN_SAMPLE spacings of each
     # group, evenly strided: a sort of a few thousand numbers instead of a file's millions.
-    starts = _group_starts(groups, n)
-    counts = np.diff(np.r_[starts, len(groups)])
+    starts = np.cumsum(counts) - counts
     stride = np.maximum(-(-counts // MEDIAN_SAMPLE), 1)
-    sample = (np.arange(len(groups)) - starts[groups]) % stride[groups] == 0
+    taken = -(-counts // stride)  # every stride-th spacing of a group, from its first
+    first = np.cumsum(taken) - taken
+    sample = np.repeat(starts, taken) + (
+        np.arange(first[-1] + taken[-1]) - np.repeat(first, taken)
+    ) * np.repeat(stride, taken)
     # One sort of (group, spacing) packed in an int64 (spacings of a day fit in 32 bits): a lexsort's
     # result at a fraction of its time.
     packed = np.sort(
-        (groups[sample].astype(np.int64) << 32) | np.minimum(spacings[sample], 0xFFFFFFFF).astype(np.int64)
+        (np.repeat(np.arange(n, dtype=np.int64), taken) << 32)
+        | np.minimum(spacings[sample], 0xFFFFFFFF).astype(np.int64)
     )
     ordered = (packed & 0xFFFFFFFF).astype(np.float64)
     starts = _group_starts(packed >> 32, n)
-    counts = np.diff(np.r_[starts, len(packed)])
-    present = counts > 0
-    lo, hi = starts + (counts - 1) // 2, starts + counts // 2
+    counts_sampled = np.diff(np.r_[starts, len(packed)])
+    present = counts_sampled > 0
+    lo, hi = starts + (counts_sampled - 1) // 2, starts + counts_sampled // 2
     median[present] = (ordered[lo[present]] + ordered[hi[present]]) / 2
-    period = median
+    low, high = int(spacings.min()), int(spacings.max())
+    if len(spacings) * max(-low, high) < 2**53:
+        return _refine(spacings, counts, median)
+    return _refine_any(spacings, np.repeat(np.arange(n), counts), n, median)
+
+
+def _refine(spacings: np.ndarray, counts: np.ndarray, period: np.ndarray) -> np.ndarray:
+    """The REFINE means, in integers: with every partial sum below 2**53 (the caller checks) the float
+    sums and comparisons of `_refine_any` are exact, so these are the same numbers, from a few passes
+    over the spacings into buffers made once (each fresh large array is a mapping to fault in:
+    etl/support/allocator.py) instead of gathers, masks and weighted bincounts."""
+    n = len(counts)
+    present = counts > 0
+    starts = (np.cumsum(counts) - counts)[present]
+    group = np.repeat(np.arange(n), counts)
+    bound = np.empty(len(spacings), np.int64)
+    near, below = np.empty(len(spacings), bool), np.empty(len(spacings), bool)
+    total, count = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    for _ in range(REFINE):
+        known = ~np.isnan(period)  # every group with spacings has a median
+        # An integer spacing s has s >= x exactly when s >= ceil(x), and s <= x when s <= floor(x).
+        low = np.where(known, np.ceil(LOW * np.where(known, period, 0)), 1).astype(np.int64)
+        high = np.where(known, np.floor(HIGH * np.where(known, period, 0)), 0).astype(np.int64)
+        # (take with mode="raise", and reduceat casting the mask, would each make a fresh array)
+        np.greater_equal(spacings, np.take(low, group, out=bound, mode="clip"), out=near)
+        np.less_equal(spacings, np.take(high, group, out=bound, mode="clip"), out=below)
+        near &= below
+        np.copyto(bound, near)
+        count[present] = np.add.reduceat(bound, starts)
+        total[present] = np.add.reduceat(np.multiply(spacings, near, out=bound), starts)
+        period = np.where(count > 0, total / np.maximum(count, 1), period)
+    return period
+
+
+def _refine_any(spacings: np.ndarray, groups: np.ndarray, n: int, period: np.ndarray) -> np.ndarray:
     for _ in range(REFINE):  # each mean is centred better than the last, so its window is fairer
         around = period[groups]
         near = (spacings >= LOW * around) & (spacings <= HIGH * around)
@@ -101,6 +156,42 @@ def infer_period(ts: np.ndarray) -> float | None:
     return float(infer_periods(spacings, np.zeros(len(spacings), np.int64), 1)[0])
 
 
+def _columns(rows: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """param_id, ts (epoch ms) and value, as views of the table's buffers where they can be."""
+    if not rows.num_rows:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64)
+    values = rows.column("value")
+    if values.num_chunks == 1 and not values.null_count:
+        value = values.chunk(0).to_numpy()
+    else:
+        value = values.combine_chunks().to_numpy(zero_copy_only=False)
+    return param_ids(rows), ts_ms(rows), value
+
+
+def _flatlines(ts: np.ndarray, values: np.ndarray, inner: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Each parameter's longest run of one value: the time from its first point to its last (0 without
+    a run of two points or more). `inner`: which consecutive rows are of one parameter; `points`: how
+    many rows each parameter has, in order."""
+    n = len(points)
+    if not len(values):
+        return np.zeros(n)
+    # Links between consecutive rows of one parameter and one value; a run of links is a run of points.
+    links = np.flatnonzero((values[1:] == values[:-1]) & inner)
+    if not len(links):
+        return np.zeros(n)
+    first = np.flatnonzero(np.r_[True, np.diff(links) != 1])
+    start, end = links[first], links[np.r_[first[1:] - 1, len(links) - 1]] + 1
+    lasting = ts[end] - ts[start]
+    if (lasting < 0).any():  # stamps that go back (a file not written by etl): one-point runs' 0 counts too
+        group = np.repeat(np.arange(n), points)
+        change = np.r_[True, (values[1:] != values[:-1]) | ~inner]
+        run_start = np.flatnonzero(change)
+        run_end = np.r_[run_start[1:], len(values)] - 1
+        return _group_reduce(np.maximum, ts[run_end] - ts[run_start], group[run_start], n, 0.0)
+    lo = np.cumsum(points) - points  # the last parameter starting at or before a run's start holds it
+    return _group_reduce(np.maximum, lasting, np.searchsorted(lo, start, side="right") - 1, n, 0.0)
+
+
 def day_rows(
     rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]], source: str, window: tuple[int, int]
 ) -> pa.Table:
@@ -115,23 +206,19 @@ def day_rows(
     day0 = first_start // DAY_MS * DAY_MS
     day1 = day0 + DAY_MS
 
-    pids = param_ids(rows) if rows.num_rows else np.empty(0, np.int64)
-    mine = np.isin(pids, ids)
-    pids = pids[mine]
-    ts = ts_ms(rows)[mine] if rows.num_rows else np.empty(0, np.int64)
-    values = (
-        rows.column("value").combine_chunks().to_numpy(zero_copy_only=False)[mine]
-        if rows.num_rows
-        else np.empty(0, np.float64)
-    )
-    group = np.searchsorted(ids, pids)
-    points = np.bincount(group, minlength=n)
+    pids, ts, values = _columns(rows)
+    # Each parameter's rows are one run of the sorted param_id column, found by bisection.
+    lo, hi = np.searchsorted(pids, ids, side="left"), np.searchsorted(pids, ids, side="right")
+    if (hi - lo).sum() != len(pids):  # rows of parameters not fed: left out
+        mine = np.isin(pids, ids)
+        pids, ts, values = pids[mine], ts[mine], values[mine]
+        lo, hi = np.searchsorted(pids, ids, side="left"), np.searchsorted(pids, ids, side="right")
+    points = hi - lo
     has = points > 0
     first_ts = last_ts = np.zeros(n, np.int64)
     if len(ts):
-        starts = _group_starts(group, n)
-        first_ts = np.where(has, ts[np.minimum(starts, len(ts) - 1)], 0)
-        last_ts = np.where(has, ts[np.clip(starts + points - 1, 0, len(ts) - 1)], 0)
+        first_ts = np.where(has, ts[np.minimum(lo, len(ts) - 1)], 0)
+        last_ts = np.where(has, ts[np.clip(hi - 1, 0, len(ts) - 1)], 0)
 
     # The span: from midnight, unless the run's window starts inside the day and nothing earlier is here;
     # to the next midnight, unless the window ends inside the day (today) and nothing later is here.
@@ -140,22 +227,19 @@ def day_rows(
     span_end = np.minimum(day1, np.maximum(np.maximum(last_end, window[1]), np.where(has, last_ts + 1, 0)))
     span = np.maximum(span_end - span_start, 0)
 
-    inner = group[1:] == group[:-1] if len(group) else np.empty(0, bool)
-    spacings = np.diff(ts)[inner] if len(ts) else np.empty(0, np.int64)
-    spacing_group = group[1:][inner] if len(group) else np.empty(0, np.int64)
-    period = infer_periods(spacings, spacing_group, n)
-    widest = _group_reduce(np.maximum, spacings, spacing_group, n, 0.0)
+    # Spacings within a parameter: all of them but those from one parameter's last row to the next's first.
+    between = lo[has][1:] - 1
+    spacings = np.diff(ts)
+    inner = np.ones(len(spacings), bool)
+    inner[between] = False
+    if len(between):
+        spacings = spacings[inner]
+    gaps = np.maximum(points - 1, 0)  # spacings of each parameter, consecutive in `spacings`
+    period = _periods(spacings, gaps)
+    widest = _segment_reduce(np.maximum, spacings, gaps, 0.0)
     edges = np.maximum(first_ts - span_start, span_end - last_ts)
     longest_gap = np.where(has, np.maximum(widest, edges), span)
-
-    # Runs of one value: a new run wherever the value or the parameter changes.
-    if len(values):
-        change = np.r_[True, (values[1:] != values[:-1]) | ~inner]
-        run_start = np.flatnonzero(change)
-        run_end = np.r_[run_start[1:], len(values)] - 1
-        flat = _group_reduce(np.maximum, ts[run_end] - ts[run_start], group[run_start], n, 0.0)
-    else:
-        flat = np.zeros(n)
+    flat = _flatlines(ts, values, inner, points)
 
     known = ~np.isnan(period)
     expected = np.where(known, np.rint(span / np.where(known, period, 1.0)), 0).astype(np.int64)

@@ -49,7 +49,7 @@ def _move(storage: Storage, fmt: FileFormat, layout: Layout, folder: str, name: 
     if version.handle is None:  # gone since it was listed
         return
     try:
-        held = layout.schema.empty_table()  # the last parameter of a batch may go on in the next one
+        held = layout.empty  # the last parameter of a batch may go on in the next one
         for batch in fmt.batches(version.handle, layout.schema, storage.display(f"{folder}/{name}")):
             batch = pa.concat_tables([held, layout.fill_partition_columns(batch, folder)])
             pids = param_ids(batch)

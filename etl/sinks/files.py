@@ -90,7 +90,7 @@ class SlabWriter:
                 other = FileRewrite(self.storage, self.fmt, self.layout, f"{folder}/{name}")
                 try:
                     for low, high in _chunks(ranges.param_id):
-                        other.feed(self.layout.schema.empty_table(), ranges.between(low, high))
+                        other.feed(self.layout.empty, ranges.between(low, high))
                     other.finish()
                 except BaseException:
                     other.abort()

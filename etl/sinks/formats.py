@@ -41,10 +41,13 @@ def _conform(table: pa.Table, schema: pa.Schema, where: str) -> pa.Table:
     """The file's columns in the schema's order and types; a column the file lacks (written by an older
     version) comes back null, for the caller to fill."""
     try:
+        names = table.column_names
         columns = [
-            table.column(f.name).cast(f.type)
-            if f.name in table.column_names
-            else pa.nulls(table.num_rows, f.type)
+            pa.nulls(table.num_rows, f.type)
+            if f.name not in names
+            else column
+            if (column := table.column(f.name)).type == f.type
+            else column.cast(f.type)
             for f in schema
         ]
         return pa.Table.from_arrays(columns, schema=schema)

@@ -83,6 +83,9 @@ class Layout:
         self.schema = SCHEMAS[self.series] if schema is None else schema
         self.time_key = time_key
         self.file_schema = pa.schema([f for f in self.schema if f.name not in self.partition_by])
+        # One shared empty table (tables are immutable): a rewrite starts and ends its buffers with it, and
+        # making one costs tens of microseconds (pyarrow reads the environment for each timestamp field).
+        self.empty = self.schema.empty_table()
         self.by_object = "object_id" in self.partition_by
 
     @property

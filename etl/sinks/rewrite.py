@@ -34,12 +34,21 @@ Observer = Callable[[pa.Table, "Ranges"], None]
 
 
 def ts_ms(table: pa.Table, key: str = "ts") -> np.ndarray:
-    """The time key column (`ts` for the series) as epoch ms."""
-    return table.column(key).combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    """The time key column (`ts` for the series) as epoch ms (read-only: it may be the table's buffer)."""
+    column = table.column(key)
+    if column.num_chunks == 1 and not column.null_count:
+        # A view of the column's buffer: combine_chunks and cast would each copy it, and every copy
+        # of a large column is a fresh mapping to fault in (etl/support/allocator.py).
+        return column.chunk(0).view(pa.int64()).to_numpy()
+    return column.combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
 
 
 def param_ids(table: pa.Table) -> np.ndarray:
-    return table.column("param_id").combine_chunks().to_numpy(zero_copy_only=False)
+    """The param_id column (read-only: it may be the table's buffer)."""
+    column = table.column("param_id")
+    if column.num_chunks == 1 and not column.null_count:
+        return column.chunk(0).to_numpy()
+    return column.combine_chunks().to_numpy(zero_copy_only=False)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,7 @@ class Ranges:
         if not table.num_rows or not len(self):
             return mask
         pids, ts = param_ids(table), ts_ms(table, key)
+        ordered = bool((pids[1:] >= pids[:-1]).all())
         # Rank k holds each parameter's k-th range: within a rank, ids are unique and sorted.
         first = np.r_[True, self.param_id[1:] != self.param_id[:-1]]
         group_start = np.maximum.accumulate(np.where(first, np.arange(len(self)), 0))
@@ -82,9 +92,31 @@ class Ranges:
         for k in range(int(rank.max()) + 1):
             level = rank == k
             ids, starts, ends = self.param_id[level], self.start[level], self.end[level]
+            if ordered:
+                mask |= _inside(pids, ts, ids, starts, ends)
+                continue
             pos = np.minimum(np.searchsorted(ids, pids), len(ids) - 1)
             mask |= (ids[pos] == pids) & (ts >= starts[pos]) & (ts < ends[pos])
         return mask
+
+
+_NEVER = (np.iinfo(np.int64).max, np.iinfo(np.int64).min)  # bounds no stamp is within
+
+
+def _inside(
+    pids: np.ndarray, ts: np.ndarray, ids: np.ndarray, starts: np.ndarray, ends: np.ndarray
+) -> np.ndarray:
+    """`Ranges.mask` of one range per parameter (ids unique and sorted) over rows sorted by parameter:
+    each parameter's rows are one run, so every row's bounds are a run-length expansion, without the
+    per-row search and gathers (each a fresh array the size of the table)."""
+    lo, hi = np.searchsorted(pids, ids, side="left"), np.searchsorted(pids, ids, side="right")
+    # Runs: rows before the first parameter's, its rows, rows up to the next one's, ..., rows after the last.
+    lengths = np.diff(np.r_[0, np.column_stack((lo, hi)).ravel(), len(pids)])
+    low = np.column_stack((np.full(len(ids), _NEVER[0]), starts)).ravel()
+    high = np.column_stack((np.full(len(ids), _NEVER[1]), ends)).ravel()
+    inside = ts >= np.repeat(np.r_[low, _NEVER[0]], lengths)
+    inside &= ts < np.repeat(np.r_[high, _NEVER[1]], lengths)
+    return inside
 
 
 def _merge(old: pa.Table, new: pa.Table, key: str = "ts") -> pa.Table:
@@ -116,10 +148,10 @@ class FileRewrite:
             if handle is None
             else self.fmt.batches(handle, self.layout.schema, self.storage.display(self.rel))
         )
-        self._old_buf = self.layout.schema.empty_table()
+        self._old_buf = self.layout.empty
         self._old_done = handle is None
         self._last_old = -1  # the last parameter id read from the old file: they must ascend
-        self._new_buf = self.layout.schema.empty_table()
+        self._new_buf = self.layout.empty
         self._emitted: float = -1  # every row of parameters up to this id is written
         self._pending = 0  # the first feed in `fed` with parameters above `_emitted`
         self._output = self.storage.new_output(self.rel)
@@ -182,10 +214,10 @@ class FileRewrite:
             batch = None if self._old_done else self._next_old()
             if batch is None:
                 self._emit(tail, upto)
-                self._old_buf = self.layout.schema.empty_table()
+                self._old_buf = self.layout.empty
                 break
             self._old_buf = pa.concat_tables([tail, batch])
-        self._emit(self.layout.schema.empty_table(), upto)  # new rows with no old counterpart left
+        self._emit(self.layout.empty, upto)  # new rows with no old counterpart left
 
     def _emit(self, old: pa.Table, upto: float) -> None:
         """Write old rows (all of parameters <= upto) merged with the new rows of parameters <= upto."""
@@ -253,7 +285,7 @@ class FileRewrite:
                 chunk = ranges.between(done + 1, top)
                 self.feed(batch.filter(pa.array(chunk.mask(batch, self.key))), chunk)
                 done = top
-        self.feed(self.layout.schema.empty_table(), ranges.between(done + 1, float("inf")))
+        self.feed(self.layout.empty, ranges.between(done + 1, float("inf")))
         self.storage.discard(ours)
         self.observer = observer
 

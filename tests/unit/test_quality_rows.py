@@ -87,3 +87,57 @@ def test_a_tracker_fed_many_small_parts_gives_every_row_once_in_write_order():
     assert table.column("object_id").to_pylist() == [p % 7 for p in ids]
     assert set(table.column("points").to_pylist()) == {3}
     assert replaced.param_id.tolist() == ids
+
+
+def test_the_integer_refinement_gives_the_float_one_exactly():
+    """The refinement in integers (a day's spacings) against the float one it stands for, gaps, bursts,
+    repeated stamps and groups without spacings included: the same numbers, bit for bit."""
+    from etl.quality import rows as quality
+
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        counts = rng.choice([0, 1, 2, 300, 4000], size=int(rng.integers(1, 9)))
+        spacings = np.concatenate(
+            [
+                rng.integers(0, 2, c) * int(rng.integers(1, 120_000)) + rng.integers(0, 5_000, c)
+                for c in counts
+            ]
+        ).astype(np.int64)
+        spacings[rng.random(len(spacings)) < 0.02] *= 40  # gaps
+        groups = np.repeat(np.arange(len(counts)), counts)
+        seed = np.array(
+            [np.median(s) if len(s) else np.nan for s in np.split(spacings, np.cumsum(counts)[:-1])]
+        )
+        exact = quality._refine(spacings, counts, seed)
+        plain = quality._refine_any(spacings, groups, len(counts), seed)
+        assert np.array_equal(exact, plain, equal_nan=True)
+        assert np.array_equal(
+            quality.infer_periods(spacings, groups, len(counts)),
+            quality._periods(spacings, counts),
+            equal_nan=True,
+        )
+
+
+def test_flatlines_of_stamps_that_go_back():
+    """A file not written by etl may hold a parameter's stamps out of order: a run of one value that goes
+    back in time is no flatline, and the one-point runs beside it count as none."""
+    day = DAYS[0]
+    table = pa.table(
+        {
+            "param_id": [7, 7, 7, 8, 8, 8],
+            "ts": pa.array(
+                np.array([60_000, 0, 90_000, 0, 60_000, 120_000], np.int64) + day,
+                pa.timestamp("ms", tz="UTC"),
+            ),
+            "value": [1.0, 1.0, 2.0, 5.0, 5.0, 5.0],
+        }
+    )
+    windows = [Window(p, 1, ParamKind.PHYSICAL, Series.RAW, day, day + DAY_MS) for p in (7, 8)]
+    seven, eight = day_rows(
+        table,
+        Ranges.of(Windows.of(Series.RAW, windows)),
+        {7: (1, "physical"), 8: (1, "physical")},
+        "s",
+        (day, day + DAY_MS),
+    ).to_pylist()
+    assert seven["flatline_seconds"] == 0.0 and eight["flatline_seconds"] == 120.0

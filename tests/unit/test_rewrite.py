@@ -134,6 +134,8 @@ def test_a_file_changed_during_the_rewrite_keeps_both_changes(tmp_path):
 
 
 def test_ranges_mask_matches_a_plain_loop():
+    """Rows sorted by parameter (a file's: bounds by runs of a parameter) and in any order (a lake
+    table's: a search per row), parameters with several ranges."""
     rng = np.random.default_rng(1)
     table = rows(
         {(int(p), int(t)) for p, t in zip(rng.choice(PIDS, 200), rng.integers(0, 50, 200), strict=True)}, 0
@@ -154,6 +156,8 @@ def test_ranges_mask_matches_a_plain_loop():
         )
     ]
     assert ranges.mask(table).tolist() == want
+    shuffled = rng.permutation(table.num_rows)
+    assert ranges.mask(table.take(shuffled)).tolist() == [want[i] for i in shuffled]
 
 
 def test_a_writer_of_wide_rows_cuts_row_groups_by_bytes(tmp_path):
