@@ -62,6 +62,10 @@ def main() -> None:
             "requests": len(spans),
             "series_requests": len(series),
             "mean_in_flight": round(sum(e - s for s, e in series) / (last - first), 2),
+            # every request (discovery, reference tables) over the same stretch: the slots in use
+            "mean_in_flight_all": round(
+                sum(max(0.0, min(e, last) - max(s, first)) for s, e, _ in spans) / (last - first), 2
+            ),
             "first_series_after_s": round(first - min(s for s, _, _ in spans), 3),
             "timeline": [round(x) for x in timeline(series, args.step)],
         }
