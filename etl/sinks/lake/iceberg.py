@@ -68,7 +68,10 @@ warnings.filterwarnings("ignore", message="Delete operation did not match any re
 def catalog(storage: Storage, uri: str | None) -> Any:
     """The configured catalog, or SQLite at {sink.path}/catalog.db with the warehouse at {sink.path}."""
     require("pyiceberg", "sink.format iceberg")
-    from pyiceberg.catalog import load_catalog
+    from pyiceberg.catalog import _ENV_CONFIG, load_catalog
+    from pyiceberg.utils.config import merge_config
+
+    from etl.sinks.lake.sqlite_catalog import SqliteCatalog, sqlite_path
 
     warehouse = f"file://{os.path.abspath(storage.full(''))}" if storage.local else storage.display()
     props: dict[str, str] = {"warehouse": warehouse}
@@ -88,7 +91,11 @@ def catalog(storage: Storage, uri: str | None) -> Any:
     if storage.s3:
         props.update(s3_properties(storage.options))
     try:
-        found = load_catalog("etl", **props)
+        if props["type"] == "sql" and sqlite_path(props["uri"]) is not None:
+            # SQLite through the standard library, as pyiceberg's SQL catalog keeps it (sqlite_catalog.py)
+            found = SqliteCatalog("etl", **merge_config(_ENV_CONFIG.get_catalog_config("etl") or {}, props))
+        else:
+            found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
     except ImportError as exc:  # SQLAlchemy found no driver (DBAPI) for the URL's dialect
         name = exc.name or str(exc)
