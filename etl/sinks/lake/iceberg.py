@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import json
 import os
@@ -161,6 +162,32 @@ def _thread_safe(evaluate: Any) -> Any:
     return lambda manifest: copy.copy(visitor).eval(manifest)
 
 
+@functools.cache
+def _transaction_type() -> type:
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    class Cached(Transaction):
+        """pyiceberg's transaction computes its metadata (the table's with the staged updates applied,
+        then deep-copied whole) at each of the dozens of reads a commit makes; here once per change of
+        the table's metadata or of the staged updates (both replaced, never changed in place)."""
+
+        _seen: tuple = ()
+
+        @property
+        def table_metadata(self) -> Any:
+            base, updates = self._table.metadata, self._updates
+            if not self._seen or self._seen[0] is not base or self._seen[1] is not updates:
+                self._seen = (base, updates, update_table_metadata(base, updates))
+            return self._seen[2]
+
+    return Cached
+
+
+def _transaction(table: Any) -> Any:
+    return _transaction_type()(table)
+
+
 def _producers() -> tuple[type, type]:
     """pyiceberg's append and overwrite snapshot producers, made to keep the manifest list short: small
     manifests are merged once MERGE_MANIFESTS_AT add up, and an overwrite drops the manifests left with
@@ -246,7 +273,7 @@ class IcebergTable(LakeTable):
                 self._table = self._load()
             props = self._table.metadata.properties
             if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
-                with self._table.transaction() as txn:
+                with _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         return self._table
 
@@ -274,20 +301,27 @@ class IcebergTable(LakeTable):
         return next(iter(table.scan(row_filter=expression(replace)).plan_files()), None) is None
 
     def _create(self, schema: pa.Schema) -> Any:
+        """The table, made with its partition spec in one catalog commit (a create transaction would
+        recompute and deep-copy the whole metadata at each step, then have it read back)."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.schema import assign_fresh_schema_ids
+        from pyiceberg.table import TableProperties
         from pyiceberg.transforms import DayTransform, IdentityTransform
 
-        if not self.time_key and not self.partition_by:  # a reference table: one catalog commit
-            return self.catalog.create_table(self.identifier, schema=schema, properties=TABLE_PROPERTIES)
-        txn = self.catalog.create_table_transaction(
-            self.identifier, schema=schema, properties=TABLE_PROPERTIES
+        version = int(TABLE_PROPERTIES.get("format-version", TableProperties.DEFAULT_FORMAT_VERSION))
+        fields = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema, version))
+        partitions = [(self.time_key, DayTransform(), f"{self.time_key}_day")] if self.time_key else []
+        partitions += [(column, IdentityTransform(), column) for column in self.partition_by]
+        spec = PartitionSpec(
+            *(
+                PartitionField(fields.find_field(column).field_id, 1000 + i, transform, name)
+                for i, (column, transform, name) in enumerate(partitions)
+            )
         )
-        with txn.update_spec() as spec:
-            if self.time_key:
-                spec.add_field(self.time_key, DayTransform(), f"{self.time_key}_day")
-            for column in self.partition_by:
-                spec.add_field(column, IdentityTransform(), column)
-        txn.commit_transaction()
-        return self._load()
+        return self.catalog.create_table(
+            self.identifier, schema=fields, partition_spec=spec, properties=TABLE_PROPERTIES
+        )
 
     # -- committing ----------------------------------------------------------------------------------
 
@@ -377,7 +411,7 @@ class IcebergTable(LakeTable):
                 return []
             properties = checkpoint.properties() if checkpoint else {}
             append, overwrite = _producers()
-            txn = table.transaction()
+            txn = _transaction(table)
             if removed:
                 producer = overwrite(Operation.OVERWRITE, txn, table.io, snapshot_properties=properties)
                 if replace is not None:  # a concurrent writer's files in our ranges fail the commit
@@ -579,7 +613,7 @@ class IcebergTable(LakeTable):
             if not removed:
                 return 0
             _, overwrite = _producers()
-            txn = table.transaction()
+            txn = _transaction(table)
             with overwrite(Operation.OVERWRITE, txn, table.io) as producer:
                 for data_file in removed:
                     producer.delete_data_file(data_file)
@@ -599,7 +633,7 @@ class IcebergTable(LakeTable):
         table = self._handle()
         if retention_ms is None and len(table.metadata.snapshots) <= versions:
             return 0
-        txn = table.transaction()
+        txn = _transaction(table)
         expired = self._stage_expiry(txn, retention_ms, versions, force=now)
         if not expired:
             return 0
