@@ -1,5 +1,6 @@
-"""An Iceberg table is made in one catalog commit with its partition spec (etl/sinks/lake/iceberg.py):
-day(time key), then identity of the other partition columns, on the right source fields."""
+"""Iceberg tables (etl/sinks/lake/iceberg.py): made in one catalog commit with their partition spec
+(day of the time key, then identity of the other partition columns, on the right source fields), and
+written with the data files pyiceberg's own writer makes."""
 
 from __future__ import annotations
 
@@ -46,3 +47,73 @@ def test_a_reference_table_is_not_partitioned(tmp_path):
     assert table.snapshot(pa.table({"source": ["demo"], "id": [1]}), "demo")
     assert table.catalog.load_table(table.identifier).metadata.spec().is_unpartitioned()
     assert table.dataset().to_table().num_rows == 1
+
+
+@pytest.mark.parametrize("partition_by", [["date"], ["date", "object_id"]])
+def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
+    """Rows of the table's own schema are written without pyiceberg's writer (which works out the
+    schema, settings and statistics plan again for every file): the same files and records."""
+    import itertools
+    import uuid
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.sinks.lake.common import with_date
+    from etl.storage.files import Storage
+
+    start = 1_793_491_200_000  # 2026-11-01
+    stamps = np.sort(np.random.default_rng(1).integers(start, start + 2 * 86_400_000, 500))
+    params = np.repeat(np.arange(1001, 1011), 500)
+    values = np.random.default_rng(2).random(len(params))
+    values[::7] = np.nan
+    rows = pa.table(
+        {
+            "source": ["demo"] * len(params),
+            "object_id": params // 10,
+            "param_id": params,
+            "kind": ["measure"] * len(params),
+            "ts": pa.array(np.tile(stamps, 10), pa.timestamp("ms", tz="UTC")),
+            "value": pa.array(values, mask=np.arange(len(params)) % 11 == 0),
+        }
+    )
+    rows = with_date(rows, "ts")
+    lake = Lake(
+        SinkConfig(format="iceberg", path=str(tmp_path), partition_by=partition_by), Storage(str(tmp_path))
+    )
+    table = lake.series(Series.RAW)
+    table.prepare(rows.schema)
+    handle = table._handle()
+    ours = sorted(table.write_files(rows), key=lambda f: str(f.partition))
+    theirs = sorted(
+        _dataframe_to_data_files(
+            handle.metadata, rows, handle.io, write_uuid=uuid.uuid4(), counter=itertools.count()
+        ),
+        key=lambda f: str(f.partition),
+    )
+    assert len(ours) == len(theirs) == (2 if partition_by == ["date"] else 4)
+    for a, b in zip(ours, theirs, strict=True):
+        for field in (
+            "content",
+            "file_format",
+            "partition",
+            "record_count",
+            "file_size_in_bytes",
+            "column_sizes",
+            "value_counts",
+            "null_value_counts",
+            "nan_value_counts",
+            "lower_bounds",
+            "upper_bounds",
+            "split_offsets",
+        ):
+            assert getattr(a, field) == getattr(b, field), field
+        assert a.file_path.rsplit("/", 1)[0] == b.file_path.rsplit("/", 1)[0]  # the partition's folder
+        mine, pyiceberg = (pq.ParquetFile(f.file_path.removeprefix("file://")) for f in (a, b))
+        assert mine.schema_arrow == pyiceberg.schema_arrow
+        assert mine.metadata.metadata == pyiceberg.metadata.metadata
+        assert repr(mine.read().to_pylist()) == repr(pyiceberg.read().to_pylist())  # NaN as NaN

@@ -220,6 +220,152 @@ def _producers() -> tuple[type, type]:
     return Append, Overwrite
 
 
+def same_schema(metadata: Any, schema: pa.Schema) -> bool:
+    """Is the arrow schema the table's own: the same columns in the same order, of the same Iceberg types
+    and nullability (then the rows fit without pyiceberg's check, which renders a rich text table of
+    every field each time)?"""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    table_schema = metadata.schema()
+    try:
+        given = pyarrow_to_schema(
+            schema, name_mapping=table_schema.name_mapping, format_version=metadata.format_version
+        )
+    except ValueError:
+        return False
+    return bool(given.as_struct() == table_schema.as_struct())
+
+
+class _Files:
+    """How rows of one arrow schema become data files of one table schema and partition spec: what
+    pyiceberg's writer (`_dataframe_to_data_files`) works out again for every file (the rows' schema
+    converted, checked and projected, its configuration read, the statistics plan made: several
+    milliseconds a file) is worked out once. The files are the same: the table's columns with their
+    field ids, pyiceberg's Parquet settings and statistics, its file names and locations. Only rows
+    whose schema is the table's own, flat, take this path (`of` says None otherwise)."""
+
+    def __init__(self, metadata: Any, schema: pa.Schema) -> None:
+        from pyiceberg.io.pyarrow import (
+            _get_parquet_writer_kwargs,
+            compute_statistics_plan,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.table import TableProperties
+        from pyiceberg.table.locations import load_location_provider
+        from pyiceberg.utils.properties import property_as_int
+
+        table_schema, properties = metadata.schema(), metadata.properties
+        self.spec, self.table_schema, self.spec_id = metadata.spec(), table_schema, metadata.default_spec_id
+        self.schema = pa.schema(
+            [
+                f.with_metadata({b"PARQUET:field_id": str(table_schema.find_field(f.name).field_id).encode()})
+                for f in schema
+            ]
+        )
+        self.statistics = compute_statistics_plan(table_schema, properties)
+        self.columns = parquet_path_to_id_mapping(table_schema)
+        self.options = _get_parquet_writer_kwargs(properties)
+        self.row_group = property_as_int(
+            properties,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+        )
+        self.locations = load_location_provider(metadata.location, properties)
+
+    @staticmethod
+    def of(metadata: Any, schema: pa.Schema) -> _Files | None:
+        """The plan, when `schema` is the table's (`same_schema`), flat, and every name one Avro
+        accepts (pyiceberg would rename it in files)."""
+        from pyiceberg.schema import sanitize_column_names
+
+        table_schema = metadata.schema()
+        flat = not any(pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type) for f in schema)
+        if not flat or not same_schema(metadata, schema):
+            return None
+        return _Files(metadata, schema) if sanitize_column_names(table_schema) == table_schema else None
+
+    def write(self, rows: pa.Table, io: Any) -> list[Any]:
+        from pyiceberg.utils.concurrent import ExecutorFactory
+
+        write_uuid = uuid.uuid4()
+        parts = self._partitions(pa.Table.from_arrays(rows.columns, schema=self.schema))
+        tasks = [(f"00000-{i}-{write_uuid}.parquet", key, part) for i, (key, part) in enumerate(parts)]
+        if len(tasks) == 1:
+            return [self._file(io, *tasks[0])]
+        return list(ExecutorFactory.get_or_create().map(lambda task: self._file(io, *task), tasks))
+
+    def _partitions(self, rows: pa.Table) -> list[tuple[Any, pa.Table]]:
+        """(partition key, rows) per partition; no copy when there is one (a slab's day)."""
+        import pyarrow.compute as pc
+        from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+        if self.spec.is_unpartitioned():
+            return [(None, rows)]
+        keys = {}
+        for i, field in enumerate(self.spec.fields):
+            source = self.table_schema.find_field(field.source_id)
+            column = rows.column(self.table_schema.find_column_name(field.source_id))
+            keys[f"_partition_{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
+        values = pa.table(keys)
+        unique = values.group_by(list(keys)).aggregate([]).to_pylist()
+        out = []
+        for combination in unique:
+            key = PartitionKey(
+                field_values=[
+                    PartitionFieldValue(field=field, value=combination[f"_partition_{i}"])
+                    for i, field in enumerate(self.spec.fields)
+                ],
+                partition_spec=self.spec,
+                schema=self.table_schema,
+            )
+            if len(unique) == 1:
+                out.append((key, rows))
+                continue
+            mask = reduce(
+                lambda a, b: pc.and_kleene(a, b),
+                [
+                    pc.is_null(values.column(name))
+                    if value is None
+                    else pc.equal(values.column(name), pa.scalar(value, values.column(name).type))
+                    for name, value in combination.items()
+                ],
+            )
+            out.append((key, rows.filter(mask)))
+        return out
+
+    def _file(self, io: Any, name: str, key: Any, rows: pa.Table) -> Any:
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        path = self.locations.new_data_location(data_file_name=name, partition_key=key)
+        output = io.new_output(path)
+        with output.create(overwrite=True) as stream:
+            writer = pq.ParquetWriter(
+                stream, schema=self.schema, store_decimal_as_integer=True, **self.options
+            )
+            writer.write(rows, row_group_size=self.row_group)
+            writer.close()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=writer.writer.metadata,
+            stats_columns=self.statistics,
+            parquet_column_mapping=self.columns,
+        )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=key.partition if key is not None else Record(),
+            file_size_in_bytes=len(output),
+            sort_order_id=None,
+            spec_id=self.spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+
+
 class IcebergTable(LakeTable):
     kind: ClassVar[str] = "iceberg"
 
@@ -237,6 +383,7 @@ class IcebergTable(LakeTable):
         self.identifier = (NAMESPACE, name.replace("/", "_"))
         self._table: Any = None  # the handle: pyiceberg updates its metadata in place with each commit
         self._exists = False
+        self._plans: dict[tuple, _Files | None] = {}  # per (schema, spec, settings, rows' schema)
 
     @property
     def uri(self) -> str:
@@ -283,12 +430,7 @@ class IcebergTable(LakeTable):
 
     def write_files(self, rows: pa.Table) -> list[Any]:
         """The rows as data files of the table, not committed (a Dask worker's)."""
-        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
-
         table = self._handle()
-        _check_pyarrow_schema_compatible(
-            table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
-        )
         return self._write(table, rows)
 
     def holds_none_of(self, replace: Replace) -> bool:
@@ -352,9 +494,29 @@ class IcebergTable(LakeTable):
             ) from None
         return []
 
+    def _plan(self, table: Any, schema: pa.Schema) -> _Files | None:
+        """How rows of `schema` are written into the table (None: by pyiceberg's writer), once checked
+        that they fit it (pyiceberg's check builds a rich text table of every field each time)."""
+        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+        metadata = table.metadata
+        settings = tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith("write.")))
+        key = (metadata.table_uuid, metadata.current_schema_id, metadata.default_spec_id, settings, schema)
+        if key not in self._plans:
+            plan = _Files.of(metadata, schema)
+            if plan is None and not same_schema(metadata, schema):
+                _check_pyarrow_schema_compatible(
+                    metadata.schema(), schema, format_version=metadata.format_version
+                )
+            self._plans[key] = plan
+        return self._plans[key]
+
     def _write(self, table: Any, rows: pa.Table) -> list[Any]:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+        plan = self._plan(table, rows.schema)
+        if plan is not None:
+            return plan.write(rows, table.io)
         return list(
             _dataframe_to_data_files(
                 table.metadata, rows, table.io, write_uuid=uuid.uuid4(), counter=itertools.count()
@@ -371,16 +533,14 @@ class IcebergTable(LakeTable):
         ready: Callable[[], object] | None = None,
     ) -> list[str]:
         from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan, _check_pyarrow_schema_compatible
+        from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.table.snapshots import Operation
 
         written: list[Any] = []
         try:
             new = list(files)
             if rows is not None and rows.num_rows:
-                _check_pyarrow_schema_compatible(
-                    table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
-                )
+                self._plan(table, rows.schema)  # rows that do not fit fail here, before any file is read
             removed, kept, kept_bytes = [], [], 0
             if replace is not None and table.current_snapshot() is not None:
                 schema = table.metadata.schema()
