@@ -132,3 +132,34 @@ def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
             "date": True,
         }
         assert a.file_size_in_bytes < b.file_size_in_bytes
+
+
+def test_rows_larger_than_the_target_file_size_are_split_by_pyiceberg(tmp_path):
+    import numpy as np
+    import pyarrow as pa
+
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.sinks.lake.common import with_date
+    from etl.storage.files import Storage
+
+    n = 20_000
+    rows = pa.table(
+        {
+            "source": ["demo"] * n,
+            "object_id": np.full(n, 100),
+            "param_id": np.full(n, 1001),
+            "kind": ["measure"] * n,
+            "ts": pa.array(1_793_491_200_000 + np.arange(n) * 1000, pa.timestamp("ms", tz="UTC")),
+            "value": np.random.default_rng(3).random(n),
+        }
+    )
+    rows = with_date(rows, "ts")
+    lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))
+    table = lake.series(Series.RAW)
+    table.prepare(rows.schema)
+    assert len(table.write_files(rows)) == 1
+    with table._handle().transaction() as txn:
+        txn.set_properties({"write.target-file-size-bytes": str(rows.nbytes // 3)})
+    files = table.write_files(rows)
+    assert len(files) >= 3 and sum(f.record_count for f in files) == n

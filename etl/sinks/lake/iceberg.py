@@ -278,6 +278,12 @@ class _Files:
             TableProperties.PARQUET_ROW_GROUP_LIMIT,
             TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
         )
+        # Rows beyond this (in memory) are split into several files by pyiceberg's writer: left to it.
+        self.target = property_as_int(
+            properties,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        )
         self.locations = load_location_provider(metadata.location, properties)
 
     @staticmethod
@@ -523,7 +529,7 @@ class IcebergTable(LakeTable):
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
         plan = self._plan(table, rows.schema)
-        if plan is not None:
+        if plan is not None and rows.nbytes <= (plan.target or 0):
             return plan.write(rows, table.io)
         return list(
             _dataframe_to_data_files(
