@@ -5,8 +5,9 @@ Until a commit names them, readers never see these files; a worker killed before
 no version references, and the upkeep's sweep deletes them once older than the retention. Names are
 random (uuid4): two workers, or a task redone after its worker died, never write the same file.
 
-Iceberg: pyiceberg writes them (`_dataframe_to_data_files`, with the table's schema, partition spec and
-statistics) and the `DataFile` records travel back pickled. Delta: pyarrow writes one file per
+Iceberg: the files pyiceberg's writer makes (the table's schema with its field ids, partition spec,
+Parquet settings and statistics; iceberg.py's `_Files`, or pyiceberg's `_dataframe_to_data_files` for
+rows of another schema) and the `DataFile` records travel back pickled. Delta: pyarrow writes one file per
 partition (the partition columns in its path, as Delta keeps them) and we make its add action, with
 the statistics delta-rs itself writes (numRecords, per-column min, max and null count; timestamps in
 milliseconds, the bounds widened to whole milliseconds).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import itertools
 import json
 import os
@@ -68,7 +69,10 @@ warnings.filterwarnings("ignore", message="Delete operation did not match any re
 def catalog(storage: Storage, uri: str | None) -> Any:
     """The configured catalog, or SQLite at {sink.path}/catalog.db with the warehouse at {sink.path}."""
     require("pyiceberg", "sink.format iceberg")
-    from pyiceberg.catalog import load_catalog
+    from pyiceberg.catalog import _ENV_CONFIG, load_catalog
+    from pyiceberg.utils.config import merge_config
+
+    from etl.sinks.lake.sqlite_catalog import SqliteCatalog, sqlite_path
 
     warehouse = f"file://{os.path.abspath(storage.full(''))}" if storage.local else storage.display()
     props: dict[str, str] = {"warehouse": warehouse}
@@ -88,7 +92,11 @@ def catalog(storage: Storage, uri: str | None) -> Any:
     if storage.s3:
         props.update(s3_properties(storage.options))
     try:
-        found = load_catalog("etl", **props)
+        if props["type"] == "sql" and sqlite_path(props["uri"]) is not None:
+            # SQLite through the standard library, as pyiceberg's SQL catalog keeps it (sqlite_catalog.py)
+            found = SqliteCatalog("etl", **merge_config(_ENV_CONFIG.get_catalog_config("etl") or {}, props))
+        else:
+            found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
     except ImportError as exc:  # SQLAlchemy found no driver (DBAPI) for the URL's dialect
         name = exc.name or str(exc)
@@ -154,6 +162,32 @@ def _thread_safe(evaluate: Any) -> Any:
     return lambda manifest: copy.copy(visitor).eval(manifest)
 
 
+@functools.cache
+def _transaction_type() -> type:
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    class Cached(Transaction):
+        """pyiceberg's transaction computes its metadata (the table's with the staged updates applied,
+        then deep-copied whole) at each of the dozens of reads a commit makes; here once per change of
+        the table's metadata or of the staged updates (both replaced, never changed in place)."""
+
+        _seen: tuple = ()
+
+        @property
+        def table_metadata(self) -> Any:
+            base, updates = self._table.metadata, self._updates
+            if not self._seen or self._seen[0] is not base or self._seen[1] is not updates:
+                self._seen = (base, updates, update_table_metadata(base, updates))
+            return self._seen[2]
+
+    return Cached
+
+
+def _transaction(table: Any) -> Any:
+    return _transaction_type()(table)
+
+
 def _producers() -> tuple[type, type]:
     """pyiceberg's append and overwrite snapshot producers, made to keep the manifest list short: small
     manifests are merged once MERGE_MANIFESTS_AT add up, and an overwrite drops the manifests left with
@@ -186,6 +220,166 @@ def _producers() -> tuple[type, type]:
     return Append, Overwrite
 
 
+def same_schema(metadata: Any, schema: pa.Schema) -> bool:
+    """Is the arrow schema the table's own: the same columns in the same order, of the same Iceberg types
+    and nullability (then the rows fit without pyiceberg's check, which renders a rich text table of
+    every field each time)?"""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+
+    table_schema = metadata.schema()
+    try:
+        given = pyarrow_to_schema(
+            schema, name_mapping=table_schema.name_mapping, format_version=metadata.format_version
+        )
+    except ValueError:
+        return False
+    return bool(given.as_struct() == table_schema.as_struct())
+
+
+class _Files:
+    """How rows of one arrow schema become data files of one table schema and partition spec: what
+    pyiceberg's writer (`_dataframe_to_data_files`) works out again for every file (the rows' schema
+    converted, checked and projected, its configuration read, the statistics plan made: several
+    milliseconds a file) is worked out once. The files hold the same: the table's columns with their
+    field ids, pyiceberg's Parquet settings (but for dictionaries) and statistics, its file names and
+    locations. Only rows whose schema is the table's own, flat, take this path (`of` says None
+    otherwise)."""
+
+    def __init__(self, metadata: Any, schema: pa.Schema) -> None:
+        from pyiceberg.io.pyarrow import (
+            _get_parquet_writer_kwargs,
+            compute_statistics_plan,
+            parquet_path_to_id_mapping,
+        )
+        from pyiceberg.table import TableProperties
+        from pyiceberg.table.locations import load_location_provider
+        from pyiceberg.utils.properties import property_as_int
+
+        table_schema, properties = metadata.schema(), metadata.properties
+        self.spec, self.table_schema, self.spec_id = metadata.spec(), table_schema, metadata.default_spec_id
+        self.schema = pa.schema(
+            [
+                f.with_metadata({b"PARQUET:field_id": str(table_schema.find_field(f.name).field_id).encode()})
+                for f in schema
+            ]
+        )
+        self.statistics = compute_statistics_plan(table_schema, properties)
+        self.columns = parquet_path_to_id_mapping(table_schema)
+        # pyiceberg's settings, but dictionaries only where they pay off, as in etl's Parquet datasets
+        # (etl/sinks/formats.py): on timestamps and measured values the dictionary's hash table grows
+        # with every distinct value, for files a third larger (raw rows of the bench: 10-18 ms a file
+        # and 630 kB with them, 6 ms and 430 kB without).
+        keyed = [
+            f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))
+        ]
+        self.options = {**_get_parquet_writer_kwargs(properties), "use_dictionary": keyed}
+        self.row_group = property_as_int(
+            properties,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT,
+            TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
+        )
+        # Rows beyond this (in memory) are split into several files by pyiceberg's writer: left to it.
+        self.target = property_as_int(
+            properties,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        )
+        self.locations = load_location_provider(metadata.location, properties)
+
+    @staticmethod
+    def of(metadata: Any, schema: pa.Schema) -> _Files | None:
+        """The plan, when `schema` is the table's (`same_schema`), flat, and every name one Avro
+        accepts (pyiceberg would rename it in files)."""
+        from pyiceberg.schema import sanitize_column_names
+
+        table_schema = metadata.schema()
+        flat = not any(pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type) for f in schema)
+        if not flat or not same_schema(metadata, schema):
+            return None
+        return _Files(metadata, schema) if sanitize_column_names(table_schema) == table_schema else None
+
+    def write(self, rows: pa.Table, io: Any) -> list[Any]:
+        from pyiceberg.utils.concurrent import ExecutorFactory
+
+        write_uuid = uuid.uuid4()
+        parts = self._partitions(pa.Table.from_arrays(rows.columns, schema=self.schema))
+        tasks = [(f"00000-{i}-{write_uuid}.parquet", key, part) for i, (key, part) in enumerate(parts)]
+        if len(tasks) == 1:
+            return [self._file(io, *tasks[0])]
+        return list(ExecutorFactory.get_or_create().map(lambda task: self._file(io, *task), tasks))
+
+    def _partitions(self, rows: pa.Table) -> list[tuple[Any, pa.Table]]:
+        """(partition key, rows) per partition; no copy when there is one (a slab's day)."""
+        import pyarrow.compute as pc
+        from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+        if self.spec.is_unpartitioned():
+            return [(None, rows)]
+        keys = {}
+        for i, field in enumerate(self.spec.fields):
+            source = self.table_schema.find_field(field.source_id)
+            column = rows.column(self.table_schema.find_column_name(field.source_id))
+            keys[f"_partition_{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
+        values = pa.table(keys)
+        unique = values.group_by(list(keys)).aggregate([]).to_pylist()
+        out = []
+        for combination in unique:
+            key = PartitionKey(
+                field_values=[
+                    PartitionFieldValue(field=field, value=combination[f"_partition_{i}"])
+                    for i, field in enumerate(self.spec.fields)
+                ],
+                partition_spec=self.spec,
+                schema=self.table_schema,
+            )
+            if len(unique) == 1:
+                out.append((key, rows))
+                continue
+            mask = reduce(
+                lambda a, b: pc.and_kleene(a, b),
+                [
+                    pc.is_null(values.column(name))
+                    if value is None
+                    else pc.equal(values.column(name), pa.scalar(value, values.column(name).type))
+                    for name, value in combination.items()
+                ],
+            )
+            out.append((key, rows.filter(mask)))
+        return out
+
+    def _file(self, io: Any, name: str, key: Any, rows: pa.Table) -> Any:
+        import pyarrow.parquet as pq
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.typedef import Record
+
+        path = self.locations.new_data_location(data_file_name=name, partition_key=key)
+        output = io.new_output(path)
+        with output.create(overwrite=True) as stream:
+            writer = pq.ParquetWriter(
+                stream, schema=self.schema, store_decimal_as_integer=True, **self.options
+            )
+            writer.write(rows, row_group_size=self.row_group)
+            writer.close()
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=writer.writer.metadata,
+            stats_columns=self.statistics,
+            parquet_column_mapping=self.columns,
+        )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=path,
+            file_format=FileFormat.PARQUET,
+            partition=key.partition if key is not None else Record(),
+            file_size_in_bytes=len(output),
+            sort_order_id=None,
+            spec_id=self.spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
+
+
 class IcebergTable(LakeTable):
     kind: ClassVar[str] = "iceberg"
 
@@ -203,6 +397,7 @@ class IcebergTable(LakeTable):
         self.identifier = (NAMESPACE, name.replace("/", "_"))
         self._table: Any = None  # the handle: pyiceberg updates its metadata in place with each commit
         self._exists = False
+        self._plans: dict[tuple, _Files | None] = {}  # per (schema, spec, settings, rows' schema)
 
     @property
     def uri(self) -> str:
@@ -239,7 +434,7 @@ class IcebergTable(LakeTable):
                 self._table = self._load()
             props = self._table.metadata.properties
             if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
-                with self._table.transaction() as txn:
+                with _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         return self._table
 
@@ -249,12 +444,7 @@ class IcebergTable(LakeTable):
 
     def write_files(self, rows: pa.Table) -> list[Any]:
         """The rows as data files of the table, not committed (a Dask worker's)."""
-        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
-
         table = self._handle()
-        _check_pyarrow_schema_compatible(
-            table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
-        )
         return self._write(table, rows)
 
     def holds_none_of(self, replace: Replace) -> bool:
@@ -267,20 +457,27 @@ class IcebergTable(LakeTable):
         return next(iter(table.scan(row_filter=expression(replace)).plan_files()), None) is None
 
     def _create(self, schema: pa.Schema) -> Any:
+        """The table, made with its partition spec in one catalog commit (a create transaction would
+        recompute and deep-copy the whole metadata at each step, then have it read back)."""
+        from pyiceberg.catalog import Catalog
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.schema import assign_fresh_schema_ids
+        from pyiceberg.table import TableProperties
         from pyiceberg.transforms import DayTransform, IdentityTransform
 
-        if not self.time_key and not self.partition_by:  # a reference table: one catalog commit
-            return self.catalog.create_table(self.identifier, schema=schema, properties=TABLE_PROPERTIES)
-        txn = self.catalog.create_table_transaction(
-            self.identifier, schema=schema, properties=TABLE_PROPERTIES
+        version = int(TABLE_PROPERTIES.get("format-version", TableProperties.DEFAULT_FORMAT_VERSION))
+        fields = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema, version))
+        partitions = [(self.time_key, DayTransform(), f"{self.time_key}_day")] if self.time_key else []
+        partitions += [(column, IdentityTransform(), column) for column in self.partition_by]
+        spec = PartitionSpec(
+            *(
+                PartitionField(fields.find_field(column).field_id, 1000 + i, transform, name)
+                for i, (column, transform, name) in enumerate(partitions)
+            )
         )
-        with txn.update_spec() as spec:
-            if self.time_key:
-                spec.add_field(self.time_key, DayTransform(), f"{self.time_key}_day")
-            for column in self.partition_by:
-                spec.add_field(column, IdentityTransform(), column)
-        txn.commit_transaction()
-        return self._load()
+        return self.catalog.create_table(
+            self.identifier, schema=fields, partition_spec=spec, properties=TABLE_PROPERTIES
+        )
 
     # -- committing ----------------------------------------------------------------------------------
 
@@ -311,9 +508,29 @@ class IcebergTable(LakeTable):
             ) from None
         return []
 
+    def _plan(self, table: Any, schema: pa.Schema) -> _Files | None:
+        """How rows of `schema` are written into the table (None: by pyiceberg's writer), once checked
+        that they fit it (pyiceberg's check builds a rich text table of every field each time)."""
+        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
+
+        metadata = table.metadata
+        settings = tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith("write.")))
+        key = (metadata.table_uuid, metadata.current_schema_id, metadata.default_spec_id, settings, schema)
+        if key not in self._plans:
+            plan = _Files.of(metadata, schema)
+            if plan is None and not same_schema(metadata, schema):
+                _check_pyarrow_schema_compatible(
+                    metadata.schema(), schema, format_version=metadata.format_version
+                )
+            self._plans[key] = plan
+        return self._plans[key]
+
     def _write(self, table: Any, rows: pa.Table) -> list[Any]:
         from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+        plan = self._plan(table, rows.schema)
+        if plan is not None and rows.nbytes <= (plan.target or 0):
+            return plan.write(rows, table.io)
         return list(
             _dataframe_to_data_files(
                 table.metadata, rows, table.io, write_uuid=uuid.uuid4(), counter=itertools.count()
@@ -330,16 +547,14 @@ class IcebergTable(LakeTable):
         ready: Callable[[], object] | None = None,
     ) -> list[str]:
         from pyiceberg.expressions import AlwaysTrue
-        from pyiceberg.io.pyarrow import ArrowScan, _check_pyarrow_schema_compatible
+        from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.table.snapshots import Operation
 
         written: list[Any] = []
         try:
             new = list(files)
             if rows is not None and rows.num_rows:
-                _check_pyarrow_schema_compatible(
-                    table.metadata.schema(), rows.schema, format_version=table.metadata.format_version
-                )
+                self._plan(table, rows.schema)  # rows that do not fit fail here, before any file is read
             removed, kept, kept_bytes = [], [], 0
             if replace is not None and table.current_snapshot() is not None:
                 schema = table.metadata.schema()
@@ -370,7 +585,7 @@ class IcebergTable(LakeTable):
                 return []
             properties = checkpoint.properties() if checkpoint else {}
             append, overwrite = _producers()
-            txn = table.transaction()
+            txn = _transaction(table)
             if removed:
                 producer = overwrite(Operation.OVERWRITE, txn, table.io, snapshot_properties=properties)
                 if replace is not None:  # a concurrent writer's files in our ranges fail the commit
@@ -572,7 +787,7 @@ class IcebergTable(LakeTable):
             if not removed:
                 return 0
             _, overwrite = _producers()
-            txn = table.transaction()
+            txn = _transaction(table)
             with overwrite(Operation.OVERWRITE, txn, table.io) as producer:
                 for data_file in removed:
                     producer.delete_data_file(data_file)
@@ -592,7 +807,7 @@ class IcebergTable(LakeTable):
         table = self._handle()
         if retention_ms is None and len(table.metadata.snapshots) <= versions:
             return 0
-        txn = table.transaction()
+        txn = _transaction(table)
         expired = self._stage_expiry(txn, retention_ms, versions, force=now)
         if not expired:
             return 0
