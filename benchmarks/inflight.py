@@ -67,6 +67,8 @@ def main() -> None:
                 sum(max(0.0, min(e, last) - max(s, first)) for s, e, _ in spans) / (last - first), 2
             ),
             "first_series_after_s": round(first - min(s for s, _, _ in spans), 3),
+            "series_phase_s": round(last - first, 3),
+            "after_last_series_s": round(time.perf_counter() - last, 3),  # writes, commits, summary
             "timeline": [round(x) for x in timeline(series, args.step)],
         }
         print(json.dumps(doc), file=sys.stderr, flush=True)
