@@ -20,9 +20,14 @@ WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --ti
 .PHONY: run test test-fast lint emulator bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres
 
+# The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
+# set, every `etl` process would otherwise compile etl's modules anew (0.1-0.3 CPU-s each).
+COMPILE = $(BIN)/python -m compileall -q etl etl_emulator
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(COMPILE)
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -116,6 +121,7 @@ bench-tools:
 ## BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py; results in
 ## benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
 bench: $(BENCH_STAMP) bench-tools
+	$(COMPILE)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/foreign.py $(FOREIGN_ARGS)
 
@@ -126,6 +132,7 @@ bench: $(BENCH_STAMP) bench-tools
 FLEET_FOREIGN_ARGS ?= --params 800 8000 40000 --days 1 --period-range 10:900 --servers nginx threaded \
 	--latencies 0.05 --repeat 1 --json benchmarks/results/foreign-fleet.json
 bench-fleet: $(STAMP) bench-tools
+	$(COMPILE)
 	$(BIN)/python benchmarks/fleet.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/foreign.py $(FLEET_FOREIGN_ARGS)
 
@@ -133,6 +140,7 @@ bench-fleet: $(STAMP) bench-tools
 ## maintenance command: CPU and wall of the first and last 10 runs, files per day partition, bytes that
 ## are not data, peak RSS, exactness (docs/lake.md). Hours on 2 cores; BENCH_ARGS="--runs 40" for less.
 bench-schedule: $(STAMP)
+	$(COMPILE)
 	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
 
 emulator: $(STAMP)
