@@ -79,3 +79,22 @@ def test_schedule_benchmark_runs_hourly_runs_into_every_format(tmp_path):
         assert len(f["runs"]) == 3 and f["exact"], (name, f["exact_detail"])
         assert f["files_per_partition_max"] >= 1 and f["non_data_bytes"] > 0 and f["first"]["cpu_seconds"] > 0
     assert "files/day" in done.stdout
+
+
+def test_ab_benchmark_pairs_two_builds_on_the_hourly_start_up(tmp_path):
+    out = tmp_path / "ab.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/ab.py", "--trees", f"A={ROOT}", f"B={ROOT}", "--workload", "hour"]
+        + ["--repeat", "1", "--json", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    doc = json.loads(out.read_text())
+    assert set(doc["builds"]) == {"A", "B"}
+    for build in doc["builds"].values():
+        assert 0 < build["cpu_seconds"]["min"] <= build["cpu_seconds"]["median"]
+        assert build["peak_rss_mb"]["median"] > 20
+    assert "load average" in done.stdout
