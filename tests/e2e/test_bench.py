@@ -9,18 +9,23 @@ import sys
 from tests.support import ROOT
 
 
-def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
-    out = tmp_path / "bench.json"
-    # dlt is an optional extra (make bench installs it); the naive peer stands in for the peers here
+def bench(tmp_path, script: str, *args: str, timeout: int = 240) -> tuple[dict, str]:
+    """Runs a benchmark script with `--json` and returns its document and its output."""
+    out = tmp_path / "out.json"
     done = subprocess.run(
-        [sys.executable, "benchmarks/run.py", "--quick", "--skip", "dlt", "--json", str(out)],
+        [sys.executable, f"benchmarks/{script}", *args, "--json", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text()), done.stdout
+
+
+def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
+    # dlt is an optional extra (make bench installs it); the naive peer stands in for the peers here
+    doc, stdout = bench(tmp_path, "run.py", "--quick", "--skip", "dlt")
     points = doc["dataset"]["points"]
     assert points > 1000 and doc["dataset"]["requests"] >= doc["dataset"]["planned_windows"] > 0
     main, cpu_bound = doc["tables"]["50ms"], doc["tables"]["0ms"]
@@ -36,20 +41,11 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     assert {"ceiling_share", "vs_naive", "peak_rss", "rss_growth", "emulator_rps"} <= set(doc["targets"])
     for lake in ("etl-delta", "etl-iceberg"):  # the same run into lake tables: every point, once
         assert main[lake]["best"]["rows"] == points, lake
-    assert "skipped: --skip" in done.stdout  # dlt's row says why it is missing
+    assert "skipped: --skip" in stdout  # dlt's row says why it is missing
 
 
 def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
-    out = tmp_path / "fleet.json"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/fleet.py", "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
-    doc = json.loads(out.read_text())
+    doc, stdout = bench(tmp_path, "fleet.py", "--quick")
     for run in doc["sizes"].values():
         # the same work: the replay is the warm-up run's requests (sign-in excepted); discovery's
         # look-ahead pages may differ by a request or two between runs
@@ -60,41 +56,25 @@ def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
         assert run["etl"]["files_per_partition"] >= 1 and run["cpu_ratio"] > 0
     assert set(doc["latencies"]) == {"0ms", "10ms"}
     assert doc["history"]["2"]["points"] > doc["history"]["1"]["points"]
-    assert "peak RSS from the smallest to the widest fleet" in done.stdout
+    assert "peak RSS from the smallest to the widest fleet" in stdout
 
 
 def test_schedule_benchmark_runs_hourly_runs_into_every_format(tmp_path):
-    out = tmp_path / "schedule.json"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/schedule.py", "--quick", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
-    doc = json.loads(out.read_text())
+    doc, stdout = bench(tmp_path, "schedule.py", "--quick", timeout=300)
     assert set(doc["formats"]) == {"parquet", "delta", "iceberg"}
     for name, f in doc["formats"].items():
         assert len(f["runs"]) == 3 and f["exact"], (name, f["exact_detail"])
         assert f["files_per_partition_max"] >= 1 and f["non_data_bytes"] > 0 and f["first"]["cpu_seconds"] > 0
-    assert "files/day" in done.stdout
+    assert "files/day" in stdout
 
 
 def test_ab_benchmark_pairs_two_builds_on_the_hourly_start_up(tmp_path):
-    out = tmp_path / "ab.json"
-    done = subprocess.run(
-        [sys.executable, "benchmarks/ab.py", "--trees", f"A={ROOT}", f"B={ROOT}", "--workload", "hour"]
-        + ["--repeat", "1", "--json", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    trees = [f"A={ROOT}", f"B={ROOT}"]
+    doc, stdout = bench(
+        tmp_path, "ab.py", "--trees", *trees, "--workload", "hour", "--repeat", "1", timeout=120
     )
-    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
-    doc = json.loads(out.read_text())
     assert set(doc["builds"]) == {"A", "B"}
     for build in doc["builds"].values():
         assert 0 < build["cpu_seconds"]["min"] <= build["cpu_seconds"]["median"]
         assert build["peak_rss_mb"]["median"] > 20
-    assert "load average" in done.stdout
+    assert "load average" in stdout
