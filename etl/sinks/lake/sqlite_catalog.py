@@ -127,6 +127,10 @@ class SqliteCatalog(MetastoreCatalog):
             identifier
         )
 
+    def _require(self, namespace: str | Identifier) -> None:
+        if not self.namespace_exists(namespace):
+            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+
     def _location(self, namespace: str, name: str) -> str | None:
         rows = self._rows(
             "SELECT metadata_location FROM iceberg_tables"
@@ -170,9 +174,7 @@ class SqliteCatalog(MetastoreCatalog):
         sort_order: SortOrder = UNSORTED_SORT_ORDER,
         properties: Properties = EMPTY_DICT,
     ) -> Table:
-        namespace, _ = self._names(identifier)
-        if not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._require(self._names(identifier)[0])
         staged = self._create_staged_table(
             identifier, schema, location, partition_spec, sort_order, properties
         )
@@ -195,9 +197,7 @@ class SqliteCatalog(MetastoreCatalog):
         sort_order: SortOrder = UNSORTED_SORT_ORDER,
         properties: Properties = EMPTY_DICT,
     ) -> CreateTableTransaction:
-        namespace, _ = self._names(identifier)
-        if not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._require(self._names(identifier)[0])
         return super().create_table_transaction(
             identifier, schema, location, partition_spec, sort_order, properties
         )
@@ -208,8 +208,7 @@ class SqliteCatalog(MetastoreCatalog):
         if overwrite:
             raise NotImplementedError("`overwrite` isn't supported")
         namespace, name = self._names(identifier)
-        if not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._require(namespace)
         self._insert(namespace, name, metadata_location)
         return self.load_table(identifier)
 
@@ -237,8 +236,7 @@ class SqliteCatalog(MetastoreCatalog):
     def rename_table(self, from_identifier: str | Identifier, to_identifier: str | Identifier) -> Table:
         namespace, name = self._names(from_identifier)
         to_namespace, to_name = self._names(to_identifier)
-        if not self.namespace_exists(to_namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {to_namespace}")
+        self._require(to_namespace)
         try:
             cursor = self._execute(
                 "UPDATE iceberg_tables SET table_namespace = ?, table_name = ?"
@@ -287,8 +285,8 @@ class SqliteCatalog(MetastoreCatalog):
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
 
     def list_tables(self, namespace: str | Identifier) -> list[Identifier]:
-        if namespace and not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        if namespace:
+            self._require(namespace)
         rows = self._rows(
             "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = ? AND table_namespace = ?"
             + self._tables_only(),
@@ -328,8 +326,7 @@ class SqliteCatalog(MetastoreCatalog):
             raise NamespaceAlreadyExistsError(f"Namespace {namespace} already exists") from exc
 
     def drop_namespace(self, namespace: str | Identifier) -> None:
-        if not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        self._require(namespace)
         text = Catalog.namespace_to_string(namespace)
         if tables := self.list_tables(namespace):
             raise NamespaceNotEmptyError(f"Namespace {text} is not empty. {len(tables)} tables exist.")
@@ -339,8 +336,8 @@ class SqliteCatalog(MetastoreCatalog):
         )
 
     def list_namespaces(self, namespace: str | Identifier = ()) -> list[Identifier]:
-        if namespace and not self.namespace_exists(namespace):
-            raise NoSuchNamespaceError(f"Namespace does not exist: {namespace}")
+        if namespace:
+            self._require(namespace)
         rows = self._rows(
             "SELECT table_namespace FROM iceberg_tables WHERE catalog_name = ?"
             " UNION SELECT namespace FROM iceberg_namespace_properties WHERE catalog_name = ?",
