@@ -109,6 +109,7 @@ class Session:
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
         self.auth = SessionAuth(self.base_url, username, password, self.stats, sign_in)
+        self.max_in_flight = max_in_flight
         self._in_flight = asyncio.Semaphore(max_in_flight)
         # Decoders that release the GIL run here, beside the event loop. Two threads parse faster than
         # one loop downloads; more would only add per-thread allocator caches to the peak memory.

@@ -5,7 +5,8 @@ Parameters are listed with the document's paged search (`/search/params`, many `
 their object and kind, and for a sample object it must list exactly what the per-object physical and
 calculated lists do. Otherwise, two lists per object (what the document guarantees). The check and the
 first pages of the search are asked at once: sign-in, objects, search, its empty last page are the
-four round trips before the first series request.
+four round trips before the first series request. A fleet whose lists all fit in one round of requests
+(two an object, at most the requests in flight) is listed object by object: three round trips.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from array import array
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
 SEARCH_PAGE = 1000
 SEARCHES_AT_ONCE = 4
+
+_List = Callable[[int], Awaitable[list[Parameter]]]  # an object's parameters of one list
 
 
 @dataclass
@@ -184,14 +187,20 @@ async def _search(
         await _per_object(client, sorted(untyped), selection.kinds, selection)
 
 
-async def _per_object(
-    client: MonitoringClient, object_ids: list[int], kinds: set[str], selection: _Selection | None = None
-) -> list[Parameter]:
-    lists = []
+def _lists(client: MonitoringClient, kinds: set[str]) -> list[_List]:
+    """The per-object lists that hold parameters of these kinds (signals are among the physical ones)."""
+    lists: list[_List] = []
     if {"physical", "signal"} & kinds:
         lists.append(client.physical_params)
     if "calculated" in kinds:
         lists.append(client.calculated_params)
+    return lists
+
+
+async def _per_object(
+    client: MonitoringClient, object_ids: list[int], kinds: set[str], selection: _Selection | None = None
+) -> list[Parameter]:
+    lists = _lists(client, kinds)
     listed: list[Parameter] = []
 
     async def one(object_id: int, fetch) -> None:
@@ -241,9 +250,9 @@ async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
     records, selection = Rows("objects"), _Selection(select.parameters)
     try:
         object_ids = await _objects(client, select, records)
-        if len(object_ids) > 1:
+        if len(_lists(client, selection.kinds)) * len(object_ids) > client.session.max_in_flight:
             await _search_or_list(client, object_ids, selection)
-        else:
+        else:  # the lists in one round trip, where the search needs two (its check, its empty last page)
             await _per_object(client, object_ids, selection.kinds, selection)
         selection.check(client.session.username)
     except BaseException:

@@ -1,6 +1,6 @@
 """Discovery asks the search's trust check and its first pages at once (etl/pipeline/discover.py): four
 round trips before the first series request; a search that cannot be trusted still falls back to the
-lists, its speculative pages dropped."""
+lists, its speculative pages dropped. A fleet whose lists fit in one round is listed: three round trips."""
 
 from __future__ import annotations
 
@@ -8,11 +8,21 @@ import asyncio
 
 import httpx
 import orjson
+import pytest
 
 from etl.client import MonitoringClient
 from etl.client.wire import WireTransport
 from etl.config import SelectConfig
 from etl.pipeline.discover import discover
+from etl_emulator.server import run_emulator
+from tests.support.emulator import emulator_config
+
+
+@pytest.fixture(scope="module")
+def nine_objects():
+    """More objects than one round of lists holds (2 lists x 9 objects > 16 in flight)."""
+    with run_emulator(emulator_config(objects=9)) as running:
+        yield running
 
 
 class _Rounds(httpx.AsyncBaseTransport):
@@ -58,15 +68,24 @@ def _discover(emulator, untrusted: bool) -> tuple[list[int], _Rounds]:
     return found.params.id.tolist(), transport
 
 
-def test_the_search_and_its_check_share_round_trips(emulator):
-    ids, transport = _discover(emulator, untrusted=False)
-    assert len(ids) == 8  # 2 objects x (3 physical + 1 calculated)
+def test_the_search_and_its_check_share_round_trips(nine_objects):
+    ids, transport = _discover(nine_objects, untrusted=False)
+    assert len(ids) == 36  # 9 objects x (3 physical + 1 calculated)
+    assert sum(p.endswith("/db/contrcalcparam") for p in transport.paths) == 1  # the check's sample
     # sign-in, objects, [check + first page], the empty page that ends the listing
     assert transport.rounds == 4, transport.paths
 
 
-def test_an_untrusted_search_falls_back_to_the_lists(emulator):
-    trusted, _ = _discover(emulator, untrusted=False)
-    ids, transport = _discover(emulator, untrusted=True)
+def test_an_untrusted_search_falls_back_to_the_lists(nine_objects):
+    trusted, _ = _discover(nine_objects, untrusted=False)
+    ids, transport = _discover(nine_objects, untrusted=True)
     assert ids == trusted
-    assert sum(p.endswith("/db/contrdeviceparam") for p in transport.paths) == 2 + 1  # each object + check
+    assert sum(p.endswith("/db/contrdeviceparam") for p in transport.paths) == 9 + 1  # each object + check
+
+
+def test_a_few_objects_are_listed_in_one_round_trip(emulator):
+    ids, transport = _discover(emulator, untrusted=False)
+    assert len(ids) == 8  # 2 objects x (3 physical + 1 calculated)
+    assert not any(p.endswith("/search/params") for p in transport.paths)
+    assert sum(p.endswith(("/db/contrdeviceparam", "/db/contrcalcparam")) for p in transport.paths) == 4
+    assert transport.rounds == 3, transport.paths  # sign-in, objects, the lists
