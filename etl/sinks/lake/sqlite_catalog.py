@@ -35,7 +35,7 @@ from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.serializers import FromInputFile
-from pyiceberg.table import CommitTableResponse, CreateTableTransaction, StagedTable, Table
+from pyiceberg.table import CommitTableResponse, StagedTable, Table
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER, SortOrder
 from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 
@@ -186,20 +186,6 @@ class SqliteCatalog(MetastoreCatalog):
             metadata_location=staged.metadata_location,
             io=staged.io,
             catalog=self,
-        )
-
-    def create_table_transaction(
-        self,
-        identifier: str | Identifier,
-        schema: Schema | pa.Schema,
-        location: str | None = None,
-        partition_spec: PartitionSpec = UNPARTITIONED_PARTITION_SPEC,
-        sort_order: SortOrder = UNSORTED_SORT_ORDER,
-        properties: Properties = EMPTY_DICT,
-    ) -> CreateTableTransaction:
-        self._require(self._names(identifier)[0])
-        return super().create_table_transaction(
-            identifier, schema, location, partition_spec, sort_order, properties
         )
 
     def register_table(
