@@ -304,6 +304,25 @@ class ExecutorConfig(Strict):
         return self
 
 
+class DimensionsConfig(Strict):
+    enabled: bool = Field(True, description="snapshot objects, parameters and the reference tables")
+    refresh: int = Field(
+        86_400_000,
+        description="units, commands and lookups are fetched again when their snapshot is older, e.g. "
+        "1d; 0: every run (objects and parameters are written every run, from discovery)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+    @field_validator("refresh", mode="before")
+    @classmethod
+    def _refresh(cls, value: Any) -> int:
+        return _duration(value)
+
+
 class Config(Strict):
     source: SourceConfig
     select: SelectConfig = SelectConfig()
@@ -314,7 +333,7 @@ class Config(Strict):
     sink: SinkConfig
     state: StateConfig = StateConfig()
     executor: ExecutorConfig = ExecutorConfig()
-    dimensions: bool = Field(True, description="snapshot objects, parameters and references each run")
+    dimensions: DimensionsConfig = DimensionsConfig()
 
     @field_validator("series")
     @classmethod

@@ -185,6 +185,13 @@ class Build:
         end = self.window_end if self.window_end is not None else window.end_ms(now_ms())
         return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, end))
 
+    def references_written(self) -> bool:
+        """Whether every reference table is there to be kept: file formats list their folder (a table
+        deleted by hand is fetched again); a lake's tables are taken as its catalog keeps them."""
+        if self.lake is not None:
+            return True
+        return set(dimensions.REFERENCES) <= set(self.data.listdir(dimensions.FOLDER))
+
     def write_dimensions(self, tables: dict[str, Rows]) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""
         if self.lake is not None:

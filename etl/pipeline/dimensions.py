@@ -1,7 +1,10 @@
 """Snapshots of the reference data analysts join to series: objects, devices, parameters, lookups.
 
 Each table is a folder with one file per source (instance of the platform), a `source` column in it:
-`dimensions/{table}/{source}.{ext}`, replaced whole by each run. Records become Arrow pages spooled to
+`dimensions/{table}/{source}.{ext}`, replaced whole. Objects and parameters come from discovery and are
+written by every run; the reference tables fetched for them (units, commands, lookups) only when their
+snapshot is older than `dimensions.refresh` or was taken of other objects (`due`): an hourly run makes
+none of their requests. Records become Arrow pages spooled to
 local files (`Rows`), so a wide fleet's records never pile up in memory; each file is then written page
 by page. Columns are snake_case and typed (lists of strings, nested records as structs; etl/records.py).
 """
@@ -9,6 +12,7 @@ by page. Columns are snake_case and typed (lists of strings, nested records as s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -28,6 +32,20 @@ FOLDER = "dimensions"
 PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
 ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
 AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
+LISTED = ("objects", "parameters")  # from discovery: no request of their own
+LOOKUPS = ("zones", "classifiers", "room_types", "rooms")
+REFERENCES = ("units", "commands", *LOOKUPS)  # fetched here
+
+
+def due(note: dict, object_ids: list[int], sink: str, refresh_ms: int, now: int) -> tuple[bool, dict]:
+    """Whether the reference tables are to be fetched again (`note`: what their last snapshot noted),
+    and what to note once they are written."""
+    objects = hashlib.sha256(",".join(map(str, sorted(object_ids))).encode()).hexdigest()[:32]
+    fresh = {"fetched": now, "objects": objects, "sink": sink}
+    fetched = note.get("fetched")
+    age = now - fetched if isinstance(fetched, int) else -1
+    kept = note.get("objects") == objects and note.get("sink") == sink and 0 <= age < refresh_ms
+    return not kept, fresh
 
 
 class Rows:
@@ -137,13 +155,19 @@ class Rows:
 
 
 async def collect(
-    client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
+    client: MonitoringClient,
+    object_ids: list[int],
+    objects: Rows,
+    parameters: Rows,
+    references: bool = True,
 ) -> tuple[dict[str, Rows], list[str]]:
-    """Every dimension table: objects and parameters as discovery listed them, the rest fetched here;
-    and, one line each, the tables that could not be fetched (an answer that cannot be read): those are
-    left as the last run wrote them."""
+    """Every dimension table: objects and parameters as discovery listed them, the references fetched
+    here (unless not `references`); and, one line each, the tables that could not be fetched (an answer
+    that cannot be read): those are left as the last run wrote them."""
     tables = {"objects": objects, "parameters": parameters}
     failed: list[str] = []
+    if not references:
+        return tables, failed
 
     async def table(name: str, fetch) -> None:
         rows = Rows(name)
@@ -184,14 +208,9 @@ async def collect(
         await table("commands", commands)
     else:
         failed.append("dimension table commands: its devices come from the units, which failed")
-    lookups = {
-        "zones": client.zones,
-        "classifiers": client.classifiers,
-        "room_types": client.room_types,
-        "rooms": client.rooms,
-    }
-    await asyncio.gather(*(table(name, lookup(fetch)) for name, fetch in lookups.items()))
-    order = ["objects", "units", "parameters", "commands", *lookups]
+    fetches = (client.zones, client.classifiers, client.room_types, client.rooms)
+    await asyncio.gather(*(table(name, lookup(fetch)) for name, fetch in zip(LOOKUPS, fetches, strict=True)))
+    order = ["objects", "units", "parameters", "commands", *LOOKUPS]
     return {name: tables[name] for name in order if name in tables}, failed
 
 

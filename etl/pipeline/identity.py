@@ -18,6 +18,7 @@ from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Shard
 from etl.state import Coverage, StateStore
+from etl.state.store import SNAPSHOT
 from etl.storage.files import Storage
 
 
@@ -39,7 +40,7 @@ def check_source_identity(config: Config, coverage: Coverage, param_ids: np.ndar
         return
     options = config.sink.storage_options
     root = config.state_path.rsplit("/", 1)[0]  # the state folder of every source
-    if any(name != "lock" for name in Storage(config.state_path, options).listdir("")):
+    if any(name not in ("lock", SNAPSHOT) for name in Storage(config.state_path, options).listdir("")):
         return  # checkpoints of this source after all (another shard's)
     for other in Storage(root, options).listdir(""):
         if other == source.name:

@@ -97,6 +97,7 @@ class RunSummary:
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
     lake_commits: int = 0  # lake tables: grouped commits of the series tables
     upkeep: dict | None = None  # lake tables: what the run's maintenance did
+    dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
@@ -134,6 +135,7 @@ class RunSummary:
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+            "dimensions": self.dimensions,
             **(
                 {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}
                 if self.upkeep is not None or self.lake_commits
@@ -299,7 +301,7 @@ class Runner:
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
-                if self.config.dimensions
+                if self.config.dimensions.enabled
                 else None
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
@@ -359,9 +361,23 @@ class Runner:
     async def _dimensions(
         self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
     ) -> None:
-        tables, failed = await dimensions.collect(client, object_ids, objects, parameters)
+        def due() -> tuple[bool, dict]:
+            stale, fresh = dimensions.due(
+                self.store.snapshot(),
+                object_ids,
+                self.config.sink.format,
+                self.config.dimensions.refresh,
+                now_ms(),
+            )
+            return stale or self.options.full_refresh or not self.build.references_written(), fresh
+
+        fetch, fresh = await asyncio.to_thread(due)
+        tables, failed = await dimensions.collect(client, object_ids, objects, parameters, fetch)
         self.left_out += failed
+        self.summary.dimensions = list(tables)
         await asyncio.to_thread(self.build.write_dimensions, tables)
+        if fetch and not failed:
+            await asyncio.to_thread(self.store.note_snapshot, fresh)
 
     def _merge_committed(self, coverage: Coverage) -> None:
         if self.committed:

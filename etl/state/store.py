@@ -9,6 +9,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/log/{seq}.json         one slab's windows, committed after its files are durable
                                    (lake formats: and the table commit that holds them, see docs/lake.md)
     {store}/lock                   the run lock (etl/lock.py)
+    {store}/dimensions.json        when the reference tables were last fetched, and for which objects
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from etl.storage.files import Storage
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT = "dimensions.json"
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
 _BASE = re.compile(r"base-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
@@ -207,6 +209,21 @@ class StateStore:
         self._segments.append(self._seq)
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
+
+    def snapshot(self) -> dict:
+        """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged
+        note only makes the tables be fetched again."""
+        data = self.storage.read(SNAPSHOT)
+        try:
+            note = orjson.loads(data) if data else {}
+        except orjson.JSONDecodeError:
+            return {}
+        return note if isinstance(note, dict) else {}
+
+    def note_snapshot(self, note: dict) -> None:
+        """Once the reference tables it describes are written."""
+        self.run_lock.check()
+        self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
 
     def compact(self, coverage: Coverage, *, force: bool = False) -> None:
         """Fold the log into a new base (when it has grown, or always with force)."""
