@@ -1,6 +1,7 @@
 """Before and after: `etl run` from two or more builds, alternating, against one emulator.
 
-    python benchmarks/ab.py --commits d44cd22 HEAD [--workload bench|hour] [--latency 0.05] [--repeat 7]
+    python benchmarks/ab.py --commits d44cd22 HEAD [--workload bench|hour] [--format parquet|delta]
+        [--latency 0.05] [--repeat 7]
     python benchmarks/ab.py --trees OLD=/path/to/checkout NEW=. ...
 
 Each commit is checked out as a detached git worktree in a temp folder (removed afterwards) and its
@@ -13,6 +14,9 @@ Workloads:
   `--latency` seconds; the run's seconds (sign-in to the last write), its process wall, CPU, peak RSS.
 - `hour`: the start-up of an hourly run (24 parameters; a first run over a day, then the measured run one
   hour further, restored from a copy of the first run's output each time).
+
+`--format`: the sink's (Iceberg is left out: its SQLite catalog names the first run's folder, so a copy
+of the output would commit to the original).
 
 Rounds alternate the builds; the first round warms the emulator and is left out. CPU seconds on a shared
 VM carry the host's noise (docs/performance.md, "Measuring on this machine"): medians and minimums.
@@ -50,13 +54,13 @@ def worktree(commit: str, into: Path) -> Path:
     return path
 
 
-def config(path: Path, emulator: Emulator, out: Path, start: str, end: str) -> Path:
+def config(path: Path, emulator: Emulator, out: Path, start: str, end: str, fmt: str) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
                 "source": {"base_url": emulator.base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
                 "window": {"start": start, "end": end},
-                "sink": {"path": str(out)},
+                "sink": {"path": str(out), "format": fmt},
             }
         )
     )
@@ -96,6 +100,7 @@ def main() -> int:
     builds.add_argument("--commits", nargs="+", metavar="REV", help="git revisions of this repository")
     builds.add_argument("--trees", nargs="+", metavar="NAME=PATH", help="source trees (checkouts)")
     parser.add_argument("--workload", choices=["bench", "hour"], default="bench")
+    parser.add_argument("--format", choices=["parquet", "csv", "delta"], default="parquet")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds before each answer (bench)")
     parser.add_argument("--repeat", type=int, default=7, help="measured rounds (after one warm-up round)")
     parser.add_argument("--json", type=Path, help="write the figures here")
@@ -123,18 +128,32 @@ def main() -> int:
                     shutil.rmtree(out, ignore_errors=True)
                     if bench:
                         cfg = config(
-                            work / "c.yaml", emulator, out, "2026-11-01T00:00:00Z", "2026-11-08T00:00:00Z"
+                            work / "c.yaml",
+                            emulator,
+                            out,
+                            "2026-11-01T00:00:00Z",
+                            "2026-11-08T00:00:00Z",
+                            args.format,
                         )
                     else:
                         first = work / f"first-{list(trees).index(name)}"
                         if not first.exists():
                             etl_run(
                                 tree,
-                                config(work / "c.yaml", emulator, first, "2026-11-01T00:00:00Z", DAY_END),
+                                config(
+                                    work / "c.yaml",
+                                    emulator,
+                                    first,
+                                    "2026-11-01T00:00:00Z",
+                                    DAY_END,
+                                    args.format,
+                                ),
                                 work,
                             )
                         shutil.copytree(first, out)  # its state and files name no folder of their own
-                        cfg = config(work / "c.yaml", emulator, out, "2026-11-01T00:00:00Z", HOUR_END)
+                        cfg = config(
+                            work / "c.yaml", emulator, out, "2026-11-01T00:00:00Z", HOUR_END, args.format
+                        )
                     row = etl_run(tree, cfg, work)
                     shutil.rmtree(out, ignore_errors=True)
                     print(
