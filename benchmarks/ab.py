@@ -12,7 +12,7 @@ make every build the one the command was started in). The builds share the venv'
 Workloads:
 - `bench`: `make bench`'s fleet (50 parameters x 7 days, every series, 16 in flight), answers after
   `--latency` seconds; the run's seconds (sign-in to the last write), its process wall, CPU, peak RSS.
-- `hour`: the start-up of an hourly run (24 parameters; a first run over a day, then the measured run one
+- `hour`: the start-up of an hourly run (24 parameters, as `make bench-schedule`; a first run over a day, then the measured run one
   hour further, restored from a copy of the first run's output each time).
 
 `--format`: the sink's (Iceberg is left out: its SQLite catalog names the first run's folder, so a copy
@@ -39,7 +39,7 @@ import yaml
 from harness import HERE, PY, Emulator
 
 ROOT = HERE.parent
-FIELDS = ("seconds", "wall", "cpu_seconds", "peak_rss_mb")
+FIELDS = ("seconds", "wall", "cpu_seconds", "peak_rss_mb", "requests")
 DAY_END, HOUR_END = "2026-11-02T00:00:00Z", "2026-11-02T01:00:00Z"
 
 
@@ -91,7 +91,11 @@ def etl_run(tree: Path, cfg: Path, work: Path) -> dict:
     if done.returncode:
         raise RuntimeError(f"{tree}: etl run exited {done.returncode}: {done.stderr.strip()[-800:]}")
     summary, measured = json.loads(done.stdout), json.loads(usage.read_text())
-    return {"seconds": summary["seconds"], **{k: measured[k] for k in ("wall", "cpu_seconds", "peak_rss_mb")}}
+    return {
+        "seconds": summary["seconds"],
+        "requests": summary["requests"],
+        **{k: measured[k] for k in ("wall", "cpu_seconds", "peak_rss_mb")},
+    }
 
 
 def main() -> int:
@@ -100,6 +104,14 @@ def main() -> int:
     builds.add_argument("--commits", nargs="+", metavar="REV", help="git revisions of this repository")
     builds.add_argument("--trees", nargs="+", metavar="NAME=PATH", help="source trees (checkouts)")
     parser.add_argument("--workload", choices=["bench", "hour"], default="bench")
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        nargs=3,
+        metavar=("OBJECTS", "PER_OBJECT", "CALCULATED"),
+        help="the emulator's fleet: objects, parameters and calculated ones per object "
+        "(default bench 5 8 2, hour 3 6 2)",
+    )
     parser.add_argument("--format", choices=["parquet", "csv", "delta"], default="parquet")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds before each answer (bench)")
     parser.add_argument("--repeat", type=int, default=7, help="measured rounds (after one warm-up round)")
@@ -115,7 +127,15 @@ def main() -> int:
         else:
             trees = {name: Path(path).resolve() for name, path in (t.split("=", 1) for t in args.trees)}
         bench = args.workload == "bench"
-        flags = ["--objects", "5", "--params-per-object", "8", "--calc-per-object", "2"] if bench else []
+        fleet = args.fleet or ((5, 8, 2) if bench else (3, 6, 2))
+        flags = [
+            "--objects",
+            str(fleet[0]),
+            "--params-per-object",
+            str(fleet[1]),
+            "--calc-per-object",
+            str(fleet[2]),
+        ]
         emulator = Emulator(
             work, "emulator", [*flags, "--period-range", "10:60", "--now", "2026-12-01T00:00:00Z"]
         )
