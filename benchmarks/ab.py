@@ -12,8 +12,8 @@ make every build the one the command was started in). The builds share the venv'
 Workloads:
 - `bench`: `make bench`'s fleet (50 parameters x 7 days, every series, 16 in flight), answers after
   `--latency` seconds; the run's seconds (sign-in to the last write), its process wall, CPU, peak RSS.
-- `hour`: the start-up of an hourly run (24 parameters, as `make bench-schedule`; a first run over a day, then the measured run one
-  hour further, restored from a copy of the first run's output each time).
+- `hour`: the start-up of an hourly run (24 parameters, as `make bench-schedule`; a first run over a day,
+  then the measured run one hour further, restored from a copy of the first run's output each time).
 
 `--format`: the sink's (Iceberg is left out: its SQLite catalog names the first run's folder, so a copy
 of the output would commit to the original).
