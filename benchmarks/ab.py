@@ -10,7 +10,7 @@ folder outside every tree (`python -m etl` puts the current folder first on the 
 make every build the one the command was started in). The builds share the venv's dependencies.
 
 Workloads:
-- `bench`: `make bench`'s fleet (50 parameters x 7 days, every series, 16 in flight), answers after
+- `bench`: `make bench`'s fleet (50 parameters x 7 days or `--days`, every series, 16 in flight), answers after
   `--latency` seconds; the run's seconds (sign-in to the last write), its process wall, CPU, peak RSS.
 - `hour`: the start-up of an hourly run (24 parameters, as `make bench-schedule`; a first run over a day,
   then the measured run one hour further, restored from a copy of the first run's output each time).
@@ -36,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, Emulator
 
 ROOT = HERE.parent
@@ -112,6 +113,7 @@ def main() -> int:
         help="the emulator's fleet: objects, parameters and calculated ones per object "
         "(default bench 5 8 2, hour 3 6 2)",
     )
+    parser.add_argument("--days", type=int, default=7, help="the bench workload's history")
     parser.add_argument("--format", choices=["parquet", "csv", "delta"], default="parquet")
     parser.add_argument("--latency", type=float, default=0.05, help="seconds before each answer (bench)")
     parser.add_argument("--repeat", type=int, default=7, help="measured rounds (after one warm-up round)")
@@ -152,7 +154,7 @@ def main() -> int:
                             emulator,
                             out,
                             "2026-11-01T00:00:00Z",
-                            "2026-11-08T00:00:00Z",
+                            iso(to_ms("2026-11-01T00:00:00Z") + args.days * DAY_MS),
                             args.format,
                         )
                     else:
