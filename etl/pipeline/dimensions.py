@@ -4,9 +4,9 @@ Each table is a folder with one file per source (instance of the platform), a `s
 `dimensions/{table}/{source}.{ext}`, replaced whole. Objects and parameters come from discovery and are
 written by every run; the reference tables fetched for them (units, commands, lookups) only when their
 snapshot is older than `dimensions.refresh` or was taken of other objects (`due`): an hourly run makes
-none of their requests. Records become Arrow pages spooled to
-local files (`Rows`), so a wide fleet's records never pile up in memory; each file is then written page
-by page. Columns are snake_case and typed (lists of strings, nested records as structs; etl/records.py).
+none of their requests. Records become Arrow pages spooled to local files (`Rows`), so a wide fleet's
+records never pile up in memory; each file is then written page by page. Columns are snake_case and typed
+(lists of strings, nested records as structs; etl/records.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ FOLDER = "dimensions"
 PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
 ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
 AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
-LISTED = ("objects", "parameters")  # from discovery: no request of their own
 LOOKUPS = ("zones", "classifiers", "room_types", "rooms")
 REFERENCES = ("units", "commands", *LOOKUPS)  # fetched here
 
