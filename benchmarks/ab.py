@@ -41,7 +41,8 @@ from harness import HERE, PY, Emulator
 
 ROOT = HERE.parent
 FIELDS = ("seconds", "wall", "cpu_seconds", "peak_rss_mb", "requests")
-DAY_END, HOUR_END = "2026-11-02T00:00:00Z", "2026-11-02T01:00:00Z"
+START, DAY_END, HOUR_END = "2026-11-01T00:00:00Z", "2026-11-02T00:00:00Z", "2026-11-02T01:00:00Z"
+NOW = "2026-12-01T00:00:00Z"  # the emulator's clock: a bench history of at most 30 days
 
 
 def worktree(commit: str, into: Path) -> Path:
@@ -119,6 +120,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="measured rounds (after one warm-up round)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
+    if not 1 <= args.days <= (to_ms(NOW) - to_ms(START)) // DAY_MS:
+        parser.error(f"--days: 1 to {(to_ms(NOW) - to_ms(START)) // DAY_MS} (the emulator's clock is {NOW})")
 
     work = Path(tempfile.mkdtemp(prefix="etl-ab-"))
     made: list[Path] = []
@@ -138,9 +141,7 @@ def main() -> int:
             "--calc-per-object",
             str(fleet[2]),
         ]
-        emulator = Emulator(
-            work, "emulator", [*flags, "--period-range", "10:60", "--now", "2026-12-01T00:00:00Z"]
-        )
+        emulator = Emulator(work, "emulator", [*flags, "--period-range", "10:60", "--now", NOW])
         try:
             emulator.control.set_faults(latency=args.latency if bench else 0.0)
             rounds: dict[str, list[dict]] = {name: [] for name in trees}
@@ -153,8 +154,8 @@ def main() -> int:
                             work / "c.yaml",
                             emulator,
                             out,
-                            "2026-11-01T00:00:00Z",
-                            iso(to_ms("2026-11-01T00:00:00Z") + args.days * DAY_MS),
+                            START,
+                            iso(to_ms(START) + args.days * DAY_MS),
                             args.format,
                         )
                     else:
@@ -166,16 +167,14 @@ def main() -> int:
                                     work / "c.yaml",
                                     emulator,
                                     first,
-                                    "2026-11-01T00:00:00Z",
+                                    START,
                                     DAY_END,
                                     args.format,
                                 ),
                                 work,
                             )
                         shutil.copytree(first, out)  # its state and files name no folder of their own
-                        cfg = config(
-                            work / "c.yaml", emulator, out, "2026-11-01T00:00:00Z", HOUR_END, args.format
-                        )
+                        cfg = config(work / "c.yaml", emulator, out, START, HOUR_END, args.format)
                     row = etl_run(tree, cfg, work)
                     shutil.rmtree(out, ignore_errors=True)
                     print(
