@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
+from etl.support import interrupts  # signal and threading: nothing heavy
+
 __all__ = ["cli", "main"]
 
 _INTERRUPTED = 130  # etl.errors.ExitCode.INTERRUPTED, without importing anything yet
@@ -17,12 +19,14 @@ _INTERRUPTED = 130  # etl.errors.ExitCode.INTERRUPTED, without importing anythin
 
 def main(argv: list[str] | None = None) -> None:
     """The `etl` command: `argv` None reads the process's own arguments and may end the process."""
-    if argv is None:
-        # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
-        # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
-        # program that embeds etl keeps its httpx whole.
-        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-    try:
+    restore = _nothing
+    try:  # from the first statement: a Ctrl-C anywhere after it is one line
+        restore = interrupts.install()
+        if argv is None:
+            # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
+            # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
+            # program that embeds etl keeps its httpx whole.
+            sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
         from etl.cli.app import run
 
         run(argv)
@@ -32,6 +36,12 @@ def main(argv: list[str] | None = None) -> None:
         _leave_interrupted(argv)
     except KeyboardInterrupt:  # before the command could handle it (loading), or while it reported
         _leave_interrupted(argv)
+    finally:
+        restore()
+
+
+def _nothing() -> None:
+    pass
 
 
 def interrupted(exc: BaseException) -> bool:

@@ -41,7 +41,7 @@ from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.state.coverage import Coverage, intervals_of
 from etl.storage import spools
-from etl.support import allocator, redact
+from etl.support import allocator, interrupts, redact
 from etl.timeutil import iso, now_ms, parse_time
 
 if TYPE_CHECKING:  # the lake modules load for lake formats only
@@ -222,6 +222,8 @@ class Runner:
         started = time.monotonic()
         restore = self._handle_signals()
         try:
+            if interrupts.pending():  # a Ctrl-C while etl loaded, whose KeyboardInterrupt was lost
+                raise Interrupted("interrupted before the run started")
             self.scheduler = self._scheduler()
             if not self.options.dry_run:
                 self.data.check_writable()

@@ -411,6 +411,46 @@ def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay
     assert len(said) == 1 and said[0].startswith("etl: interrupted") and "Traceback" not in stderr, stderr
 
 
+LOST_CTRL_C = """
+import os, signal, sys, weakref
+import etl.cli, etl.cli.app as app
+
+command = app.run
+
+def run(argv):
+    # SIGINT lands in a weakref callback, as in the import machinery's: Python prints the
+    # KeyboardInterrupt as "Exception ignored" and goes on.
+    class Held: pass
+    held = Held()
+    def callback(_):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000): pass
+    ref = weakref.ref(held, callback)
+    del held
+    command(argv)
+
+app.run = run
+etl.cli.main()
+"""
+
+
+def test_a_ctrl_c_python_loses_while_etl_loads_still_stops_the_run(emulator, tmp_path):
+    config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
+    done = subprocess.run(
+        [sys.executable, "-c", LOST_CTRL_C, "run", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment(),
+    )
+    assert "Exception ignored" in done.stderr  # the KeyboardInterrupt itself went nowhere
+    assert done.returncode == 130, done.stderr
+    assert [line for line in done.stderr.splitlines() if line.startswith("etl: ")] == [
+        "etl: interrupted before the run started"
+    ]
+    assert not (tmp_path / "out" / "raw").exists()
+
+
 @pytest.mark.parametrize("delay", [0.02, 0.8])
 def test_json_says_interrupted_on_stdout(slow_emulator, tmp_path, delay):
     """--json: the summary on stdout whatever the outcome; here a Ctrl-C while loading, and while fetching."""
