@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from etl.support import interrupts  # signal and threading: nothing heavy
+from etl.support import interrupts, startup  # signal, threading, gc: nothing heavy
 
 __all__ = ["cli", "main"]
 
@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     try:  # from the first statement: a Ctrl-C anywhere after it is one line
         restore = interrupts.install()
         if argv is None:
+            startup.begin()
             # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
             # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
             # program that embeds etl keeps its httpx whole.

@@ -19,7 +19,7 @@ import click
 
 from etl.cli import interrupted, say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
-from etl.support import redact
+from etl.support import redact, startup
 from etl.support.terminal import printable
 
 __all__ = ["COMMANDS", "cli", "run"]
@@ -100,6 +100,7 @@ def cli(debug: bool, quiet: bool) -> None:
     """
     global _debug
     _debug = debug
+    startup.loaded()  # click has loaded the command's module by now
     _setup_logging(debug, quiet)
 
 

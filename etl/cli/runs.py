@@ -16,6 +16,7 @@ from etl.cli.render import echo_json, echo_table, plan_text, summary_text
 from etl.config import load_config
 from etl.errors import EtlError, Interrupted
 from etl.model import Shard
+from etl.support import startup
 
 
 @click.command()
@@ -65,7 +66,9 @@ def run(
         import etl
 
         with _without_pandas():
-            summary = etl.run(
+            with startup.loading():
+                run_pipeline = etl.run  # loads the pipeline
+            summary = run_pipeline(
                 config,
                 start=start,
                 end=end,

@@ -1,17 +1,22 @@
 """What an `etl run` process loads: not pandas, which pyarrow would import only to ask whether a value
-is a pandas object (etl/cli/runs.py); etl's own parser of odd stamps still gets it."""
+is a pandas object (etl/cli/runs.py); etl's own parser of odd stamps still gets it. How it loads: with
+OpenBLAS on one thread and the collector frozen over the loaded modules (etl/support/startup.py), in
+etl's own process only."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 from tests.support.configs import config_dict, write_config
 
 WATCH = """
-import atexit, runpy, sys
+import atexit, gc, os, runpy, sys
 heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset")
 atexit.register(lambda: print("LOADED", *[m for m in heavy if m in sys.modules], file=sys.stderr))
+atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 10_000,
+                              os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr))
 sys.argv = ["etl", *sys.argv[1:]]
 runpy.run_module("etl", run_name="__main__")
 """
@@ -28,6 +33,25 @@ def test_a_parquet_run_loads_none_of_the_heavy_optional_modules(emulator, tmp_pa
     assert done.returncode == 0, done.stderr[-2000:]
     loaded = next(line for line in done.stderr.splitlines() if line.startswith("LOADED"))
     assert loaded == "LOADED", loaded
+    # Collected after loading (the run's objects), the modules' objects frozen, BLAS on one thread.
+    assert "GC True True 1" in done.stderr.splitlines()
+
+
+def test_a_program_that_runs_etl_keeps_its_collector_and_blas_threads(emulator, tmp_path):
+    config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
+    code = f"""
+import gc, os, etl
+from etl.cli import main
+try:
+    main(["run", "-c", {str(config)!r}, "--no-progress"])
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+print("GC", gc.isenabled(), gc.get_freeze_count(), os.environ.get("OPENBLAS_NUM_THREADS"))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "GC True 0 None"
 
 
 def test_odd_stamps_are_parsed_while_pandas_is_kept_from_pyarrow():
