@@ -3,7 +3,7 @@ tight loop, with no orchestration (no HTTP, no event loop, no threads, no checkp
 
     python benchmarks/servers/floor.py --recording DIR --out DIR
 
-Each measurement answer is read by Arrow's JSON reader (as etl's fast path does), its points past the
+Each measurement answer is read by Arrow's streaming JSON reader (as etl's fast path does), its points past the
 window's end dropped (the server's bounds are inclusive), the columns etl writes added (source,
 object_id, param_id, kind), and the tables of one series, day and file bucket written as one
 zstd Parquet file with dictionaries on the id and kind columns (etl's defaults). Prints one JSON line:
@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# As in an `etl` process (etl/cli/__init__.py): else OpenBLAS's idle threads spin through the loop's
+# first 0.1 s and count in its CPU.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
@@ -65,7 +69,7 @@ def decode(body: bytes, series: str) -> pa.Table:
     schema = CANDLES if series == "candles" else POINTS
     options = pajson.ReadOptions(use_threads=False, block_size=max(len(body) + 1, 1 << 16))
     parse = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    table = pajson.read_json(pa.py_buffer(body), read_options=options, parse_options=parse)
+    table = pajson.open_json(pa.BufferReader(body), read_options=options, parse_options=parse).read_all()
     records = table.column(0).combine_chunks().flatten()
     columns = dict(zip([f.name for f in records.type], records.flatten(), strict=True))
     columns["ts"] = columns.pop("timestmp").cast(TS) if series == "candles" else columns.pop("timestmp")
