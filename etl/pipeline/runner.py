@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import threading
 import time
@@ -225,6 +226,8 @@ class Runner:
             if interrupts.pending():  # a Ctrl-C while etl loaded, whose KeyboardInterrupt was lost
                 raise Interrupted("interrupted before the run started")
             self.scheduler = self._scheduler()
+            if self.data.local:
+                asyncio.get_running_loop().set_default_executor(_writers())
             if not self.options.dry_run:
                 self.data.check_writable()
                 with self.store.lock(), spools.held():
@@ -606,6 +609,15 @@ def _in_a_loop(work: Coroutine[Any, Any, RunSummary]) -> RunSummary:
         return start(work)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _writers() -> ThreadPoolExecutor:
+    """`asyncio.to_thread`'s pool for local output: one thread a core. Writing a file is CPU (Arrow,
+    Parquet, zstd) that holds the GIL between its calls, so threads beyond the cores only take turns for
+    it (50 parameters x 7 days on 2 cores, at 0 and 10 ms: 12% less CPU and 15% less time than Python's
+    default of 6). Object stores keep that default: their writes wait on the network."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 2
+    return ThreadPoolExecutor(max(2, cores), thread_name_prefix="etl-write")
 
 
 def _loop_running() -> bool:
