@@ -186,11 +186,13 @@ class Build:
         return QualityTracker(slab.windows, self.config.source.name, (window.start_ms, end))
 
     def references_written(self) -> bool:
-        """Whether every reference table is there to be kept: file formats list their folder (a table
-        deleted by hand is fetched again); a lake's tables are taken as its catalog keeps them."""
+        """Whether every reference table of this source is there to be kept: file formats look for its
+        files (one deleted by hand is fetched again); a lake's tables are taken as its catalog keeps them."""
         if self.lake is not None:
             return True
-        return set(dimensions.REFERENCES) <= set(self.data.listdir(dimensions.FOLDER))
+        source = self.config.source.name
+        present = set(self.data.find(dimensions.FOLDER))
+        return all(dimensions.table_file(name, source, self.fmt) in present for name in dimensions.REFERENCES)
 
     def write_dimensions(self, tables: dict[str, Rows]) -> list[str]:
         """The reference tables' snapshots: files, or lake tables."""

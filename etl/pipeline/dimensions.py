@@ -227,10 +227,14 @@ def _device_ids(units: list) -> set[int]:
     return found
 
 
+def table_file(name: str, source: str, fmt: FileFormat) -> str:
+    return f"{FOLDER}/{name}/{source}{fmt.extension}"
+
+
 def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows], source: str) -> list[str]:
     written = []
     for name, rows in tables.items():
-        rel = f"{FOLDER}/{name}/{source}{fmt.extension}"
+        rel = table_file(name, source, fmt)
         rows.write(storage, fmt, rel, source)
         written.append(rel)
     return written

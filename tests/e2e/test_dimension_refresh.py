@@ -63,6 +63,14 @@ def test_a_table_deleted_by_hand_is_fetched_again(fresh_emulator, tmp_path):
     assert (tmp_path / FOLDER / "rooms" / f"{SOURCE}.parquet").exists()
 
 
+def test_a_file_deleted_by_hand_from_its_folder_is_fetched_again(fresh_emulator, tmp_path):
+    config = _config(fresh_emulator, tmp_path)
+    run(config)
+    (tmp_path / FOLDER / "units" / f"{SOURCE}.parquet").unlink()  # the folder stays, empty
+    assert "units" in run(config).dimensions
+    assert (tmp_path / FOLDER / "units" / f"{SOURCE}.parquet").exists()
+
+
 def test_a_snapshot_with_a_failed_table_is_not_noted(fresh_emulator, tmp_path, monkeypatch):
     config = _config(fresh_emulator, tmp_path)
 
