@@ -12,6 +12,7 @@ import asyncio
 import re
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
@@ -110,7 +111,8 @@ class Session:
         self.gate = RateGate(self.stats)
         self.auth = SessionAuth(self.base_url, username, password, self.stats, sign_in)
         self.max_in_flight = max_in_flight
-        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._queue: deque[_Job] = deque()
+        self._senders: set[asyncio.Task[None]] = set()
         # Decoders that release the GIL run here, beside the event loop. Two threads parse faster than
         # one loop downloads; more would only add per-thread allocator caches to the peak memory.
         self._decoders = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etl-decode")
@@ -219,33 +221,75 @@ class Session:
         self.stats.requests += 1
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
-        async with self._in_flight:
-            await self.gate.wait()
-            token = None
-            try:
-                async with asyncio.timeout(self.request_timeout) as deadline:
-                    token = _DEADLINE.set(deadline if self.request_timeout else None)
-                    response = await self._http.send(request)
-            except TimeoutError:
-                raise NetworkError(
-                    f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
-                    reason="timeout",
-                ) from None
-            except httpx.TimeoutException as exc:
-                raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
-            except httpx.TransportError as exc:
-                if (tls := _tls_failure(exc, self.base_url)) is not None:
-                    raise TlsError(tls) from None
-                detail = redact.redact(str(exc))[:160] or type(exc).__name__
-                raise NetworkError(
-                    f"connection failed to {self.base_url}: {detail}", reason="connection"
-                ) from None
-            except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
-                self._throttle(exc)
-                raise
-            finally:
-                if token is not None:
-                    _DEADLINE.reset(token)
+        """The answer to `request`, sent by one of at most `max_in_flight` senders (tasks that live while
+        requests wait). A sender that gets an answer sends the next waiting request in the same step of
+        the event loop, before the task that asked for the answer handles it. Answers that come together
+        (after the same latency) thus send the next requests first and are handled while those are on
+        the wire; behind a semaphore, each next request waited for the handling of every answer of the
+        burst."""
+        job = _Job(request)
+        self._queue.append(job)
+        if len(self._senders) < self.max_in_flight:
+            self._senders.add(asyncio.ensure_future(self._sender()))
+        try:
+            return await job.answer
+        except asyncio.CancelledError:
+            job.abandon()
+            raise
+        except TimeoutError:
+            raise NetworkError(
+                f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
+                reason="timeout",
+            ) from None
+        except httpx.TimeoutException as exc:
+            raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
+        except httpx.TransportError as exc:
+            if (tls := _tls_failure(exc, self.base_url)) is not None:
+                raise TlsError(tls) from None
+            detail = redact.redact(str(exc))[:160] or type(exc).__name__
+            raise NetworkError(
+                f"connection failed to {self.base_url}: {detail}", reason="connection"
+            ) from None
+        except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
+            self._throttle(exc)
+            raise
+
+    async def _sender(self) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        try:
+            while self._queue:
+                job = self._queue.popleft()
+                if job.abandoned:
+                    continue
+                job.sender = me
+                try:
+                    response = await self._exchange(job.request)
+                except asyncio.CancelledError:
+                    if not job.abandoned:  # the sender itself was stopped (its loop is closing)
+                        job.answer.cancel()
+                        raise
+                    me.uncancel()
+                except BaseException as exc:
+                    if not job.answer.done():
+                        job.answer.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                else:
+                    if not job.answer.done():
+                        job.answer.set_result(response)
+                finally:
+                    job.sender = None
+        finally:
+            # At once, not in a done callback: a request queued meanwhile must see the room it leaves.
+            self._senders.discard(me)
+
+    async def _exchange(self, request: httpx.Request) -> httpx.Response:
+        """One request on the wire: after the 429 gate, within `request_timeout`."""
+        await self.gate.wait()
+        async with asyncio.timeout(self.request_timeout) as deadline:
+            _DEADLINE.set(deadline if self.request_timeout else None)  # this sender's own context
+            response = await self._http.send(request)
         self.stats.bytes_received += len(response.content)
         # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
         # free the answer and its body; a run makes too few objects for that to come often, and the
@@ -265,3 +309,24 @@ class Session:
     def _throttle(self, error: ServerError) -> None:
         if error.status == 429:
             self.gate.pause(self.policy.honoured(error.retry_after))
+
+
+class _Job:
+    """A request waiting for a sender, then on the wire (`sender` set); `answer` is its Response or its
+    error. Cancelling the asking task cancels `answer` as well (asyncio cancels what a task awaits)."""
+
+    __slots__ = ("request", "answer", "sender", "abandoned")
+
+    def __init__(self, request: httpx.Request) -> None:
+        self.request = request
+        self.answer: asyncio.Future[httpx.Response] = asyncio.get_running_loop().create_future()
+        self.sender: asyncio.Task[None] | None = None
+        self.abandoned = False
+
+    def abandon(self) -> None:
+        """The asking task was cancelled: the request is not sent, or its exchange is cancelled."""
+        self.abandoned = True
+        if self.sender is not None:
+            self.sender.cancel()
+        elif self.answer.done() and not self.answer.cancelled():
+            self.answer.exception()  # retrieved: no "never retrieved" warning for an answer nobody awaits
