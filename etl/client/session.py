@@ -1,9 +1,10 @@
 """Send -> classify -> retry, over one pooled httpx.AsyncClient whose auth flow keeps the session.
 
-The send path, as httpx builds its own: `call` sends through the client (the auth flow of
-`etl.client.auth` signs in, attaches the session and signs in again when a session ends), then
-`classify` turns the answer into a body or an error, then the body is decoded. Only after a failure
-does `retry` take over; a request that succeeds at once costs nothing more.
+The send path, as httpx builds its own: `call` hands the request to one of the session's senders, which
+sends it through the client (the auth flow of `etl.client.auth` signs in, attaches the session and signs
+in again when a session ends), then `classify` turns the answer into a body or an error, then the body
+is decoded. Only after a failure does `retry` take over; a request that succeeds at once costs nothing
+more.
 """
 
 from __future__ import annotations
