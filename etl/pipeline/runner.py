@@ -226,7 +226,7 @@ class Runner:
                 raise Interrupted("interrupted before the run started")
             self.scheduler = self._scheduler()
             if self.data.local:
-                asyncio.get_running_loop().set_default_executor(_writers())
+                asyncio.get_running_loop().set_default_executor(_workers())
             if not self.options.dry_run:
                 self.data.check_writable()
                 with self.store.lock(), spools.held():
@@ -610,12 +610,13 @@ def _in_a_loop(work: Coroutine[Any, Any, RunSummary]) -> RunSummary:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _writers() -> ThreadPoolExecutor:
-    """`asyncio.to_thread`'s pool for local output: one thread a usable core. Writing a file is CPU (Arrow,
-    Parquet, zstd) that holds the GIL between its calls, so threads beyond the cores only take turns for
-    it (50 parameters x 7 days on 2 cores, at 0 and 10 ms: 12% less CPU and 15% less time than Python's
-    default of 6). Object stores keep that default: their writes wait on the network."""
-    return ThreadPoolExecutor(max(2, cpus.usable()), thread_name_prefix="etl-write")
+def _workers() -> ThreadPoolExecutor:
+    """The loop's pool for local output, where files are written and large answers decoded: one thread
+    a usable core. Both are CPU (Arrow, Parquet, zstd) that holds the GIL between its calls, so threads
+    beyond the cores only take turns for it (50 parameters x 7 days on 2 cores, at 0 and 10 ms: 12% less
+    CPU and 15% less time than Python's default of 6). Object stores keep that default: their writes
+    wait on the network."""
+    return ThreadPoolExecutor(max(2, cpus.usable()), thread_name_prefix="etl-work")
 
 
 def _loop_running() -> bool:
