@@ -277,10 +277,12 @@ SMALL_ANSWER = 48 * 1024
 def decode_points(body: bytes) -> Points:
     """The points of a point answer. Whatever is wrong with it is an InvalidResponse raised here, inside
     the request, so that it is retried like any unreadable answer."""
-    if (key := _repeated_keys(body)) is not None:
-        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
+    # Arrow's reader refuses an answer that holds a key it reads twice, so the answers it takes skip the
+    # check for a repeated series key: two scans of the whole body that hold the GIL (0.3 ms of 360 kB).
     if len(body) > SMALL_ANSWER and (points := read_points(body)) is not None:
         return points
+    if (key := _repeated_keys(body)) is not None:
+        raise InvalidResponse(f"the answer holds the key '{key}' more than once")
     return parse_points(decode_json(body))
 
 
