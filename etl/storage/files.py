@@ -349,8 +349,10 @@ class Storage:
         another process may have written there since."""
         path = self.full(rel)
         with self.errors("list", rel):
-            self.fs.invalidate_cache(path)
             try:
+                if self.local:  # a third of a millisecond less than fsspec's, for each of a slab's folders
+                    return sorted(os.listdir(path))
+                self.fs.invalidate_cache(path)
                 entries = self.fs.ls(path, detail=False)
             except FileNotFoundError:
                 return []
