@@ -167,9 +167,13 @@ def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: i
     return path
 
 
-def etl_once(config: Path, out: Path) -> Sample:
+def etl_once(config: Path, out: Path, tree: Path | None = None) -> Sample:
+    """One `etl run`: of this checkout, or of the source tree `tree` (--trees)."""
     shutil.rmtree(out, ignore_errors=True)
-    summary, usage = run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"])
+    summary, usage = run_child(
+        [PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"],
+        None if tree is None else {"PYTHONPATH": str(tree)},
+    )
     return Sample(
         summary["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"], summary["points"], summary["requests"]
     )
@@ -307,6 +311,7 @@ def serve(
     )
     spec = replay_spec(work / f"spec-{server.name}.json", recording, server.base_url, args.concurrency)
     out: dict = {}
+    trees: dict[str, Path | None] = args.trees or {"": None}
     for latency in args.latencies:
         server.latency(latency)
         misses = server.misses()
@@ -314,43 +319,53 @@ def serve(
             name: Cell(skipped=skipped.get(name) or (None if name in args.contenders else "--contenders"))
             for name in CONTENDERS
         }
+        builds = {tree: Cell() for tree in trees}  # etl's runs, of each build in turn
         for _ in range(args.repeat):
             for name, cell in cells.items():
                 if cell.skipped:
                     continue
                 if name == "etl":
-                    cell.runs.append(etl_once(config, work / "out"))
+                    for tree, path in trees.items():
+                        builds[tree].runs.append(etl_once(config, work / "out", path))
                 elif name == "httpx":
                     cell.runs.append(httpx_once(spec))
                 else:
                     cell.runs.append(wrk_once(recording, server, args.concurrency))
-        bound = n * latency / args.concurrency
-        row = {
-            "latency_s": latency,
-            "requests": n,
-            "latency_bound_s": bound,
-            "misses": server.misses() - misses,
-            **{
-                name: {"skipped": c.skipped}
-                if c.skipped
-                else {"median_s": c.median(), "runs": [asdict(r) for r in c.runs]}
-                for name, c in cells.items()
-            },
-        }
-        etl = cells["etl"]
-        row["etl"].update(
-            cpu_seconds=etl.median("cpu_seconds"),
-            peak_rss_mb=max(r.peak_rss_mb for r in etl.runs),
-            points=etl.runs[0].points,
-            requests=etl.runs[0].requests,
-        )
-        row["etl"]["cpu_per_million"] = 1e6 * row["etl"]["cpu_seconds"] / max(row["etl"]["points"], 1)
-        row["etl_vs_bound"] = bound / etl.median() if bound else None
-        row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
-        row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
-        out[f"{latency * 1000:g}ms"] = row
-        print_row(server.name, row)
+        misses = server.misses() - misses
+        for tree, build in builds.items():
+            cells["etl"] = build
+            key = f"{latency * 1000:g}ms" + (f" {tree}" if tree else "")
+            out[key] = row = _row(args, latency, n, misses, cells)
+            print_row(f"{server.name} {tree}".strip(), row)
     return out
+
+
+def _row(args: argparse.Namespace, latency: float, n: int, misses: int, cells: dict[str, Cell]) -> dict:
+    bound = n * latency / args.concurrency
+    row = {
+        "latency_s": latency,
+        "requests": n,
+        "latency_bound_s": bound,
+        "misses": misses,
+        **{
+            name: {"skipped": c.skipped}
+            if c.skipped
+            else {"median_s": c.median(), "runs": [asdict(r) for r in c.runs]}
+            for name, c in cells.items()
+        },
+    }
+    etl = cells["etl"]
+    row["etl"].update(
+        cpu_seconds=etl.median("cpu_seconds"),
+        peak_rss_mb=max(r.peak_rss_mb for r in etl.runs),
+        points=etl.runs[0].points,
+        requests=etl.runs[0].requests,
+    )
+    row["etl"]["cpu_per_million"] = 1e6 * row["etl"]["cpu_seconds"] / max(row["etl"]["points"], 1)
+    row["etl_vs_bound"] = bound / etl.median() if bound else None
+    row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
+    row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
+    return row
 
 
 HEADER = (
@@ -389,7 +404,18 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each contender (medians kept)")
     parser.add_argument("--quick", action="store_true", help="a tiny fleet, one run: checks the script works")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "foreign.json")
+    parser.add_argument(
+        "--trees",
+        nargs="+",
+        metavar="NAME=PATH",
+        default=[],
+        help="etl from these source trees (checkouts), in turn within each round: before and after",
+    )
     args = parser.parse_args()
+    try:
+        args.trees = {n: Path(p).resolve() for n, p in (t.split("=", 1) for t in args.trees)}
+    except ValueError:
+        parser.error("--trees: NAME=PATH")
     if "etl" not in args.contenders:
         parser.error("--contenders: etl is what the others are measured against")
     if args.quick:

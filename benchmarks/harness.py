@@ -88,12 +88,17 @@ class Emulator:
         self.log.close()
 
 
-def run_child(cmd: list[str]) -> tuple[dict, dict]:
+def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[dict, dict]:
     """Run one contender through measure.py: its JSON output, and wall, peak_rss_mb, cpu_seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err, usage = (Path(tmp) / name for name in ("out", "err", "usage"))
         with out.open("wb") as o, err.open("wb") as e:
-            code = subprocess.call([PY, str(HERE / "measure.py"), str(usage), *cmd], stdout=o, stderr=e)
+            code = subprocess.call(
+                [PY, str(HERE / "measure.py"), str(usage), *cmd],
+                stdout=o,
+                stderr=e,
+                env=None if env is None else {**os.environ, **env},
+            )
         if code != 0:
             raise RuntimeError(f"{' '.join(cmd[:4])}... exited {code}: {err.read_text().strip()[-2000:]}")
         return json.loads(out.read_text()), json.loads(usage.read_text())
