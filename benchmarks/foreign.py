@@ -168,11 +168,13 @@ def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: i
 
 
 def etl_once(config: Path, out: Path, tree: Path | None = None) -> Sample:
-    """One `etl run`: of this checkout, or of the source tree `tree` (--trees)."""
+    """One `etl run`: the installed etl (or PYTHONPATH's), or that of the source tree `tree` (--trees).
+    Started outside every tree: `python -m` puts the current folder first on the import path."""
     shutil.rmtree(out, ignore_errors=True)
     summary, usage = run_child(
         [PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"],
         None if tree is None else {"PYTHONPATH": str(tree)},
+        cwd=out.parent,
     )
     return Sample(
         summary["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"], summary["points"], summary["requests"]

@@ -88,7 +88,9 @@ class Emulator:
         self.log.close()
 
 
-def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[dict, dict]:
+def run_child(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[dict, dict]:
     """Run one contender through measure.py: its JSON output, and wall, peak_rss_mb, cpu_seconds."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err, usage = (Path(tmp) / name for name in ("out", "err", "usage"))
@@ -98,6 +100,7 @@ def run_child(cmd: list[str], env: dict[str, str] | None = None) -> tuple[dict, 
                 stdout=o,
                 stderr=e,
                 env=None if env is None else {**os.environ, **env},
+                cwd=cwd,
             )
         if code != 0:
             raise RuntimeError(f"{' '.join(cmd[:4])}... exited {code}: {err.read_text().strip()[-2000:]}")
