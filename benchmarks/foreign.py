@@ -2,6 +2,7 @@
 
     python benchmarks/foreign.py [--params 48] [--days 7] [--period-range 10:60] [--latencies 0 0.01 0.05]
                                  [--servers emulator threaded nginx] [--repeat 3] [--quick] [--json PATH]
+                                 [--trees OLD=/path/to/checkout NEW=.]
 
 For each fleet size the emulator (its own process: `--objects N/8 --params-per-object 6
 --calc-per-object 2`) serves a warm-up `etl run` (every series, dimension tables, the default config);
@@ -19,6 +20,9 @@ replaying them (servers/wrk.py). Beside them the limits that need no run: the **
 N x L / C (N requests, L the added latency, C in flight), and the **work floor**: the same bodies
 decoded by Arrow and written as Parquet in one loop (servers/floor.py), in CPU seconds per million
 points, next to etl's (its whole process: start-up included).
+
+`--trees`: before and after. etl from each source tree in turn within every round, on the same recording
+and servers, one row per tree (the recording is made by the installed etl).
 
 A tool that is missing (nginx, its echo module, wrk) is reported as skipped, with the command that
 installs it (`make bench-tools`).
