@@ -184,9 +184,9 @@ class Session:
         decode: Callable[[bytes], Any] = decode_json,
         in_thread_over: int | None = None,
     ) -> Any:
-        """The answer's body through `decode` (JSON by default); in a thread of the loop's pool for bodies over
-        `in_thread_over` bytes (for decoders that release the GIL on large bodies). An InvalidResponse
-        from it is retried like a bad status."""
+        """The answer's body through `decode` (JSON by default); in a thread of the loop's pool for bodies
+        over `in_thread_over` bytes (for decoders that release the GIL on large bodies). An
+        InvalidResponse from it is retried like a bad status."""
         started = time.monotonic()
         try:
             return await self._attempt(method, path, params, expect_json, decode, in_thread_over)
