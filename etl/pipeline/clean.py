@@ -173,8 +173,8 @@ def to_table(series: Series, pieces: list[WindowData], source: str, by_object: b
 
 
 def _repeated(values: list[str], counts: list[int]) -> pa.Array:
-    """Each value `count` times, as one string column built from its buffers: Arrow's `take` of a
-    one-value column copies strings row by row (0.13 ms for 23,000 rows, against 8 us)."""
+    """Each value as many times as its count, as one string column built from its buffers: Arrow's `take`
+    of a one-value column copies strings row by row (0.13 ms for 23,000 rows, against 8 us)."""
     encoded = [v.encode() for v in values]
     sizes = np.repeat(np.array([len(b) for b in encoded], dtype=np.int64), counts)
     offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
