@@ -51,6 +51,8 @@ class Build:
         # The run's window end once the server's clock has cut it (set by its Runner): quality rows
         # describe a day up to there, not up to a window.end still in the future.
         self.window_end: int | None = None
+        # Layouts never change; making one costs 0.15-0.2 ms, which each slab paid on the event loop.
+        self._layouts: dict[str, Layout] = {}
 
     # -- the platform ------------------------------------------------------------------------------
 
@@ -140,25 +142,35 @@ class Build:
         return app_id(self.config.source.name, self.shard)
 
     def layout(self, series: Series) -> Layout:
-        sink = self.config.sink
-        return Layout(
-            series, sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets
-        )
+        series = Series(series)
+        if series.value not in self._layouts:
+            sink = self.config.sink
+            self._layouts[series.value] = Layout(
+                series,
+                sink.partition_by,
+                self.fmt.extension,
+                self.config.source.name,
+                self.shard,
+                sink.buckets,
+            )
+        return self._layouts[series.value]
 
     def quality_layout(self) -> Layout:
         """The quality dataset (etl/quality/): laid out like the raw series, a row per parameter and day."""
-        sink = self.config.sink
-        return Layout(
-            Series.RAW,
-            sink.partition_by,
-            self.fmt.extension,
-            self.config.source.name,
-            self.shard,
-            sink.buckets,
-            name=QUALITY,
-            schema=QUALITY_SCHEMA,
-            time_key=QUALITY_TIME_KEY,
-        )
+        if QUALITY not in self._layouts:
+            sink = self.config.sink
+            self._layouts[QUALITY] = Layout(
+                Series.RAW,
+                sink.partition_by,
+                self.fmt.extension,
+                self.config.source.name,
+                self.shard,
+                sink.buckets,
+                name=QUALITY,
+                schema=QUALITY_SCHEMA,
+                time_key=QUALITY_TIME_KEY,
+            )
+        return self._layouts[QUALITY]
 
     def slab_writer(self, slab: Slab, remote: bool = False) -> SlabSink:
         """`remote`: on a Dask worker (lake tables: data files written there, committed by the run)."""
