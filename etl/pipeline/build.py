@@ -51,8 +51,6 @@ class Build:
         # The run's window end once the server's clock has cut it (set by its Runner): quality rows
         # describe a day up to there, not up to a window.end still in the future.
         self.window_end: int | None = None
-        # Layouts never change; making one costs 0.15-0.2 ms, which each slab paid on the event loop.
-        self._layouts: dict[str, Layout] = {}
 
     # -- the platform ------------------------------------------------------------------------------
 
@@ -142,35 +140,22 @@ class Build:
         return app_id(self.config.source.name, self.shard)
 
     def layout(self, series: Series) -> Layout:
-        series = Series(series)
-        if series.value not in self._layouts:
-            sink = self.config.sink
-            self._layouts[series.value] = Layout(
-                series,
-                sink.partition_by,
-                self.fmt.extension,
-                self.config.source.name,
-                self.shard,
-                sink.buckets,
-            )
-        return self._layouts[series.value]
+        return self._layouts[Series(series).value]
 
     def quality_layout(self) -> Layout:
         """The quality dataset (etl/quality/): laid out like the raw series, a row per parameter and day."""
-        if QUALITY not in self._layouts:
-            sink = self.config.sink
-            self._layouts[QUALITY] = Layout(
-                Series.RAW,
-                sink.partition_by,
-                self.fmt.extension,
-                self.config.source.name,
-                self.shard,
-                sink.buckets,
-                name=QUALITY,
-                schema=QUALITY_SCHEMA,
-                time_key=QUALITY_TIME_KEY,
-            )
         return self._layouts[QUALITY]
+
+    @cached_property
+    def _layouts(self) -> dict[str, Layout]:
+        """Every dataset's layout, made once: each slab made its own on the event loop (0.15-0.2 ms)."""
+        sink = self.config.sink
+        where = (sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets)
+        layouts = {series.value: Layout(series, *where) for series in Series}
+        layouts[QUALITY] = Layout(
+            Series.RAW, *where, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY
+        )
+        return layouts
 
     def slab_writer(self, slab: Slab, remote: bool = False) -> SlabSink:
         """`remote`: on a Dask worker (lake tables: data files written there, committed by the run)."""
