@@ -11,7 +11,7 @@ import time
 import pyarrow as pa
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
-MMAP_THRESHOLD = 128 * 1024
+MMAP_THRESHOLD = 1024 * 1024
 
 
 def release_freed_memory() -> None:
@@ -25,9 +25,12 @@ def release_freed_memory() -> None:
         return
     try:
         libc = _libc()
-        # Answers, columns and encoded files are larger than this: each gets its own mapping. A fixed
-        # value also stops glibc from raising the threshold after every large free, which would move
-        # such buffers into per-thread heaps that seldom shrink.
+        # A slab's tables and encoded files are larger than this: each gets its own mapping, unmapped
+        # when freed. Answers and their columns (a few hundred kB) are not: as mappings, each was paged
+        # in and zeroed afresh and its unmapping stopped the other threads' cores (9% of a run's CPU at
+        # 128 kB; at 1 MB, +3 to +10 MB of peak RSS from 48 to 40,000 parameters, docs/performance.md).
+        # A fixed value also stops glibc from raising the threshold after every large free, which would
+        # move larger buffers into per-thread heaps that seldom shrink.
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
     except (OSError, AttributeError):
         pass  # not glibc (musl...): its defaults stay
