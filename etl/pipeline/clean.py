@@ -177,7 +177,11 @@ def _repeated(values: list[str], counts: list[int]) -> pa.Array:
     of a one-value column copies strings row by row (0.13 ms for 23,000 rows, against 8 us)."""
     encoded = [v.encode() for v in values]
     sizes = np.repeat(np.array([len(b) for b in encoded], dtype=np.int64), counts)
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int32)
-    np.cumsum(sizes, out=offsets[1:])
     data = b"".join(b * n for b, n in zip(encoded, counts, strict=True))
-    return pa.StringArray.from_buffers(len(sizes), pa.py_buffer(offsets), pa.py_buffer(data))
+    # Past 2 GiB of text (a pull of some 200 million rows) 32-bit offsets would wrap round: 64-bit ones
+    # then, which the schema's cast refuses aloud, as Arrow's `take` did.
+    large = len(data) >= 2**31
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64 if large else np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    strings = pa.LargeStringArray if large else pa.StringArray
+    return strings.from_buffers(len(sizes), pa.py_buffer(offsets), pa.py_buffer(data))
