@@ -17,7 +17,7 @@ MMAP_THRESHOLD = 1024 * 1024
 def release_freed_memory() -> None:
     """Call once, before the work starts (it changes process-wide settings)."""
     # Arrow's default allocator (mimalloc) keeps freed pages in per-thread caches; through the
-    # system allocator, with the threshold below, every large Arrow buffer is unmapped when freed.
+    # system allocator, with the threshold below, every Arrow buffer over it is unmapped when freed.
     # (This is the pool pyarrow passes; Arrow's C++ readers and writers use the process default, which
     # etl/__init__.py sets before pyarrow loads.)
     pa.set_memory_pool(pa.system_memory_pool())
