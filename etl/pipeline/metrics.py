@@ -42,6 +42,7 @@ def write(path: str, summary: dict, source: str, exit_code: int) -> None:
     gauge(f"{PREFIX}_exit_code", "Exit code of the last run", exit_code)
     gauge(f"{PREFIX}_finished_timestamp_seconds", "When the last run ended (Unix time)", time.time())
     gauge(f"{PREFIX}_seconds", "Duration of the last run", summary.get("seconds", 0.0))
+    gauge(f"{PREFIX}_cpu_seconds", "CPU time of the last run (its process)", summary.get("cpu_seconds", 0.0))
     gauge(f"{PREFIX}_parameters", "Parameters the last run exported", summary.get("parameters", 0))
     for series, figures in sorted((summary.get("series") or {}).items()):
         gauge(f"{PREFIX}_points", "Points written by the last run", figures["points"], series=series)

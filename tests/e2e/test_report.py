@@ -107,6 +107,7 @@ def test_metrics_file_holds_the_runs_figures(lake, tmp_path):
     assert value["etl_run_relogins"][labels] == summary["relogins"]
     assert value["etl_run_failed_windows"][labels] == 0
     assert value["etl_run_seconds"][labels] == summary["seconds"]
+    assert value["etl_run_cpu_seconds"][labels] == summary["cpu_seconds"] > 0
     assert (
         value["etl_quality_lowest_completeness"][labels] == summary["quality"]["lowest_completeness"] == 0.0
     )
