@@ -17,9 +17,12 @@ Against each server and latency, in one run and alternating (`--repeat` times, m
 `etl run` (sign-in to the last byte written, as `make bench` times it); **httpx**, bare httpx on
 uvloop replaying the same requests (benchmarks/peers.py ceiling-uvloop); **wrk**, a compiled client
 replaying them (servers/wrk.py). Beside them the limits that need no run: the **latency bound**
-N x L / C (N requests, L the added latency, C in flight), and the **work floor**: the same bodies
-decoded by Arrow and written as Parquet in one loop (servers/floor.py), in CPU seconds per million
-points, next to etl's (its whole process: start-up included).
+N x L / C (N requests, L the added latency, C in flight); the **CPU bound**, the contender's CPU and the
+server's during its run shared among the cores (no wall can be shorter); and the **work floor**: the same
+bodies decoded by Arrow and written as Parquet in one loop (servers/floor.py), in CPU seconds per million
+points. etl's CPU is compared with it like for like: the run (its run record's `cpu_seconds`, sign-in to
+the last byte) against the floor's loop, and the whole process (start-up included) against the floor's
+whole process.
 
 `--trees`: before and after. etl from each source tree in turn within every round, on the same recording
 and servers, one row per tree (the recording is made by the installed etl).
@@ -37,11 +40,13 @@ import shutil
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
 
 import httpx
+import psutil
 import yaml
 from servers import nginx as nginx_server
 from servers import wrk as wrk_client
@@ -53,16 +58,19 @@ from harness import HERE, PY, Emulator, environment, free_port, run_child
 START = "2026-11-01T00:00:00Z"
 PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
 SERVERS = ("emulator", "threaded", "nginx")
+CORES = len(os.sched_getaffinity(0))
 CONTENDERS = ("etl", "httpx", "wrk")
 
 
 @dataclass
 class Sample:
     seconds: float
-    cpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the contender's whole process
     peak_rss_mb: float = 0.0
     points: int = 0
     requests: int = 0
+    run_cpu_seconds: float | None = None  # etl: its run record's, over `seconds` (a build without it: None)
+    server_cpu_seconds: float = 0.0  # the server's, while the contender ran
 
 
 @dataclass
@@ -133,6 +141,22 @@ class Server:
             return self.nginx.misses()
         return 0
 
+    def cpu_seconds(self) -> float:
+        """CPU of the server's processes so far (nginx: its master and workers)."""
+        if self.name == "emulator":
+            return self.emulator.cpu_seconds()
+        proc = self.proc if self.nginx is None else self.nginx.proc
+        assert proc is not None
+        total = 0.0
+        root = psutil.Process(proc.pid)
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+        return total
+
     def cookie(self) -> str:
         """A session's Cookie header (only the emulator checks it)."""
         return session_cookie(self.base_url)
@@ -181,7 +205,12 @@ def etl_once(config: Path, out: Path, tree: Path | None = None) -> Sample:
         cwd=out.parent,
     )
     return Sample(
-        summary["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"], summary["points"], summary["requests"]
+        summary["seconds"],
+        usage["cpu_seconds"],
+        usage["peak_rss_mb"],
+        summary["points"],
+        summary["requests"],
+        summary.get("cpu_seconds"),
     )
 
 
@@ -281,12 +310,18 @@ def measure_size(args: argparse.Namespace, parameters: int, work: Path, skipped:
             ]
         )
         shutil.rmtree(work / "floor", ignore_errors=True)
-        doc["floor"] = {**floor, "process_cpu_seconds": usage["cpu_seconds"]}
-        doc["floor"]["cpu_per_million"] = 1e6 * floor["cpu_seconds"] / max(floor["points"], 1)
+        per_million = 1e6 / max(floor["points"], 1)
+        doc["floor"] = floor = {
+            **floor,
+            "process_cpu_seconds": usage["cpu_seconds"],
+            "cpu_per_million": floor["cpu_seconds"] * per_million,
+            "process_cpu_per_million": usage["cpu_seconds"] * per_million,
+        }
         print(
             f"\n{doc['parameters']:,} parameters x {args.days} days: {warm.points:,} points in {n:,} requests, "
-            f"{args.concurrency} in flight; work floor {doc['floor']['cpu_per_million']:.2f} CPU s per million "
-            f"points ({floor['points']:,} points, {floor['files']} files)",
+            f"{args.concurrency} in flight; {CORES} cores; work floor {floor['cpu_per_million']:.2f} CPU s per "
+            f"million points in its loop, {floor['process_cpu_per_million']:.2f} as a whole process "
+            f"({floor['points']:,} points, {floor['files']} files)",
             flush=True,
         )
         for name in args.servers:
@@ -296,7 +331,7 @@ def measure_size(args: argparse.Namespace, parameters: int, work: Path, skipped:
                 continue
             server = Server(name, emulator, recording, work)
             try:
-                doc["servers"][name] = serve(args, server, recording, work, n, skipped)
+                doc["servers"][name] = serve(args, server, recording, work, n, floor, skipped)
             finally:
                 server.stop()
     finally:
@@ -310,6 +345,7 @@ def serve(
     recording: Recording,
     work: Path,
     n: int,
+    floor: dict,
     skipped: dict[str, str],
 ) -> dict:
     config = write_config(
@@ -326,27 +362,36 @@ def serve(
             for name in CONTENDERS
         }
         builds = {tree: Cell() for tree in trees}  # etl's runs, of each build in turn
+
+        def timed(sample: Callable[[], Sample]) -> Sample:
+            before = server.cpu_seconds()
+            out = sample()
+            out.server_cpu_seconds = server.cpu_seconds() - before
+            return out
+
         for _ in range(args.repeat):
             for name, cell in cells.items():
                 if cell.skipped:
                     continue
                 if name == "etl":
                     for tree, path in trees.items():
-                        builds[tree].runs.append(etl_once(config, work / "out", path))
+                        builds[tree].runs.append(timed(lambda p=path: etl_once(config, work / "out", p)))
                 elif name == "httpx":
-                    cell.runs.append(httpx_once(spec))
+                    cell.runs.append(timed(lambda: httpx_once(spec)))
                 else:
-                    cell.runs.append(wrk_once(recording, server, args.concurrency))
+                    cell.runs.append(timed(lambda: wrk_once(recording, server, args.concurrency)))
         misses = server.misses() - misses
         for tree, build in builds.items():
             cells["etl"] = build
             key = f"{latency * 1000:g}ms" + (f" {tree}" if tree else "")
-            out[key] = row = _row(args, latency, n, misses, cells)
+            out[key] = row = _row(args, latency, n, misses, cells, floor)
             print_row(f"{server.name} {tree}".strip(), row)
     return out
 
 
-def _row(args: argparse.Namespace, latency: float, n: int, misses: int, cells: dict[str, Cell]) -> dict:
+def _row(
+    args: argparse.Namespace, latency: float, n: int, misses: int, cells: dict[str, Cell], floor: dict
+) -> dict:
     bound = n * latency / args.concurrency
     row = {
         "latency_s": latency,
@@ -356,18 +401,34 @@ def _row(args: argparse.Namespace, latency: float, n: int, misses: int, cells: d
         **{
             name: {"skipped": c.skipped}
             if c.skipped
-            else {"median_s": c.median(), "runs": [asdict(r) for r in c.runs]}
+            else {
+                "median_s": c.median(),
+                "cpu_seconds": c.median("cpu_seconds"),
+                "server_cpu_seconds": c.median("server_cpu_seconds"),
+                # No wall can be shorter: the contender's and the server's CPU shared among the cores.
+                "cpu_bound_s": (c.median("cpu_seconds") + c.median("server_cpu_seconds")) / CORES,
+                "runs": [asdict(r) for r in c.runs],
+            }
             for name, c in cells.items()
         },
     }
     etl = cells["etl"]
+    points = etl.runs[0].points
+    run_cpu = None if any(r.run_cpu_seconds is None for r in etl.runs) else etl.median("run_cpu_seconds")
     row["etl"].update(
-        cpu_seconds=etl.median("cpu_seconds"),
         peak_rss_mb=max(r.peak_rss_mb for r in etl.runs),
-        points=etl.runs[0].points,
+        points=points,
         requests=etl.runs[0].requests,
+        run_cpu_seconds=run_cpu,
+        cpu_per_million=1e6 * row["etl"]["cpu_seconds"] / max(points, 1),
+        run_cpu_per_million=None if run_cpu is None else 1e6 * run_cpu / max(points, 1),
     )
-    row["etl"]["cpu_per_million"] = 1e6 * row["etl"]["cpu_seconds"] / max(row["etl"]["points"], 1)
+    # Like for like: the run (sign-in to the last byte) against the floor's loop, and the whole process
+    # (start-up included) against the floor's whole process (its imports, reading the recording).
+    row["run_cpu_vs_floor"] = (
+        None if run_cpu is None else row["etl"]["run_cpu_per_million"] / floor["cpu_per_million"]
+    )
+    row["process_cpu_vs_floor"] = row["etl"]["cpu_per_million"] / floor["process_cpu_per_million"]
     row["etl_vs_bound"] = bound / etl.median() if bound else None
     row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
     row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
@@ -376,7 +437,9 @@ def _row(args: argparse.Namespace, latency: float, n: int, misses: int, cells: d
 
 HEADER = (
     f"  {'server':<9} {'latency':>7} {'bound s':>8} {'wrk s':>7} {'httpx s':>8} {'etl s':>7} "
-    f"{'etl/bound':>9} {'etl/httpx':>9} {'etl/wrk':>8} {'etl CPU s':>9} {'CPU s/M pts':>11} {'RSS MB':>7} {'misses':>6}"
+    f"{'etl/bound':>9} {'etl/httpx':>9} {'etl/wrk':>8} {'CPU-bound s':>11} {'server CPU':>10} "
+    f"{'etl CPU s':>9} {'run CPU s':>9} {'CPU s/M run':>11} {'run/floor':>9} {'proc/floor':>10} "
+    f"{'RSS MB':>7} {'misses':>6}"
 )
 
 
@@ -392,7 +455,9 @@ def print_row(server: str, row: dict) -> None:
     print(
         f"  {server:<9} {row['latency_s'] * 1000:>5g}ms {row['latency_bound_s']:>8.2f} {s('wrk'):>7} "
         f"{s('httpx'):>8} {s('etl'):>7} {ratio(row['etl_vs_bound']):>9} {ratio(row['etl_vs_httpx']):>9} "
-        f"{ratio(row['etl_vs_wrk']):>8} {e['cpu_seconds']:>9.2f} {e['cpu_per_million']:>11.2f} "
+        f"{ratio(row['etl_vs_wrk']):>8} {e['cpu_bound_s']:>11.2f} {e['server_cpu_seconds']:>10.2f} "
+        f"{e['cpu_seconds']:>9.2f} {ratio(e['run_cpu_seconds']):>9} {ratio(e['run_cpu_per_million']):>11} "
+        f"{ratio(row['run_cpu_vs_floor']):>9} {ratio(row['process_cpu_vs_floor']):>10} "
         f"{e['peak_rss_mb']:>7.0f} {row['misses']:>6}",
         flush=True,
     )
