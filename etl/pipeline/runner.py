@@ -29,7 +29,7 @@ import orjson
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config, load_config
 from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, error_from
-from etl.model import Shard
+from etl.model import Shard, Windows
 from etl.pipeline import dimensions, metrics
 from etl.pipeline.build import Build
 from etl.pipeline.dimensions import Rows
@@ -40,6 +40,7 @@ from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horiz
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.state.coverage import Coverage, intervals_of
+from etl.state.store import StateStore
 from etl.storage import spools
 from etl.support import allocator, cpus, interrupts, redact
 from etl.timeutil import iso, now_ms, parse_time
@@ -406,6 +407,7 @@ class Runner:
     async def _execute(self, executor: Executor, plan: Plan, coverage: Coverage) -> None:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
+        checkpoints = _GroupCommit(self.store)
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
             self.fatal = self.fatal or exc
@@ -423,9 +425,9 @@ class Runner:
                 result.lake, result.files = (landed.table, landed.version), landed.files
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
+                if result.staged is None:
+                    await checkpoints.commit(result.done)
                 async with commit_lock:
-                    if result.staged is None:
-                        await asyncio.to_thread(self.store.commit, result.done)
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
                     # copies the whole coverage while other slabs hold their data.
                     self.committed.append(intervals_of(result.done))
@@ -613,6 +615,36 @@ def _in_a_loop(work: Coroutine[Any, Any, RunSummary]) -> RunSummary:
         return start(work)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _GroupCommit:
+    """Slabs' windows checkpointed in groups: those whose files became durable while a checkpoint was
+    being written go into the next one together. The end of a run finishes dozens of slabs at once,
+    whose checkpoints (a file and an fsync each) were written one after another while nothing else ran."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+        self.lock = asyncio.Lock()
+        self.waiting: list[tuple[Windows, asyncio.Future[None]]] = []
+
+    async def commit(self, windows: Windows) -> None:
+        """Once `windows` are in a checkpoint (this call's or a group's written meanwhile)."""
+        held: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.append((windows, held))
+        async with self.lock:
+            group, self.waiting = self.waiting, []
+            if group:
+                try:
+                    await asyncio.to_thread(self.store.commit, *(w for w, _ in group))
+                except BaseException as exc:
+                    for _, future in group:
+                        if future is not held:
+                            future.set_exception(exc)
+                            future.exception()  # seen: a waiter cancelled meanwhile would leave it unread
+                    raise
+                for _, future in group:
+                    future.set_result(None)
+        await held
 
 
 def _workers() -> ThreadPoolExecutor:

@@ -44,25 +44,26 @@ def _marks_of(data: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in orjson.loads(metadata[MARKS]).items()} if MARKS in metadata else {}
 
 
-def segment(windows: Windows, mark: tuple[str, int] | None = None) -> bytes:
-    """A log segment: the windows, grouped by (start, end) (a slab's windows mostly share them), and
-    for a lake table the (table, version) of the commit that holds them."""
+def segment(*parts: Windows, mark: tuple[str, int] | None = None) -> bytes:
+    """A log segment: the windows of one or more slabs, grouped by (start, end) (a slab's windows mostly
+    share them), and for a lake table the (table, version) of the commit that holds them."""
+    body: dict[str, object] = {"version": 2, "windows": [g for windows in parts for g in _groups(windows)]}
+    if mark is not None:
+        body["lake"] = list(mark)
+    return orjson.dumps(body)
+
+
+def _groups(windows: Windows) -> list[list]:
+    if not len(windows):
+        return []
     order = np.lexsort((windows.param_id, windows.end, windows.start))
     starts, ends, ids = windows.start[order], windows.end[order], windows.param_id[order]
     cuts = np.flatnonzero((starts[1:] != starts[:-1]) | (ends[1:] != ends[:-1])) + 1
     heads = np.r_[0, cuts]
-    groups = (
-        []
-        if not len(ids)
-        else [
-            [windows.series.value, a, b, p.tolist()]
-            for a, b, p in zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)
-        ]
-    )
-    body: dict[str, object] = {"version": 2, "windows": groups}
-    if mark is not None:
-        body["lake"] = list(mark)
-    return orjson.dumps(body)
+    return [
+        [windows.series.value, a, b, p.tolist()]
+        for a, b, p in zip(starts[heads].tolist(), ends[heads].tolist(), np.split(ids, cuts), strict=True)
+    ]
 
 
 def windows_of(data: bytes) -> Windows:
@@ -188,11 +189,11 @@ class StateStore:
         self.marks = advance(marks, seen)
         return coverage
 
-    def commit(self, windows: Windows, mark: tuple[str, int] | None = None) -> None:
-        """One slab's windows, once its files are durable (or its lake commit, `mark`, is made)."""
+    def commit(self, *windows: Windows, mark: tuple[str, int] | None = None) -> None:
+        """Slabs' windows, once their files are durable (or their lake commit, `mark`, is made)."""
         self.run_lock.check()
         self._seq += 1
-        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(windows, mark))
+        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(*windows, mark=mark))
         self._segments.append(self._seq)
         if mark is not None:
             self._seen.setdefault(mark[0], set()).add(mark[1])

@@ -9,6 +9,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from etl.pipeline import runner as pipeline
+from etl.state import store
 from etl.timeutil import HOUR_MS, to_ms
 from tests.support.checks import assert_exact
 from tests.support.cli import etl
@@ -62,6 +63,7 @@ def test_coverage_merged_during_the_run_checkpoints_every_window(emulator, tmp_p
     """Committed windows merged into the coverage after every slab rather than once at the end: the base
     the run compacts into still holds them all, and the next run plans nothing."""
     monkeypatch.setattr(pipeline, "MERGE_AFTER", 1)
+    monkeypatch.setattr(store, "COMPACT_AFTER", 1)  # however few segments the slabs' checkpoints shared
     config = make_config(emulator.base_url, tmp_path)
     run(config)
     assert list((tmp_path / "_state").rglob("base-*.parquet"))  # the log was folded into a base

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import pyarrow as pa
 
@@ -132,7 +133,7 @@ class Committer:
                 windows = Windows.concat(Series(queue.table), [p.windows for p in parts])
                 version, files = await asyncio.to_thread(self._commit_group, queue.table, parts, windows)
                 async with self._state:
-                    await asyncio.to_thread(self.store.commit, windows, (queue.table, version))
+                    await asyncio.to_thread(partial(self.store.commit, windows, mark=(queue.table, version)))
             landed = Landed(queue.table, version, files, len(parts))
             self.commits += 1
             if self.on_commit is not None:

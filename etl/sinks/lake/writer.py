@@ -165,7 +165,7 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
             continue
         found = table.history(app, mark)
         for checkpoint in found:
-            store.commit(checkpoint.windows, (table.name, checkpoint.version))
+            store.commit(checkpoint.windows, mark=(table.name, checkpoint.version))
             coverage.add(checkpoint.windows)
             recovered += 1
         missing = latest - mark - len(found)
