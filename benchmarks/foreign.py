@@ -69,7 +69,9 @@ class Sample:
     peak_rss_mb: float = 0.0
     points: int = 0
     requests: int = 0
-    run_cpu_seconds: float | None = None  # etl: its run record's, over `seconds` (a build without it: None)
+    run_cpu_seconds: float | None = (
+        None  # etl: its run record's (a build without it: None); the floor: its loop's
+    )
     server_cpu_seconds: float = 0.0  # the server's, while the contender ran
 
 
@@ -214,6 +216,29 @@ def etl_once(config: Path, out: Path, tree: Path | None = None) -> Sample:
     )
 
 
+def floor_once(recording: Recording, work: Path) -> Sample:
+    """One run of the work floor: its loop's CPU as `run_cpu_seconds`, its files as `requests`."""
+    line, usage = run_child(
+        [
+            PY,
+            str(HERE / "servers" / "floor.py"),
+            "--recording",
+            str(recording.root),
+            "--out",
+            str(work / "floor"),
+        ]
+    )
+    shutil.rmtree(work / "floor", ignore_errors=True)
+    return Sample(
+        usage["wall"],
+        usage["cpu_seconds"],
+        usage["peak_rss_mb"],
+        line["points"],
+        line["files"],
+        line["cpu_seconds"],
+    )
+
+
 def httpx_once(spec: Path) -> Sample:
     line, usage = run_child([PY, str(HERE / "peers.py"), "ceiling-uvloop", "--requests", str(spec)])
     return Sample(line["seconds"], usage["cpu_seconds"], usage["peak_rss_mb"])
@@ -299,29 +324,19 @@ def measure_size(args: argparse.Namespace, parameters: int, work: Path, skipped:
         shutil.rmtree(work / "out", ignore_errors=True)
         n = len(recording.requests) + 1  # and the sign-in
         doc.update(points=warm.points, requests=n)
-        floor, usage = run_child(
-            [
-                PY,
-                str(HERE / "servers" / "floor.py"),
-                "--recording",
-                str(recording.root),
-                "--out",
-                str(work / "floor"),
-            ]
-        )
-        shutil.rmtree(work / "floor", ignore_errors=True)
-        per_million = 1e6 / max(floor["points"], 1)
-        doc["floor"] = floor = {
-            **floor,
-            "process_cpu_seconds": usage["cpu_seconds"],
-            "cpu_per_million": floor["cpu_seconds"] * per_million,
-            "process_cpu_per_million": usage["cpu_seconds"] * per_million,
+        floor = floor_once(recording, work)  # and each round again, beside etl's runs (_row)
+        per_million = 1e6 / max(floor.points, 1)
+        doc["floor"] = {
+            "points": floor.points,
+            "files": floor.requests,
+            "cpu_per_million": (floor.run_cpu_seconds or 0) * per_million,
+            "process_cpu_per_million": floor.cpu_seconds * per_million,
         }
         print(
             f"\n{doc['parameters']:,} parameters x {args.days} days: {warm.points:,} points in {n:,} requests, "
-            f"{args.concurrency} in flight; {CORES} cores; work floor {floor['cpu_per_million']:.2f} CPU s per "
-            f"million points in its loop, {floor['process_cpu_per_million']:.2f} as a whole process "
-            f"({floor['points']:,} points, {floor['files']} files)",
+            f"{args.concurrency} in flight; {CORES} cores; work floor {doc['floor']['cpu_per_million']:.2f} "
+            f"CPU s per million points in its loop, {doc['floor']['process_cpu_per_million']:.2f} as a whole "
+            f"process ({floor.points:,} points, {floor.requests} files; again in every round)",
             flush=True,
         )
         for name in args.servers:
@@ -331,7 +346,7 @@ def measure_size(args: argparse.Namespace, parameters: int, work: Path, skipped:
                 continue
             server = Server(name, emulator, recording, work)
             try:
-                doc["servers"][name] = serve(args, server, recording, work, n, floor, skipped)
+                doc["servers"][name] = serve(args, server, recording, work, n, skipped)
             finally:
                 server.stop()
     finally:
@@ -345,7 +360,6 @@ def serve(
     recording: Recording,
     work: Path,
     n: int,
-    floor: dict,
     skipped: dict[str, str],
 ) -> dict:
     config = write_config(
@@ -362,6 +376,7 @@ def serve(
             for name in CONTENDERS
         }
         builds = {tree: Cell() for tree in trees}  # etl's runs, of each build in turn
+        floor = Cell()  # the work floor, once a round: a host that slows down does so for both
 
         def timed(sample: Callable[[], Sample]) -> Sample:
             before = server.cpu_seconds()
@@ -380,6 +395,7 @@ def serve(
                     cell.runs.append(timed(lambda: httpx_once(spec)))
                 else:
                     cell.runs.append(timed(lambda: wrk_once(recording, server, args.concurrency)))
+            floor.runs.append(floor_once(recording, work))
         misses = server.misses() - misses
         for tree, build in builds.items():
             cells["etl"] = build
@@ -390,7 +406,7 @@ def serve(
 
 
 def _row(
-    args: argparse.Namespace, latency: float, n: int, misses: int, cells: dict[str, Cell], floor: dict
+    args: argparse.Namespace, latency: float, n: int, misses: int, cells: dict[str, Cell], floor: Cell
 ) -> dict:
     bound = n * latency / args.concurrency
     row = {
@@ -423,12 +439,18 @@ def _row(
         cpu_per_million=1e6 * row["etl"]["cpu_seconds"] / max(points, 1),
         run_cpu_per_million=None if run_cpu is None else 1e6 * run_cpu / max(points, 1),
     )
+    per_million = 1e6 / max(floor.runs[0].points, 1)
+    row["floor"] = {
+        "cpu_per_million": floor.median("run_cpu_seconds") * per_million,
+        "process_cpu_per_million": floor.median("cpu_seconds") * per_million,
+        "runs": [asdict(r) for r in floor.runs],
+    }
     # Like for like: the run (sign-in to the last byte) against the floor's loop, and the whole process
     # (start-up included) against the floor's whole process (its imports, reading the recording).
     row["run_cpu_vs_floor"] = (
-        None if run_cpu is None else row["etl"]["run_cpu_per_million"] / floor["cpu_per_million"]
+        None if run_cpu is None else row["etl"]["run_cpu_per_million"] / row["floor"]["cpu_per_million"]
     )
-    row["process_cpu_vs_floor"] = row["etl"]["cpu_per_million"] / floor["process_cpu_per_million"]
+    row["process_cpu_vs_floor"] = row["etl"]["cpu_per_million"] / row["floor"]["process_cpu_per_million"]
     row["etl_vs_bound"] = bound / etl.median() if bound else None
     row["etl_vs_httpx"] = None if cells["httpx"].skipped else cells["httpx"].median() / etl.median()
     row["etl_vs_wrk"] = None if cells["wrk"].skipped else cells["wrk"].median() / etl.median()
@@ -438,7 +460,7 @@ def _row(
 HEADER = (
     f"  {'server':<9} {'latency':>7} {'bound s':>8} {'wrk s':>7} {'httpx s':>8} {'etl s':>7} "
     f"{'etl/bound':>9} {'etl/httpx':>9} {'etl/wrk':>8} {'CPU-bound s':>11} {'server CPU':>10} "
-    f"{'etl CPU s':>9} {'run CPU s':>9} {'CPU s/M run':>11} {'run/floor':>9} {'proc/floor':>10} "
+    f"{'etl CPU s':>9} {'run CPU s':>9} {'CPU s/M run':>11} {'floor s/M':>9} {'run/floor':>9} {'proc/floor':>10} "
     f"{'RSS MB':>7} {'misses':>6}"
 )
 
@@ -457,7 +479,7 @@ def print_row(server: str, row: dict) -> None:
         f"{s('httpx'):>8} {s('etl'):>7} {ratio(row['etl_vs_bound']):>9} {ratio(row['etl_vs_httpx']):>9} "
         f"{ratio(row['etl_vs_wrk']):>8} {e['cpu_bound_s']:>11.2f} {e['server_cpu_seconds']:>10.2f} "
         f"{e['cpu_seconds']:>9.2f} {ratio(e['run_cpu_seconds']):>9} {ratio(e['run_cpu_per_million']):>11} "
-        f"{ratio(row['run_cpu_vs_floor']):>9} {ratio(row['process_cpu_vs_floor']):>10} "
+        f"{row['floor']['cpu_per_million']:>9.2f} {ratio(row['run_cpu_vs_floor']):>9} {ratio(row['process_cpu_vs_floor']):>10} "
         f"{e['peak_rss_mb']:>7.0f} {row['misses']:>6}",
         flush=True,
     )

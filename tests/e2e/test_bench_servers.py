@@ -38,6 +38,7 @@ def _check(row: dict, contenders: tuple[str, ...]) -> None:
     # etl's CPU beside the floor's, like for like: its run record's against the loop, process against process
     assert 0 < row["etl"]["run_cpu_seconds"] < row["etl"]["cpu_seconds"]
     assert row["run_cpu_vs_floor"] > 0 and row["process_cpu_vs_floor"] > 0
+    assert len(row["floor"]["runs"]) == len(row["etl"]["runs"]) and row["floor"]["cpu_per_million"] > 0
     assert row["etl"]["cpu_bound_s"] > 0 and row["etl"]["server_cpu_seconds"] >= 0
     assert row["latency_bound_s"] == pytest.approx(row["requests"] * row["latency_s"] / 16)
 
