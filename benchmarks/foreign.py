@@ -53,7 +53,7 @@ from servers import wrk as wrk_client
 from servers.record import Recording, record
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, free_port, run_child
+from harness import HERE, PY, Emulator, environment, free_port, run_child, tree_cpu_seconds
 
 START = "2026-11-01T00:00:00Z"
 PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
@@ -149,15 +149,7 @@ class Server:
             return self.emulator.cpu_seconds()
         proc = self.proc if self.nginx is None else self.nginx.proc
         assert proc is not None
-        total = 0.0
-        root = psutil.Process(proc.pid)
-        for p in [root, *root.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return tree_cpu_seconds(psutil.Process(proc.pid))
 
     def cookie(self) -> str:
         """A session's Cookie header (only the emulator checks it)."""

@@ -68,14 +68,7 @@ class Emulator:
 
     def cpu_seconds(self) -> float:
         """CPU of the server and its worker processes, if any."""
-        total = 0.0
-        for p in [self.ps, *self.ps.children(recursive=True)]:
-            try:
-                t = p.cpu_times()
-                total += t.user + t.system
-            except psutil.NoSuchProcess:
-                pass
-        return total
+        return tree_cpu_seconds(self.ps)
 
     def stop(self) -> None:
         self.control.close()
@@ -86,6 +79,18 @@ class Emulator:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
+
+
+def tree_cpu_seconds(root: psutil.Process) -> float:
+    """CPU so far of a process and of its children."""
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def run_child(
