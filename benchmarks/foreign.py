@@ -69,9 +69,8 @@ class Sample:
     peak_rss_mb: float = 0.0
     points: int = 0
     requests: int = 0
-    run_cpu_seconds: float | None = (
-        None  # etl: its run record's (a build without it: None); the floor: its loop's
-    )
+    # etl: its run record's (a build without it: None); the floor: its loop's
+    run_cpu_seconds: float | None = None
     server_cpu_seconds: float = 0.0  # the server's, while the contender ran
 
 
