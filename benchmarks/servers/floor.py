@@ -3,11 +3,12 @@ tight loop, with no orchestration (no HTTP, no event loop, no threads, no checkp
 
     python benchmarks/servers/floor.py --recording DIR --out DIR
 
-Each measurement answer is read by Arrow's streaming JSON reader (as etl's fast path does), its points past the
-window's end dropped (the server's bounds are inclusive), the columns etl writes added (source,
-object_id, param_id, kind), and the tables of one series, day and file bucket written as one
-zstd Parquet file with dictionaries on the id and kind columns (etl's defaults). Prints one JSON line:
-the loop's CPU seconds (process time, imports excluded), the points and files written.
+Each measurement answer is read by Arrow's streaming JSON reader (as etl's fast path does), its points
+past the window's end dropped (the server's bounds are inclusive), the columns etl writes added (source,
+object_id, param_id, kind), and the rows of one series, UTC day and file bucket written as one zstd
+Parquet file with dictionaries on the id and kind columns (etl's defaults): the files etl writes, so an
+average or candle answer that spans days is split among them. Prints one JSON line: the loop's CPU
+seconds (process time, imports excluded), the points and files written.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def main() -> None:
     objects = objects_of(recording)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.process_time()
-    groups: dict[tuple[str, int, int], list[pa.Table]] = defaultdict(list)
+    groups: dict[tuple[str, int | None, int], list[pa.Table]] = defaultdict(list)
     points = 0
     for r in recording.requests:
         # The planned windows start at UTC midnight; a request from elsewhere continued or checked an
@@ -100,19 +101,26 @@ def main() -> None:
         table = table.add_column(1, "object_id", pa.array([objects.get(r.param_id, 0)] * n, pa.int64()))
         table = table.add_column(2, "param_id", pa.array([r.param_id] * n, pa.int64()))
         table = table.add_column(3, "kind", pa.array([_kind(r)] * n, pa.string()))
-        groups[(r.series, start // DAY_MS, r.param_id % BUCKETS)].append(table)
+        # A raw answer is one day's; the longer answers are split by day once all are read.
+        day = start // DAY_MS if end - start <= DAY_MS else None
+        groups[(r.series, day, r.param_id % BUCKETS)].append(table)
         points += n
+    files = 0
     for (series, day, bucket), tables in groups.items():
-        folder = args.out / series / f"day={day}"
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(
-            pa.concat_tables(tables),
-            folder / f"b{bucket}.parquet",
-            compression="zstd",
-            use_dictionary=["source", "object_id", "param_id", "kind"],
-        )
+        table = pa.concat_tables(tables)
+        days = pc.divide(table.column("ts").cast(pa.int64()), DAY_MS) if day is None else None
+        for d in [day] if days is None else pc.unique(days).to_pylist():
+            folder = args.out / series / f"day={d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            pq.write_table(
+                table if days is None else table.filter(pc.equal(days, d)),
+                folder / f"b{bucket}.parquet",
+                compression="zstd",
+                use_dictionary=["source", "object_id", "param_id", "kind"],
+            )
+            files += 1
     seconds = time.process_time() - started
-    json.dump({"cpu_seconds": seconds, "points": points, "files": len(groups)}, sys.stdout)
+    json.dump({"cpu_seconds": seconds, "points": points, "files": files}, sys.stdout)
     print()
 
 
