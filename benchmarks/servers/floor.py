@@ -108,12 +108,16 @@ def main() -> None:
     files = 0
     for (series, day, bucket), tables in groups.items():
         table = pa.concat_tables(tables)
-        days = pc.divide(table.column("ts").cast(pa.int64()), DAY_MS) if day is None else None
-        for d in [day] if days is None else pc.unique(days).to_pylist():
+        if day is not None:
+            parts = [(day, table)]
+        else:
+            days = pc.divide(table.column("ts").cast(pa.int64()), DAY_MS)
+            parts = [(d, table.filter(pc.equal(days, d))) for d in pc.unique(days).to_pylist()]
+        for d, part in parts:
             folder = args.out / series / f"day={d}"
             folder.mkdir(parents=True, exist_ok=True)
             pq.write_table(
-                table if days is None else table.filter(pc.equal(days, d)),
+                part,
                 folder / f"b{bucket}.parquet",
                 compression="zstd",
                 use_dictionary=["source", "object_id", "param_id", "kind"],
