@@ -32,6 +32,7 @@ import yaml
 
 from etl.config import load_config
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
+from etl.sinks.layout import auto_buckets
 from etl.state import Coverage
 from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, SERIES, Emulator, Measurement, environment, etl_run, peer_run, run_child
@@ -100,7 +101,11 @@ def request_list(config_path: Path, emulator: Emulator, concurrency: int) -> dic
     units = {}
     spans = spans_for(config.extract.raw_window, config.extract.aggregate_window)
     for slab in Plan(
-        Fleet(params, config.sink.buckets), Coverage(), PlanOptions(start, end), config.series, spans
+        Fleet(params, config.sink.buckets or auto_buckets(len(params))),
+        Coverage(),
+        PlanOptions(start, end),
+        config.series,
+        spans,
     ).slabs():
         for u in slab.windows:
             units.setdefault((u.param_id, u.series.value), []).append(u)

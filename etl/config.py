@@ -227,7 +227,13 @@ class SinkConfig(Strict):
         "{path}/catalog.db",
     )
     partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
-    buckets: int = Field(4, ge=1, le=4096, description="files per partition; fixed for the life of a dataset")
+    buckets: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="files per partition; auto (the default): 1 for a new Parquet/CSV dataset of fewer than "
+        "800 parameters, else 4, decided at its first run and kept",
+    )
     compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
     storage_options: dict[str, Any] = {}
     # Lake tables only (docs/lake.md): grouped commits, and the upkeep each run does.
@@ -244,6 +250,15 @@ class SinkConfig(Strict):
         if value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off"):
             return None
         return _duration(value)
+
+    @field_validator("buckets", mode="before")
+    @classmethod
+    def _auto(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip().isdigit():
+            if value.strip().lower() != "auto":
+                raise ValueError(f"give a number of files per partition (1-4096) or auto, not {value!r}")
+            return None
+        return value
 
     @field_validator("partition_by")
     @classmethod

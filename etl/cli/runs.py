@@ -160,7 +160,7 @@ def compact_cmd(config_path: str) -> None:
         return
     if not done.partitions:
         click.echo(
-            f"nothing to compact: every partition holds only its {config.sink.buckets} bucket file(s) "
+            f"nothing to compact: every partition holds only its {done.buckets} bucket file(s) "
             f"(sink.buckets); {done.temp_files_removed} temp file(s) removed"
         )
         return

@@ -28,7 +28,7 @@ from etl.quality.writer import QualitySlabWriter, QualityTracker
 from etl.sinks.base import SlabSink
 from etl.sinks.files import SlabWriter
 from etl.sinks.formats import FileFormat, file_format
-from etl.sinks.layout import Layout
+from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
 from etl.state import StateStore
 from etl.storage.files import Storage
 from etl.support import redact
@@ -51,6 +51,7 @@ class Build:
         # The run's window end once the server's clock has cut it (set by its Runner): quality rows
         # describe a day up to there, not up to a window.end still in the future.
         self.window_end: int | None = None
+        self._buckets: int | None = config.sink.buckets
 
     # -- the platform ------------------------------------------------------------------------------
 
@@ -146,11 +147,36 @@ class Build:
         """The quality dataset (etl/quality/): laid out like the raw series, a row per parameter and day."""
         return self._layouts[QUALITY]
 
+    @property
+    def buckets(self) -> int:
+        """Files per partition: sink.buckets, or (auto) what the run decided or the dataset recorded."""
+        if self._buckets is None:  # a command that runs nothing (compact, doctor): the dataset's record
+            stores = [self.state_store(), *self.state_stores()]  # a shard's record serves the dataset too
+            self._buckets = next((b for s in stores if (b := s.buckets())), LEGACY_BUCKETS)
+        return self._buckets
+
+    def decide_buckets(
+        self, store: StateStore, parameters: int, existing: bool, *, record: bool = True
+    ) -> int:
+        """The run's files per partition. Unset (auto): what the dataset was given at its first run, or
+        for a new Parquet/CSV dataset `auto_buckets` of its parameters; a dataset checkpointed before
+        the count was recorded (`existing`), or a lake table, keeps 4. The count in effect is recorded in
+        `store` (`record`) before any file is written, so a later auto run keeps it whatever the fleet's
+        width."""
+        recorded = store.buckets()
+        chosen = self.config.sink.buckets or recorded
+        if chosen is None:
+            chosen = LEGACY_BUCKETS if existing or self.config.sink.lake else auto_buckets(parameters)
+        if record and chosen != recorded:
+            store.note_buckets(chosen)
+        self._buckets = chosen
+        return chosen
+
     @cached_property
     def _layouts(self) -> dict[str, Layout]:
         """Every dataset's layout, made once: each slab made its own on the event loop (0.15-0.2 ms)."""
         sink = self.config.sink
-        where = (sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, sink.buckets)
+        where = (sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, self.buckets)
         layouts = {series.value: Layout(series, *where) for series in Series}
         layouts[QUALITY] = Layout(
             Series.RAW, *where, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY
@@ -226,6 +252,7 @@ class Build:
             update={
                 "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
                 "storage_options": self.data.options,
+                "buckets": self.buckets,
             }
         )
         source = config.source.model_copy(

@@ -39,6 +39,7 @@ class Maintenance:
     partitions: int = 0  # datasets: partitions that held files of another layout
     files: dict[str, int] = field(default_factory=dict)  # per dataset or table: files merged away or removed
     temp_files_removed: int = 0
+    buckets: int = 0  # datasets: the files per partition compacted into
 
     @property
     def tables(self) -> int:
@@ -58,13 +59,16 @@ def compact(config: Config) -> Maintenance:
     build = Build(config)
     out = Maintenance()
     with ExitStack() as locks:
-        for store in build.state_stores():  # every shard's too: none may write meanwhile
+        stores = build.state_stores()
+        for store in stores:  # every shard's too: none may write meanwhile
             locks.enter_context(store.lock())
+        if config.sink.buckets is not None and build.lake is None:  # a count set anew: kept from now on
+            build.decide_buckets(stores[0], 0, existing=True)
         if build.lake is not None:
             for table in _lake_tables(build):
                 out.files[table.name] = table.compact()
             return out
-        out.temp_files_removed = build.data.remove_temp_files()
+        out.temp_files_removed, out.buckets = build.data.remove_temp_files(), build.buckets
         # also series a config no longer selects, and the quality dataset (laid out like the series)
         for layout in [*(build.layout(series) for series in Series), build.quality_layout()]:
             partitions, removed = compact_layout(build.data, build.fmt, layout)

@@ -295,8 +295,16 @@ class Runner:
             mine = found.params.of_shard(shard)
             summary.objects, summary.parameters = len(found.object_ids), len(mine)
             extract = self.config.extract
+            # From the whole fleet: every shard of a dataset decides alike.
+            buckets = await asyncio.to_thread(
+                self.build.decide_buckets,
+                self.store,
+                len(found.params),
+                len(coverage) > 0,
+                record=not self.options.dry_run,
+            )
             plan = Plan(
-                Fleet(mine, self.config.sink.buckets),
+                Fleet(mine, buckets),
                 coverage,
                 PlanOptions(start, end, self.options.full_refresh, self.config.window.overlap),
                 self.config.series,

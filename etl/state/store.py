@@ -10,6 +10,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
                                    (lake formats: and the table commit that holds them, see docs/lake.md)
     {store}/lock                   the run lock (etl/lock.py)
     {store}/dimensions.json        when the reference tables were last fetched, and for which objects
+    {store}/layout.json            the dataset's files per partition (sink.buckets), as first decided
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from etl.storage.files import Storage
 log = logging.getLogger(__name__)
 
 SNAPSHOT = "dimensions.json"
+LAYOUT = "layout.json"
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
 _BASE = re.compile(r"base-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
@@ -225,6 +227,23 @@ class StateStore:
         """Once the reference tables it describes are written."""
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
+
+    def buckets(self) -> int | None:
+        """The files per partition the dataset was written with (sink.buckets), or None if not recorded."""
+        try:
+            data = self.storage.read(LAYOUT)
+            value = orjson.loads(data).get("buckets") if data else None
+        except (orjson.JSONDecodeError, AttributeError):
+            raise StorageError(
+                f"damaged checkpoint file {self.storage.display(LAYOUT)}: not the layout etl writes; "
+                "restore it, or remove it and set sink.buckets to the count the dataset's files have"
+            ) from None
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    def note_buckets(self, buckets: int) -> None:
+        """Before the first file of that layout is written."""
+        self.run_lock.check()
+        self.storage.write_atomic(LAYOUT, orjson.dumps({"buckets": buckets}))
 
     def compact(self, coverage: Coverage, *, force: bool = False) -> None:
         """Fold the log into a new base (when it has grown, or always with force)."""

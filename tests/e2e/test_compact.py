@@ -48,7 +48,7 @@ def test_compact_merges_shard_files_and_later_runs_stay_exact(emulator, tmp_path
     with pytest.raises(SystemExit) as code:  # done: it says so, as for an unsharded dataset
         main(["compact", "-c", str(path)])
     assert code.value.code == 0 and capsys.readouterr().out.startswith(
-        "nothing to compact: every partition holds only its 4 bucket file(s) (sink.buckets)"
+        "nothing to compact: every partition holds only its 1 bucket file(s) (sink.buckets)"
     )
     for series in ("raw", "average", "quality"):
         files = _files(out, series)

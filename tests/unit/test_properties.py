@@ -33,6 +33,7 @@ from etl.model import (
 from etl.pipeline.clean import clean, to_table
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, needed, spans_for
 from etl.sinks import Layout, ParquetFormat, SlabWriter
+from etl.sinks.layout import LEGACY_BUCKETS
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
 from etl.state.store import segment, windows_of
@@ -65,9 +66,7 @@ def covered(items, param_id: int = 1, series: Series = Series.RAW) -> Coverage:
 def plan(cfg, params, coverage: Coverage, options: PlanOptions) -> list:
     options = PlanOptions(options.start, options.end, options.full_refresh, cfg.window.overlap)
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
-    return list(
-        Plan(Fleet(Params.of(params), cfg.sink.buckets), coverage, options, cfg.series, spans).slabs()
-    )
+    return list(Plan(Fleet(Params.of(params), LEGACY_BUCKETS), coverage, options, cfg.series, spans).slabs())
 
 
 def config(raw_window="24h", aggregate_window="7d", overlap="0s"):
@@ -115,7 +114,7 @@ def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
     cfg = config("6h")
     spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
     made = Plan(
-        Fleet(Params.of(PARAMS), cfg.sink.buckets),
+        Fleet(Params.of(PARAMS), LEGACY_BUCKETS),
         Coverage(),
         PlanOptions(T0, T0 + 10 * DAY_MS),
         cfg.series,

@@ -90,7 +90,7 @@ def _size(path: str) -> int:
 def partition_files(d: Deployment) -> list[Finding]:
     """Parquet/CSV partitions holding more of this source's files than sink.buckets: written by shards or an
     older layout, which `etl compact` merges."""
-    buckets = d.config.sink.buckets
+    buckets = d.build.buckets
     crowded: dict[str, int] = {}
     for layout in [d.build.layout(s) for s in Series] + [d.build.quality_layout()]:
         per_folder: Counter = Counter()
@@ -135,7 +135,7 @@ def lake_tables(d: Deployment) -> list[Finding]:
     if not stats:
         return [ok("lake", "no lake table yet")]
     limit = d.limits.files_per_partition
-    limit = 4 * d.config.sink.buckets if limit is None else limit
+    limit = 4 * d.build.buckets if limit is None else limit
     out = []
     crowded = [s for s in stats if s.files_max > limit]
     if crowded:

@@ -9,6 +9,7 @@ from functools import cached_property
 from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable, Policy
+from etl.sinks.layout import LEGACY_BUCKETS
 from etl.storage.files import Storage
 
 DIMENSIONS_FOLDER = "dimensions"
@@ -19,7 +20,7 @@ class Lake:
 
     def __init__(self, sink: SinkConfig, storage: Storage) -> None:
         self.sink, self.storage = sink, storage
-        self.policy = Policy(sink.retention, sink.versions, sink.compact, sink.buckets)
+        self.policy = Policy(sink.retention, sink.versions, sink.compact, sink.buckets or LEGACY_BUCKETS)
         self._tables: dict[str, LakeTable] = {}
         # One object per table, whichever thread asks first: it holds the table's version counter.
         self._guard = threading.RLock()
