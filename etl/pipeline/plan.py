@@ -1,4 +1,4 @@
-"""Which windows to fetch, grouped into slabs, made lazily in time order.
+"""Which windows to fetch, grouped into slabs, made lazily in order of their spans' ends.
 
 A slab is one series over an aligned span of time (a UTC day for raw, `extract.aggregate_window` for
 average and candles) for the parameters of one file bucket (`etl.sinks.layout`): it rewrites exactly
@@ -162,8 +162,10 @@ class Plan:
         return sum(s["windows"] for s in self._summary.values())
 
     def slabs(self) -> Iterator[Slab]:
-        """Every slab, in time order (then series, then bucket). The work is handed out once: each
-        series' arrays are let go with its last slab (a wide fleet's raw days outlast its weeks)."""
+        """Every slab, by the end of its span (then series, then bucket): a week's raw days come before
+        its average and candle slabs, so a run ends on their small answers, not on a day of raw files
+        written after the last answer (at 50 ms, 2.5% of a one-bucket week's wall). The work is handed
+        out once: each series' arrays are let go with its last slab."""
         needed, self.needed = self.needed, {}
         streams = [
             self._slabs_of(series, order, *needed.pop(series))
@@ -187,7 +189,7 @@ class Plan:
             for index in range(lo, hi):
                 span_start = index * spans.span
                 for slab in self._slabs_at(series, (pids, starts, ends), span_start, span_start + spans.span):
-                    yield span_start, order, slab.bucket, slab
+                    yield span_start + spans.span, order, slab.bucket, slab
 
     def _slabs_at(
         self, series: Series, work: tuple[np.ndarray, ...], span_start: int, span_end: int
