@@ -23,7 +23,7 @@ from etl.timeutil import DAY_MS
 
 # sink.buckets when it is not set. A file costs about 3 ms of CPU to write whatever its size (its writer,
 # column chunks, fsyncs, a quality file beside it), so a small fleet's days are written one file each: at
-# 48 parameters, 4 files a day took 14-23% more CPU than 1 (docs/performance.md). From AUTO_WIDE up the
+# 48 parameters, 4 files a day cost 11-28% more run CPU than 1 (docs/performance.md). From AUTO_WIDE up the
 # fleet's day files are split four ways as before: a day of 800 parameters sampled every 30 s is about
 # 2.3 M rows, and four files of it are written side by side.
 AUTO_WIDE = 800
