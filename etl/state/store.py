@@ -230,15 +230,19 @@ class StateStore:
 
     def buckets(self) -> int | None:
         """The files per partition the dataset was written with (sink.buckets), or None if not recorded."""
+        data = self.storage.read(LAYOUT)
+        if data is None:
+            return None
         try:
-            data = self.storage.read(LAYOUT)
-            value = orjson.loads(data).get("buckets") if data else None
+            value = orjson.loads(data).get("buckets")
         except (orjson.JSONDecodeError, AttributeError):
+            value = None
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise StorageError(
                 f"damaged checkpoint file {self.storage.display(LAYOUT)}: not the layout etl writes; "
                 "restore it, or remove it and set sink.buckets to the count the dataset's files have"
-            ) from None
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+            )
+        return value
 
     def note_buckets(self, buckets: int) -> None:
         """Before the first file of that layout is written."""

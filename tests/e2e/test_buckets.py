@@ -86,7 +86,8 @@ def test_auto_and_bad_counts_in_the_config():
             sink(bad)
 
 
-def test_a_damaged_record_is_refused_naming_the_file(tmp_path):
-    (tmp_path / "layout.json").write_text("{not json")
+@pytest.mark.parametrize("text", ["{not json", "[4]", '{"buckets": 0}', '{"buckets": "4"}', "{}"])
+def test_a_damaged_record_is_refused_naming_the_file(tmp_path, text):
+    (tmp_path / "layout.json").write_text(text)
     with pytest.raises(StorageError, match="layout.json"):
         StateStore(Storage(str(tmp_path))).buckets()
