@@ -259,6 +259,12 @@ class LakeTable(ABC):
     def prepare(self, schema: pa.Schema) -> None:
         """Make the table, empty, if it is missing (Dask workers write files into existing tables)."""
 
+    @abstractmethod
+    def write_files(self, rows: pa.Table) -> list[Any]:
+        """The rows as data files of the table, outside any commit, for `commit(files=...)` to add: the
+        format's own records of them (Iceberg's `DataFile`s, Delta's add actions), picklable. No reader
+        sees the files until a commit names them; random names, so a task redone never writes one twice."""
+
     def holds_none_of(self, replace: Replace) -> bool:
         """Can no data file of the table hold a row `replace` covers? Then a large slab's data files are
         written when it ends, overlapping the fetching, rather than by its group's commit. Only the file

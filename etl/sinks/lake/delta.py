@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from etl.errors import StorageError
 from etl.sinks.lake.common import (
@@ -44,6 +45,7 @@ from etl.sinks.lake.common import (
     Policy,
     Replace,
 )
+from etl.sinks.lake.delta_files import partition_text, write_files, write_part
 from etl.storage.files import Storage
 from etl.support.optional import require
 
@@ -273,6 +275,9 @@ class DeltaTable(LakeTable):
                 )
             self._exists = True
 
+    def write_files(self, rows: pa.Table) -> list[Any]:
+        return write_files(self.storage, self.rel, self.partition_by, rows)
+
     def _touched(self, dt: Any, replace: Replace) -> bool:
         """May a file of the current version hold a row `replace` removes? From the log's statistics,
         without reading a data file: new windows beyond every stored row append blindly."""
@@ -295,10 +300,43 @@ class DeltaTable(LakeTable):
 
     def _rewrite(self, dt: Any, replace: Replace) -> list[Any]:
         """Files of Dask workers replacing stored rows: the stored files that hold some are rewritten
-        without them (their remove actions and their rewrites' add actions)."""
-        from etl.sinks.lake.datafiles import rewrite_delta_files
+        without them (a remove action for each, and the add action of its rewrite without those rows,
+        none when nothing else is left)."""
+        from deltalake.transaction import RemoveAction
 
-        return rewrite_delta_files(self, dt, replace)
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        if not actions.num_rows:
+            return []
+        key = replace.time_key
+
+        def stat(name: str) -> np.ndarray:
+            return (
+                _numbers(actions.column(name))
+                if name in actions.column_names
+                else np.full(actions.num_rows, np.nan)
+            )
+
+        hit = replace.may_match(
+            stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
+        )
+        parts = [c for c in actions.column_names if c.startswith("partition.")]
+        out: list[Any] = []
+        now = int(time.time() * 1000)
+        for i in np.flatnonzero(hit).tolist():
+            rel = actions.column("path")[i].as_py()
+            partition: dict[str, str | None] = {
+                c.removeprefix("partition."): partition_text(actions.column(c)[i].as_py()) for c in parts
+            }
+            with self.storage.fs.open(self.storage.full(f"{self.rel}/{rel}"), "rb") as source:
+                stored = pq.read_table(source)
+            removed = replace.matches(stored)
+            if not removed.any():
+                continue
+            size = int(actions.column("size_bytes")[i].as_py())
+            out.append(RemoveAction(rel, True, now, size, partition))
+            if not removed.all():
+                out.append(write_part(self.storage, self.rel, stored.filter(pa.array(~removed)), partition))
+        return out
 
     # -- checkpoints -------------------------------------------------------------------------------
 

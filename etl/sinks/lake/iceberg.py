@@ -443,7 +443,8 @@ class IcebergTable(LakeTable):
             self._handle(schema)
 
     def write_files(self, rows: pa.Table) -> list[Any]:
-        """The rows as data files of the table, not committed (a Dask worker's)."""
+        """The files pyiceberg's writer makes (the table's schema with its field ids, partition spec,
+        Parquet settings and statistics: `_Files`, or pyiceberg's own writer for rows of another schema)."""
         table = self._handle()
         return self._write(table, rows)
 

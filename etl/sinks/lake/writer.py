@@ -83,13 +83,11 @@ class LakeSlabWriter:
             files: tuple = ()
             nbytes = os.path.getsize(self._path)
             if self.remote or (nbytes >= EAGER_BYTES and self.table.holds_none_of(Replace.of(windows))):
-                from etl.sinks.lake.datafiles import write_data_files
-
                 with pa.memory_map(self._path) as mapped:
                     rows = pa.ipc.open_file(mapped).read_all()
                     if not self.remote:  # a Dask run's coordinator made the tables before
                         self.table.prepare(rows.schema)
-                    files = tuple(write_data_files(self.table, rows))
+                    files = tuple(self.table.write_files(rows))
                 self.abort()
             staged = Staged(
                 self.table.name,
