@@ -123,6 +123,23 @@ def _paths(dt: Any) -> set[str]:
     return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 
 
+def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
+    """The loaded version's add actions, and for each whether its file may hold a row `replace` removes:
+    from the log's statistics (`Replace.may_match`), without reading a data file."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    key = replace.time_key
+
+    def stat(name: str) -> np.ndarray:
+        if name not in actions.column_names:
+            return np.full(actions.num_rows, np.nan)
+        return _numbers(actions.column(name))
+
+    hit = replace.may_match(
+        stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
+    )
+    return actions, hit
+
+
 class DeltaTable(LakeTable):
     kind: ClassVar[str] = "delta"
 
@@ -279,24 +296,9 @@ class DeltaTable(LakeTable):
         return write_files(self.storage, self.rel, self.partition_by, rows)
 
     def _touched(self, dt: Any, replace: Replace) -> bool:
-        """May a file of the current version hold a row `replace` removes? From the log's statistics,
-        without reading a data file: new windows beyond every stored row append blindly."""
-        if replace.source is not None:
-            return bool(_paths(dt))
-        actions = pa.table(dt.get_add_actions(flatten=True))
-        if not actions.num_rows:
-            return False
-        key = replace.time_key
-
-        def stat(name: str) -> np.ndarray:
-            if name not in actions.column_names:
-                return np.full(actions.num_rows, np.nan)
-            return _numbers(actions.column(name))
-
-        hit = replace.may_match(
-            stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
-        )
-        return bool(hit.any())
+        """May a file of the current version hold a row `replace` removes? New windows beyond every
+        stored row append blindly."""
+        return bool(_may_hold(dt, replace)[1].any())
 
     def _rewrite(self, dt: Any, replace: Replace) -> list[Any]:
         """Files of Dask workers replacing stored rows: the stored files that hold some are rewritten
@@ -304,21 +306,7 @@ class DeltaTable(LakeTable):
         none when nothing else is left)."""
         from deltalake.transaction import RemoveAction
 
-        actions = pa.table(dt.get_add_actions(flatten=True))
-        if not actions.num_rows:
-            return []
-        key = replace.time_key
-
-        def stat(name: str) -> np.ndarray:
-            return (
-                _numbers(actions.column(name))
-                if name in actions.column_names
-                else np.full(actions.num_rows, np.nan)
-            )
-
-        hit = replace.may_match(
-            stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
-        )
+        actions, hit = _may_hold(dt, replace)
         parts = [c for c in actions.column_names if c.startswith("partition.")]
         out: list[Any] = []
         now = int(time.time() * 1000)

@@ -27,7 +27,7 @@ import os
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import reduce
 from typing import Any, ClassVar
@@ -141,6 +141,14 @@ def expression(replace: Replace):
         for a, b, ids in replace.groups
     ]
     return reduce(Or, parts) if parts else AlwaysFalse()
+
+
+def _may_hold(table: Any, replace: Replace) -> Iterator[Any]:
+    """The scan tasks of the current snapshot's files that may hold a row `replace` removes: pyiceberg's
+    plan prunes by partition and statistics, without reading a data file."""
+    if table.current_snapshot() is None:
+        return iter(())
+    return iter(table.scan(row_filter=expression(replace)).plan_files())
 
 
 def _iso(ms: int) -> str:
@@ -453,9 +461,7 @@ class IcebergTable(LakeTable):
             return True
         with table_lock(self.uri):
             table = self._handle()
-        if table.current_snapshot() is None:
-            return True
-        return next(iter(table.scan(row_filter=expression(replace)).plan_files()), None) is None
+        return next(_may_hold(table, replace), None) is None
 
     def _create(self, schema: pa.Schema) -> Any:
         """The table, made with its partition spec in one catalog commit (a create transaction would
@@ -557,9 +563,9 @@ class IcebergTable(LakeTable):
             if rows is not None and rows.num_rows:
                 self._plan(table, rows.schema)  # rows that do not fit fail here, before any file is read
             removed, kept, kept_bytes = [], [], 0
-            if replace is not None and table.current_snapshot() is not None:
+            if replace is not None:
                 schema = table.metadata.schema()
-                for task in table.scan(row_filter=expression(replace)).plan_files():
+                for task in _may_hold(table, replace):
                     old = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table([task])
                     hit = replace.matches(old)
                     if not hit.any():
