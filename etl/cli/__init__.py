@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+from etl.cli.interrupt import INTERRUPTED, interrupted, say_interrupted
 from etl.support import interrupts, startup  # signal, threading, gc: nothing heavy
 
 __all__ = ["cli", "main"]
-
-_INTERRUPTED = 130  # etl.errors.ExitCode.INTERRUPTED, without importing anything yet
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,36 +48,13 @@ def _nothing() -> None:
     pass
 
 
-def interrupted(exc: BaseException) -> bool:
-    """Whether a KeyboardInterrupt caused `exc`: Python 3.11 wraps one raised in a class's __set_name__
-    (functools.cached_property's, say, while `platform` loads) in a RuntimeError."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KeyboardInterrupt):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def _leave_interrupted(argv: list[str] | None) -> None:
     say_interrupted(argv)
     if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(_INTERRUPTED)
-    raise SystemExit(_INTERRUPTED) from None
-
-
-def say_interrupted(argv: list[str] | None) -> None:
-    """The line of a Ctrl-C that came before a command could report it; and for `etl run --json`, the
-    summary stdout always gets."""
-    sys.stderr.write("etl: interrupted\n")
-    args = sys.argv[1:] if argv is None else argv
-    if next((a for a in args if not a.startswith("-")), None) == "run" and "--json" in args:
-        sys.stdout.write(
-            f'{{"status": "interrupted", "error": "interrupted", "exit_code": {_INTERRUPTED}}}\n'
-        )
-    sys.stdout.flush()
+        os._exit(INTERRUPTED)
+    raise SystemExit(INTERRUPTED) from None
 
 
 def __getattr__(name: str) -> object:

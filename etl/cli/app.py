@@ -17,7 +17,7 @@ import traceback
 
 import click
 
-from etl.cli import interrupted, say_interrupted
+from etl.cli.interrupt import interrupted, say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
 from etl.support import redact, startup
 from etl.support.terminal import printable
@@ -165,7 +165,7 @@ def _main(argv: list[str] | None) -> None:
         say_interrupted(argv)
         sys.exit(Interrupted.exit_code)
     except Exception as exc:  # a bug: say so in one line; the traceback is one flag away
-        if interrupted(exc):  # a Ctrl-C that came wrapped (etl.cli.interrupted)
+        if interrupted(exc):  # a Ctrl-C that came wrapped (etl.cli.interrupt.interrupted)
             say_interrupted(argv)
             sys.exit(Interrupted.exit_code)
         if _debug:
