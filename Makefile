@@ -70,10 +70,11 @@ test: $(STAMP) browser postgres bench-tools
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-## make lint: ruff (lint and format), mypy over the packages, and the layers contract (import-linter).
+## make lint: ruff (lint and format), mypy over the packages, and the import contracts (import-linter): the
+## layers, the emulator apart, no import cycle.
 lint: $(STAMP)
-	$(BIN)/ruff check etl etl_emulator tests benchmarks
-	$(BIN)/ruff format --check etl etl_emulator tests benchmarks
+	$(BIN)/ruff check etl etl_emulator tests benchmarks tools
+	$(BIN)/ruff format --check etl etl_emulator tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

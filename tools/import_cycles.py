@@ -1,0 +1,61 @@
+"""An import-linter contract: no import cycle between modules (pyproject.toml `[tool.importlinter]`).
+
+Every import counts, those inside functions too (a lazy import that only hides a cycle is a cycle);
+those under `if TYPE_CHECKING:` do not when the configuration excludes them. import-linter's own
+`acyclic_siblings` compares packages, not modules, and so misses a package whose `__init__` imports a
+child that imports the package back. A broken contract prints each cycle with the line of every import
+in it.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from graphlib import CycleError, TopologicalSorter
+
+from grimp import ImportGraph
+from importlinter.application import output
+from importlinter.domain.contract import Contract, ContractCheck
+from rich.markup import escape
+
+
+def find_cycles(graph: ImportGraph) -> list[list[str]]:
+    """Import cycles, each as its modules in import order and the first again at the end: one, then one
+    more once an import of it is taken out of `graph`, until none is left."""
+    found: list[list[str]] = []
+    while True:
+        # A module's predecessors are the modules it imports.
+        sorter = TopologicalSorter(
+            {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+        )
+        try:
+            sorter.prepare()
+        except CycleError as exc:
+            cycle = list(reversed(exc.args[1]))  # graphlib lists each module before its importer
+            found.append(cycle)
+            graph.remove_import(importer=cycle[0], imported=cycle[1])
+            continue
+        return found
+
+
+class AcyclicContract(Contract):
+    """Kept when no module of the root packages takes part in an import cycle."""
+
+    def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
+        cycles = [
+            [
+                (importer, imported, graph.get_import_details(importer=importer, imported=imported))
+                for importer, imported in itertools.pairwise(cycle)
+            ]
+            for cycle in find_cycles(copy.deepcopy(graph))
+        ]
+        return ContractCheck(kept=not cycles, metadata={"cycles": cycles})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for cycle in check.metadata["cycles"]:
+            output.print_error(escape(" -> ".join([cycle[0][0], *(imported for _, imported, _ in cycle)])))
+            for importer, _, details in cycle:
+                for detail in details:
+                    where = f"{importer}:{detail['line_number']}"
+                    output.print_error(escape(f"    {where}  {detail['line_contents']}"))
+            output.new_line()
