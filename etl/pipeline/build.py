@@ -47,8 +47,8 @@ class Build:
     def __init__(self, config: Config, shard: Shard | None = None) -> None:
         self.config = config
         self.shard = shard
-        self.run_id = ""  # the run's id, set by its Runner: lake commits name the run that made them
-        # The run's window end once the server's clock has cut it (set by its Runner): quality rows
+        self.run_id = ""  # the run's id, set by its Coordinator: lake commits name the run that made them
+        # The run's window end once the server's clock has cut it (set by its Coordinator): quality rows
         # describe a day up to there, not up to a window.end still in the future.
         self.window_end: int | None = None
         self._buckets: int | None = config.sink.buckets
