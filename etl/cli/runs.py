@@ -80,7 +80,7 @@ def run(
                 metrics_file=metrics_file,
             )
     except EtlError as exc:
-        done = exc.summary or {}
+        done = exc.summary.as_dict() if exc.summary is not None else {}
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
             status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
             echo_json(

@@ -45,7 +45,7 @@ def run(
     a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
     in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
-    or is interrupted (its `summary` holds what got done); never exits the process.
+    or is interrupted (its `summary`, the same `RunSummary`, holds what got done); never exits the process.
     """
     config = config if isinstance(config, Config) else load_config(config)
     options = RunOptions(
@@ -74,15 +74,15 @@ def run(
         if metrics_file is not None and not dry_run:
             code = error.exit_code if error is not None else ExitCode.INTERNAL
             with suppress(EtlError):  # the run's own error is the one to report
-                metrics.write(str(metrics_file), coordinator.summary.as_dict(), config.source.name, code)
+                metrics.write(str(metrics_file), coordinator.summary, config.source.name, code)
         if error is None:
             raise  # a bug: its own traceback
-        error.summary = coordinator.summary.as_dict()
+        error.summary = coordinator.summary
         if error is exc:
             raise
         raise error from None
     if metrics_file is not None and not dry_run:
-        metrics.write(str(metrics_file), summary.as_dict(), config.source.name, ExitCode.OK)
+        metrics.write(str(metrics_file), summary, config.source.name, ExitCode.OK)
     return summary
 
 

@@ -1,4 +1,5 @@
-"""What a run did: `RunSummary` and its JSON form (`as_dict`: `etl run --json`, `_runs/{run_id}.json`
+"""What a run did: `RunSummary`, the same object whether the run succeeded (`etl.run` returns it) or not
+(the error it raises carries it), and its JSON form (`as_dict`: `etl run --json`, `_runs/{run_id}.json`
 and the metrics file read it)."""
 
 from __future__ import annotations
