@@ -206,9 +206,9 @@ def state() -> None:
 
 
 def _store(config_path: str, shard: Shard | None):
-    from etl.pipeline.build import Build
+    from etl.sinks.output import Output
 
-    return Build(load_config(config_path, offline=True), shard).state_store()
+    return Output(load_config(config_path, offline=True), shard).state_store()
 
 
 shard_option = click.option(

@@ -27,7 +27,7 @@ from etl.config import Config
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
 from etl.model import Shard
 from etl.pipeline import dimensions
-from etl.pipeline.build import Build
+from etl.pipeline.build import Build, Decisions
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
@@ -76,7 +76,6 @@ class Coordinator:
         self.store = self.build.state_store()
         run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
-        self.build.run_id = run_id
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.interrupted = False
@@ -205,7 +204,7 @@ class Coordinator:
             summary.window = (start, end)
             # Quality rows describe the config's window (a backfill's --to does not end a day early), cut
             # at the server's clock too.
-            self.build.window_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
+            quality_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
             allocator.trim()
             await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
@@ -221,6 +220,7 @@ class Coordinator:
                 len(coverage) > 0,
                 record=not self.options.dry_run,
             )
+            decisions = Decisions(buckets, quality_end)
             plan = Plan(
                 Fleet(mine, buckets),
                 coverage,
@@ -244,7 +244,7 @@ class Coordinator:
             try:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
-                    await self._execute(executor, plan, coverage)
+                    await self._execute(executor, plan, coverage, decisions)
             except BaseException:
                 if snapshot is not None:
                     snapshot.cancel()
@@ -325,12 +325,14 @@ class Coordinator:
         self._merge_committed(coverage)
         self.store.compact(coverage)
 
-    def _jobs(self, executor: Executor, plan: Plan) -> Iterator[SlabJob]:
+    def _jobs(self, executor: Executor, plan: Plan, decisions: Decisions) -> Iterator[SlabJob]:
         config = self.build.remote_config() if executor.remote else self.config
         for slab in plan.slabs():
-            yield SlabJob(config, slab, self.options.shard)
+            yield SlabJob(config, slab, decisions, self.options.shard)
 
-    async def _execute(self, executor: Executor, plan: Plan, coverage: Coverage) -> None:
+    async def _execute(
+        self, executor: Executor, plan: Plan, coverage: Coverage, decisions: Decisions
+    ) -> None:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
         checkpoints = GroupCommit(self.store)
@@ -386,7 +388,7 @@ class Coordinator:
             committer = Committer(
                 self.build.lake,
                 self.store,
-                (self.build.app, self.build.run_id),
+                (self.build.app, self.summary.run_id),
                 self.config.sink.commit,
                 landed,
             )
@@ -396,7 +398,7 @@ class Coordinator:
         try:
             await execute(
                 executor,
-                self._jobs(executor, plan),
+                self._jobs(executor, plan, decisions),
                 commit,
                 fail,
                 self.stop,

@@ -27,7 +27,7 @@ from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import EtlError, ExitCode
 from etl.model import Series, Shard, Window, Windows, batches
-from etl.pipeline.build import Build
+from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
@@ -40,6 +40,7 @@ from etl.timeutil import iso
 class SlabJob:
     config: Config
     slab: Slab
+    decisions: Decisions
     shard: Shard | None = None
 
     def __repr__(self) -> str:  # Dask prints task arguments when a task fails: no config in there
@@ -269,7 +270,7 @@ def run_slab(job: SlabJob) -> SlabResult:
     async def go() -> SlabResult:
         stats = ClientStats()
         async with built.client(stats) as client:
-            result = await process_slab(job, client, built.slab_writer(job.slab, remote=True))
+            result = await process_slab(job, client, built.slab_writer(job.slab, job.decisions, remote=True))
         result.client = stats
         return result.detached()
 
