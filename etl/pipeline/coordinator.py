@@ -102,7 +102,7 @@ class Coordinator:
         ahead = coverage.end > limit
         if ahead.any():
             keys = len(np.unique(coverage.key[ahead]))
-            self.summary.warnings["checkpoints_past_the_server_clock"] = keys
+            self.summary.checkpoints_past_the_server_clock = keys
             log.warning(
                 "checkpoints of %d (parameter, series) reach %s, past the server's clock (%s): a run whose "
                 "window ended in the future set them, and points since that run were never fetched; repair: "
@@ -256,7 +256,7 @@ class Coordinator:
                     await snapshot
             self.left_out[:0] = client.skipped
         if self.left_out:
-            summary.warnings["records_left_out"] += len(self.left_out)
+            summary.records_left_out += len(self.left_out)
         if summary.series:
             await asyncio.to_thread(self._compact, coverage)
         if self.build.lake is not None and self.fatal is None and not self.interrupted:
@@ -347,13 +347,14 @@ class Coordinator:
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.stop.set()
-            if result.staged is not None and committer is not None:
-                # Lake tables: the committer commits the slab with its group, then checkpoints them.
-                landed = await committer.submit(result.staged)
-                result.lake, result.files = (landed.table, landed.version), landed.files
+            written, files = result.written, result.written.files
+            if written.staged is not None and committer is not None:
+                # Lake tables: the committer commits the slab with its group, then checkpoints them; the
+                # slab's files are the data files that commit added.
+                files = (await committer.submit(written.staged)).files
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
-                if result.staged is None:
+                if written.staged is None:
                     await checkpoints.commit(result.done)
                 async with commit_lock:
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
@@ -367,13 +368,13 @@ class Coordinator:
                 totals = self.summary.series[result.series]
                 totals.slabs += 1
                 totals.windows += len(result.done)
-                totals.points += result.points
-                totals.files.update(result.files)
-                self.summary.add_quality(result.quality_rows, result.lowest_completeness)
-            self.summary.warnings.update(result.counters)
+                totals.points += written.points
+                totals.files.update(files)
+                self.summary.add_quality(written.quality_rows, written.lowest_completeness)
+            self.summary.counts.add(result.counts)
             if result.client is not None:
                 self.summary.client.add(result.client)
-            progress.advance(result.windows, result.points)
+            progress.advance(result.windows, written.points)
 
         committer: Committer | None = None
         if self.build.lake is not None:

@@ -5,12 +5,13 @@ and the metrics file read it)."""
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from etl.client import ClientStats
 from etl.model import Shard
+from etl.pipeline.counts import Counts
 from etl.timeutil import iso
 
 
@@ -38,7 +39,9 @@ class RunSummary:
     window: tuple[int, int] | None = None
     planned: dict = field(default_factory=dict)
     series: dict[str, SeriesTotals] = field(default_factory=lambda: defaultdict(SeriesTotals))
-    warnings: Counter = field(default_factory=Counter)
+    counts: Counts = field(default_factory=Counts)  # what fetching and cleaning ran into, every slab's
+    checkpoints_past_the_server_clock: int = 0  # (parameter, series) whose checkpoints reach past it
+    records_left_out: int = 0  # records and reference tables the platform sent that could not be used
     failed_windows: list[str] = field(default_factory=list)
     client: ClientStats = field(default_factory=ClientStats)
     temp_files_removed: int = 0
@@ -57,8 +60,17 @@ class RunSummary:
                 lowest if self.lowest_completeness is None else min(self.lowest_completeness, lowest)
             )
 
+    def warnings(self) -> dict[str, int]:
+        """What went oddly, by name, in name order: the odd points dropped, checkpoints past the server's
+        clock, records left out; only those there were."""
+        found = {
+            **self.counts.warnings(),
+            "checkpoints_past_the_server_clock": self.checkpoints_past_the_server_clock,
+            "records_left_out": self.records_left_out,
+        }
+        return {name: count for name, count in sorted(found.items()) if count}
+
     def as_dict(self) -> dict:
-        counters = dict(self.warnings)
         return {
             "run_id": self.run_id,
             "status": self.status,
@@ -77,9 +89,9 @@ class RunSummary:
             },
             "points": sum(t.points for t in self.series.values()),
             **self.client.as_dict(),
-            "splits": counters.pop("splits", 0),
-            "continuations": counters.pop("continuations", 0),
-            "warnings": {k: v for k, v in sorted(counters.items()) if k != "requests"},
+            "splits": self.counts.splits,
+            "continuations": self.counts.continuations,
+            "warnings": self.warnings(),
             "failed_windows": self.failed_windows[:50],
             "failed_window_count": len(self.failed_windows),
             "temp_files_removed": self.temp_files_removed,
