@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from etl.config import load_config
 from etl.errors import EtlError, Interrupted
 from etl.model import Shard
 from etl.support import startup
+
+if TYPE_CHECKING:  # the state modules load when a state command runs
+    from etl.state import StateStore
 
 
 @click.command()
@@ -205,7 +209,7 @@ def state() -> None:
     """Inspect or reset the checkpoints of a config."""
 
 
-def _store(config_path: str, shard: Shard | None):
+def _store(config_path: str, shard: Shard | None) -> StateStore:
     from etl.sinks.output import Output
 
     return Output(load_config(config_path, offline=True), shard).state_store()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
@@ -16,7 +17,7 @@ from etl.sinks.output import Output
 from etl.support.optional import require
 
 
-def load(config: Config, param_id: int, series: Series, start: int, end: int):
+def load(config: Config, param_id: int, series: Series, start: int, end: int) -> pd.DataFrame:
     output = Output(config)
     storage, layout = output.data, output.layout(series)
     fmt = "parquet" if config.sink.format != "csv" else "csv"

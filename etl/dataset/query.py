@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from os import PathLike
+from typing import TYPE_CHECKING
 
 import duckdb
 
@@ -12,6 +13,9 @@ from etl.model import QUALITY, Series
 from etl.quality.view import create_quality_view
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
+
+if TYPE_CHECKING:  # the lake modules load for lake formats only
+    from etl.sinks.lake import Lake
 
 _LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
 _FILES = "_files_"  # the files behind a view built on another (quality)
@@ -64,7 +68,7 @@ def _files(con: duckdb.DuckDBPyConnection, parquet: bool, glob: str, hive: bool)
     return con.read_csv(glob, hive_partitioning=hive, union_by_name=True)
 
 
-def _lake_views(con: duckdb.DuckDBPyConnection, lake) -> None:
+def _lake_views(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     """Each table's current snapshot as an Arrow dataset DuckDB scans lazily (filters pushed down): a view
     reads one committed version, never a partial commit."""
     tables = {str(s): lake.series(s) for s in Series}

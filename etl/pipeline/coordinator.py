@@ -13,11 +13,11 @@ import logging
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -287,7 +287,7 @@ class Coordinator:
         recover([lake.series(s) for s in self.config.series], self.store, coverage, self.build.app)
 
     @asynccontextmanager
-    async def _executor(self, client: MonitoringClient, scheduler: str | None):
+    async def _executor(self, client: MonitoringClient, scheduler: str | None) -> AsyncIterator[Executor]:
         if scheduler is None:
             yield local_executor(client, self.build, self.stop)
         else:
@@ -297,7 +297,7 @@ class Coordinator:
     async def _dimensions(
         self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
     ) -> None:
-        def due() -> tuple[bool, dict]:
+        def due() -> tuple[bool, dict[str, Any]]:
             stale, fresh = dimensions.due(
                 self.store.snapshot(),
                 object_ids,

@@ -20,6 +20,7 @@ import logging
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import orjson
 
@@ -87,7 +88,7 @@ def vacuum(config: Config, retain_ms: int) -> Maintenance:
     return out
 
 
-def upkeep(output: Output, horizon: int) -> dict:
+def upkeep(output: Output, horizon: int) -> dict[str, Any]:
     """A lake run's upkeep of the tables it wrote (the caller holds the run lock); what it did."""
     lake = output.lake
     assert lake is not None

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from etl.client import MonitoringClient
 from etl.errors import ConfigError, StorageError
 from etl.model import Param, Series, Window, cut
-from etl.pipeline.clean import clean, to_table
+from etl.pipeline.clean import WindowData, clean, to_table
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.sinks import CsvFormat
@@ -25,7 +25,7 @@ async def pull(
     step = DAY_MS if series is Series.RAW else 30 * DAY_MS
     windows = [Window(param.id, param.object_id, param.kind, series, s, e) for s, e in cut(start, end, step)]
 
-    async def one(window: Window):
+    async def one(window: Window) -> WindowData:
         return clean(window, await fetch_window(client, window, max_points, counts), counts)
 
     pieces = await asyncio.gather(*(one(w) for w in windows))

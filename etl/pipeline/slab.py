@@ -107,7 +107,7 @@ class _Fetcher:
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
         self.cancelled = False  # windows still in flight were cancelled (a stop's grace ran out)
-        self.tasks: list[asyncio.Task | None] = []
+        self.tasks: list[asyncio.Task[WindowData] | None] = []
         self.launched = asyncio.Event()  # set whenever a task is added, and at the end
         self.done_launching = False
 
@@ -144,7 +144,7 @@ class _Fetcher:
             self.done_launching = True
             self.launched.set()
 
-    async def task(self, index: int) -> asyncio.Task | None:
+    async def task(self, index: int) -> asyncio.Task[WindowData] | None:
         """The index-th window's task, once launched; None if it never will be."""
         while index >= len(self.tasks):
             if self.done_launching or self.stopped:
@@ -153,7 +153,7 @@ class _Fetcher:
             await self.launched.wait()
         return self.tasks[index]
 
-    def _fetched(self, _task: asyncio.Task) -> None:
+    def _fetched(self, _task: asyncio.Task[WindowData]) -> None:
         if self.flow is not None:
             self.flow.fetched()
 

@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from etl.client import ClientStats
 from etl.model import Shard
@@ -37,7 +38,7 @@ class RunSummary:
     objects: int = 0
     parameters: int = 0
     window: tuple[int, int] | None = None
-    planned: dict = field(default_factory=dict)
+    planned: dict[str, dict[str, int]] = field(default_factory=dict)  # per series: parameters, slabs, windows
     series: dict[str, SeriesTotals] = field(default_factory=lambda: defaultdict(SeriesTotals))
     counts: Counts = field(default_factory=Counts)  # what fetching and cleaning ran into, every slab's
     checkpoints_past_the_server_clock: int = 0  # (parameter, series) whose checkpoints reach past it
@@ -49,7 +50,7 @@ class RunSummary:
     shard: Shard | None = None
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
     lake_commits: int = 0  # lake tables: grouped commits of the series tables
-    upkeep: dict | None = None  # lake tables: what the run's maintenance did
+    upkeep: dict[str, Any] | None = None  # lake tables: what the run's maintenance did
     dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
 
@@ -70,7 +71,7 @@ class RunSummary:
         }
         return {name: count for name, count in sorted(found.items()) if count}
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "status": self.status,
