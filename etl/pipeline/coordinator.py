@@ -363,7 +363,7 @@ class Coordinator:
                     if sum(len(rows[0]) for rows in self.committed) >= MERGE_AFTER:
                         await asyncio.to_thread(self._merge_committed, coverage)
                 # A slab's freed buffers go back to the OS, not to the next one's peak; malloc_trim walks
-                # every arena (about 1.5 ms), so not on the event loop.
+                # every arena, so not on the event loop.
                 await asyncio.to_thread(allocator.trim)
                 totals = self.summary.series[result.series]
                 totals.slabs += 1

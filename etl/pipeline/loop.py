@@ -60,9 +60,8 @@ def handle_signals(on_signal: Callable[[int], None]) -> Callable[[], None]:
 def workers() -> ThreadPoolExecutor:
     """The loop's pool for local output, where files are written and large answers decoded: one thread
     a usable core. Both are CPU (Arrow, Parquet, zstd) that holds the GIL between its calls, so threads
-    beyond the cores only take turns for it (50 parameters x 7 days on 2 cores, at 0 and 10 ms: 12% less
-    CPU and 15% less time than Python's default of 6). Object stores keep that default: their writes
-    wait on the network."""
+    beyond the cores only take turns for it and cost CPU in switching. Object stores keep Python's
+    default: their writes wait on the network."""
     return ThreadPoolExecutor(max(2, cpus.usable()), thread_name_prefix="etl-work")
 
 
