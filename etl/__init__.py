@@ -46,13 +46,13 @@ if TYPE_CHECKING:
         ServerError,
         StorageError,
     )
-    from etl.pipeline.runner import RunSummary, run
+    from etl.pipeline.run import RunSummary, run
 
 # Loaded on first use: `import etl` (and the CLI, which imports the package) stays cheap, and a notebook
 # that only reads pays nothing for the pipeline.
 _EXPORTS = {
-    "run": "etl.pipeline.runner",
-    "RunSummary": "etl.pipeline.runner",
+    "run": "etl.pipeline.run",
+    "RunSummary": "etl.pipeline.summary",
     "read": "etl.dataset.read",
     "connect": "etl.dataset.query",
     "Config": "etl.config",

@@ -29,7 +29,10 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a type only: the run's summary is made far above this module
+    from etl.pipeline.summary import RunSummary
 
 
 class ExitCode:
@@ -53,8 +56,8 @@ class EtlError(Exception):
     exit_code = ExitCode.INTERNAL
     retryable = False
     fatal = True
-    # Raised by a run (etl.run): its summary (RunSummary.as_dict()), what got done before it stopped.
-    summary: dict[str, Any] | None = None
+    # Raised by a run (etl.run): what got done before it stopped, the same `RunSummary` a good run returns.
+    summary: RunSummary | None = None
 
 
 class ConfigError(EtlError, ValueError):

@@ -108,11 +108,11 @@ def pull(param_id: int, start: int, end: int, series: str, output: str, config_p
         async with open_client(config_path) as client:
             return await pull_series(client, await find_param(client, param_id), Series(series), start, end)
 
-    table, counters = asyncio.run(go())
+    table, counts = asyncio.run(go())
     save(table, path)
     click.echo(
         f"wrote {table.num_rows:,} {series} points of parameter {param_id} to {output}"
-        f" ({counters['requests']} requests)"
+        f" ({counts.requests} requests)"
     )
 
 

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
 from types import FrameType, ModuleType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from etl.config import load_config
 from etl.errors import EtlError, Interrupted
 from etl.model import Shard
 from etl.support import startup
+
+if TYPE_CHECKING:  # the state modules load when a state command runs
+    from etl.state import StateStore
 
 
 @click.command()
@@ -80,7 +84,7 @@ def run(
                 metrics_file=metrics_file,
             )
     except EtlError as exc:
-        done = exc.summary or {}
+        done = exc.summary.as_dict() if exc.summary is not None else {}
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
             status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
             echo_json(
@@ -205,10 +209,10 @@ def state() -> None:
     """Inspect or reset the checkpoints of a config."""
 
 
-def _store(config_path: str, shard: Shard | None):
-    from etl.pipeline.build import Build
+def _store(config_path: str, shard: Shard | None) -> StateStore:
+    from etl.sinks.output import Output
 
-    return Build(load_config(config_path, offline=True), shard).state_store()
+    return Output(load_config(config_path, offline=True), shard).state_store()
 
 
 shard_option = click.option(

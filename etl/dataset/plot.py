@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
@@ -12,16 +13,16 @@ from etl.dataset.gaps import with_breaks
 from etl.dataset.names import lookup
 from etl.errors import DataError, StorageError
 from etl.model import TS, Series
-from etl.pipeline.build import Build
+from etl.sinks.output import Output
 from etl.support.optional import require
 
 
-def load(config: Config, param_id: int, series: Series, start: int, end: int):
-    build = Build(config)
-    storage, layout = build.data, build.layout(series)
+def load(config: Config, param_id: int, series: Series, start: int, end: int) -> pd.DataFrame:
+    output = Output(config)
+    storage, layout = output.data, output.layout(series)
     fmt = "parquet" if config.sink.format != "csv" else "csv"
-    if build.lake is not None:  # the table's current snapshot
-        table = build.lake.series(series)
+    if output.lake is not None:  # the table's current snapshot
+        table = output.lake.series(series)
         if not table.exists():
             raise DataError(f"no {series} table in the output")
         dataset = table.dataset()

@@ -4,14 +4,18 @@
 from __future__ import annotations
 
 from os import PathLike
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from etl.config import Config, load_config
 from etl.model import QUALITY, Series
-from etl.pipeline.build import Build
-from etl.pipeline.dimensions import FOLDER
 from etl.quality.view import create_quality_view
+from etl.sinks.layout import DIMENSIONS_FOLDER
+from etl.sinks.output import Output
+
+if TYPE_CHECKING:  # the lake modules load for lake formats only
+    from etl.sinks.lake import Lake
 
 _LAKE = "_lake_"  # the registered Arrow datasets behind the views of lake tables
 _FILES = "_files_"  # the files behind a view built on another (quality)
@@ -23,12 +27,12 @@ def connect(config: Config | str | PathLike[str]) -> duckdb.DuckDBPyConnection:
     the views of `etl query`: `raw`, `average`, `candles`, `quality`, the reference tables and the
     `*_named` views (object and parameter names and the unit joined to the ids). Times are shown in UTC."""
     config = config if isinstance(config, Config) else load_config(config, offline=True)
-    build = Build(config)
-    storage = build.data
+    output = Output(config)
+    storage = output.data
     con = duckdb.connect()
     con.execute("set TimeZone = 'UTC'")
-    if build.lake is not None:
-        _lake_views(con, build.lake)
+    if output.lake is not None:
+        _lake_views(con, output.lake)
         _named_views(con)
         return con
     prefix = storage.full("")
@@ -36,19 +40,19 @@ def connect(config: Config | str | PathLike[str]) -> duckdb.DuckDBPyConnection:
         # DuckDB reads through the same fsspec filesystem, so S3-compatible stores need no extension.
         con.register_filesystem(storage.fs)
         prefix = f"{storage.fs.protocol[0] if isinstance(storage.fs.protocol, tuple) else storage.fs.protocol}://{prefix}"
-    ext = build.fmt.extension
+    ext = output.fmt.extension
     parquet = ext == ".parquet"
     for series in Series:
-        layout = build.layout(series)
+        layout = output.layout(series)
         if any(layout.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(series.value)):
             # union_by_name: files of older versions have no source column
             _files(con, parquet, f"{prefix}/{layout.glob}", hive=True).create_view(str(series))
-    present = set(storage.listdir(FOLDER))
+    present = set(storage.listdir(DIMENSIONS_FOLDER))
     for name in DIMENSIONS:
-        if name in present and any(f.endswith(ext) for f in storage.listdir(f"{FOLDER}/{name}")):
+        if name in present and any(f.endswith(ext) for f in storage.listdir(f"{DIMENSIONS_FOLDER}/{name}")):
             # one file per source (instance of the platform)
-            _files(con, parquet, f"{prefix}/{FOLDER}/{name}/*{ext}", hive=False).create_view(name)
-    quality = build.quality_layout()
+            _files(con, parquet, f"{prefix}/{DIMENSIONS_FOLDER}/{name}/*{ext}", hive=False).create_view(name)
+    quality = output.quality_layout()
     if any(quality.data_key(f.rsplit("/", 1)[-1]) for f in storage.find(quality.name)):
         _files(con, parquet, f"{prefix}/{quality.glob}", hive=True).create_view(f"{_FILES}{QUALITY}")
         create_quality_view(con, f"{_FILES}{QUALITY}")
@@ -64,7 +68,7 @@ def _files(con: duckdb.DuckDBPyConnection, parquet: bool, glob: str, hive: bool)
     return con.read_csv(glob, hive_partitioning=hive, union_by_name=True)
 
 
-def _lake_views(con: duckdb.DuckDBPyConnection, lake) -> None:
+def _lake_views(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
     """Each table's current snapshot as an Arrow dataset DuckDB scans lazily (filters pushed down): a view
     reads one committed version, never a partial commit."""
     tables = {str(s): lake.series(s) for s in Series}

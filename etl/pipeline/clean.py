@@ -12,7 +12,6 @@ with other values as `conflicting_duplicates`.
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +20,7 @@ import pyarrow as pa
 from etl.client.models import Candles, Points
 from etl.errors import DataError
 from etl.model import SCHEMAS, TS, Series, Window, keep_span
+from etl.pipeline.counts import Counts
 from etl.timeutil import DAY_MS, iso
 
 __all__ = ["SCHEMAS", "TS", "TimeFormatError", "WindowData", "clean", "to_table"]
@@ -48,7 +48,7 @@ class WindowData:
         return len(self.ts)
 
 
-def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
+def clean(window: Window, data: Points | Candles, counts: Counts) -> WindowData:
     """Keep points inside [start, end), with every value present and finite, once per timestamp (first
     kept)."""
     ts = data.ts
@@ -59,9 +59,9 @@ def clean(window: Window, data: Points | Candles, warnings: Counter) -> WindowDa
             outside = lo + len(ts) - hi - int(hi < len(ts) and ts[hi] == window.end)
             if outside:
                 check_outside(window, ts, outside)
-                warnings["points_outside_window"] += outside
+                counts.points_outside_window += outside
             return WindowData(window, ts[lo:hi], values)
-    return _clean_any(window, data, warnings)
+    return _clean_any(window, data, counts)
 
 
 def _when(ms: int) -> str:
@@ -103,7 +103,7 @@ def check_collapse(window: Window, ts: np.ndarray) -> None:
         )
 
 
-def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> WindowData:
+def _clean_any(window: Window, data: Points | Candles, counts: Counts) -> WindowData:
     columns = window.series.value_columns
     values = {c: getattr(data, c) for c in columns}
     ts = data.ts
@@ -111,7 +111,7 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
     outside = int((~keep).sum() - (ts == window.end).sum())
     if outside:
         check_outside(window, ts, outside)
-        warnings["points_outside_window"] += outside
+        counts.points_outside_window += outside
     check_collapse(window, ts)
     present = np.ones(len(ts), dtype=bool)  # a value for every column, none NaN
     finite = np.ones(len(ts), dtype=bool)  # nor ±inf (Infinity, 1e309)
@@ -120,10 +120,10 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
         finite &= np.isfinite(values[c])
     missing = int((keep & ~present).sum())
     if missing:
-        warnings["points_without_value"] += missing
+        counts.points_without_value += missing
     infinite = int((keep & present & ~finite).sum())
     if infinite:
-        warnings["points_not_finite"] += infinite
+        counts.points_not_finite += infinite
     keep &= finite
     ts = ts[keep]
     values = {c: v[keep] for c, v in values.items()}
@@ -140,9 +140,9 @@ def _clean_any(window: Window, data: Points | Candles, warnings: Counter) -> Win
                 differs |= v != v[head]
             conflicting = int(differs.sum())
             if conflicting:
-                warnings["conflicting_duplicates"] += conflicting
+                counts.conflicting_duplicates += conflicting
             if (same := int((~first).sum()) - conflicting) > 0:
-                warnings["duplicate_points"] += same
+                counts.duplicate_points += same
             ts = ts[first]
             values = {c: v[first] for c, v in values.items()}
     return WindowData(window, ts, values)

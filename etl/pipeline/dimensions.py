@@ -25,10 +25,10 @@ from etl.client.models import record_id
 from etl.errors import DataError, InvalidResponse, StorageError
 from etl.pipeline import records
 from etl.sinks import FileFormat
+from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.storage import spools
 from etl.storage.files import Storage
 
-FOLDER = "dimensions"
 PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
 ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
 AT_ONCE = 64  # objects or devices whose records are asked for together (each an answer held until added)
@@ -80,7 +80,9 @@ class Rows:
                 writer.write_table(table)
         except OSError as exc:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise StorageError(f"cannot write {FOLDER}/{self.name} (its local spool): {reason}") from None
+            raise StorageError(
+                f"cannot write {DIMENSIONS_FOLDER}/{self.name} (its local spool): {reason}"
+            ) from None
         self._pages.append((path, table.schema))
 
     def schema(self) -> pa.Schema:
@@ -228,7 +230,7 @@ def _device_ids(units: list) -> set[int]:
 
 
 def table_file(name: str, source: str, fmt: FileFormat) -> str:
-    return f"{FOLDER}/{name}/{source}{fmt.extension}"
+    return f"{DIMENSIONS_FOLDER}/{name}/{source}{fmt.extension}"
 
 
 def write(storage: Storage, fmt: FileFormat, tables: dict[str, Rows], source: str) -> list[str]:

@@ -181,7 +181,7 @@ def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) 
     return Executor(
         "local",
         extract.slabs_in_flight,
-        lambda job, flow: process_slab(job, client, build.slab_writer(job.slab), stop, flow),
+        lambda job, flow: process_slab(job, client, build.slab_writer(job.slab, job.decisions), stop, flow),
         # Twice the request slots waiting: a slab's last answers and the next one's first overlap. The
         # data held is what two slabs of a wide fleet hold anyway (each fetches 2 batches ahead).
         queue=2 * extract.concurrency,

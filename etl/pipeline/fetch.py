@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections import Counter
 
 import numpy as np
 
@@ -34,6 +33,7 @@ from etl.client.models import Candles, Points
 from etl.errors import DataError, NetworkError, RequestRejected
 from etl.model import ParamKind, Series, Window
 from etl.pipeline.clean import check_collapse, check_outside
+from etl.pipeline.counts import Counts
 from etl.timeutil import DAY_MS, iso
 
 # Pieces are sized to hold this share of the cap at the density seen so far: points are not spread
@@ -85,17 +85,17 @@ def _where(data: Points | Candles, keep: np.ndarray) -> Points | Candles:
 
 
 async def fetch_window(
-    client: MonitoringClient, window: Window, max_points: int, counters: Counter
+    client: MonitoringClient, window: Window, max_points: int, counts: Counts
 ) -> Points | Candles:
     """Every point the server has in the window, as it sent them (the point at `end` included: the bounds
-    are inclusive). `counters`: requests; continuations, the requests spent on answers that may have
+    are inclusive). `counts`: requests; continuations, the requests spent on answers that may have
     been cut (wider spans asked to rule a cap out, and the rest asked from an answer's last stamp);
     splits, rests of a window asked in several pieces at once."""
     start, end = window.request()
     deadline = client.session.policy.deadline
     try:
         async with asyncio.timeout(deadline):
-            parts = await _fetch(client, window, start, end, max_points, counters, _Stalls(window), True)
+            parts = await _fetch(client, window, start, end, max_points, counts, _Stalls(window), True)
     except TimeoutError:
         raise NetworkError(
             f"not fetched within retry.deadline ({deadline:g}s): the server answers too slowly",
@@ -110,7 +110,7 @@ async def _fetch(
     start: int,
     end: int,
     max_points: int,
-    counters: Counter,
+    counts: Counts,
     stalls: _Stalls,
     first: bool = False,
 ) -> list[Points | Candles]:
@@ -122,9 +122,9 @@ async def _fetch(
     suspected = 0  # continuing on suspicion: the length of the answer that may have been cut
     while True:
         count = client.caps.count(kind, series, count)
-        data = await _series(client, window, start, end, count, counters)
+        data = await _series(client, window, start, end, count, counts)
         count = client.caps.count(kind, series, count)  # as sent, when a refusal made it smaller
-        counters["requests"] += 1
+        counts.requests += 1
         points = len(data)
         last = int(data.ts.max()) if points else end
         if first:
@@ -150,7 +150,7 @@ async def _fetch(
                 if (
                     verdict is Verdict.COMPLETE
                     or verdict is Verdict.SUSPECT
-                    and await _cap_is_above(client, window, start, end, count, points, counters)
+                    and await _cap_is_above(client, window, start, end, count, points, counts)
                 ):
                     return parts
         if verdict is Verdict.FULL and not stalled:  # a stalled answer tells no density: go on in sequence
@@ -158,17 +158,15 @@ async def _fetch(
             rest = (end - resume) * points / max(last - start, 1)
             pieces = min(math.ceil(rest / (PIECE_FILL * limit)), MAX_PIECES, end - resume)
             if pieces > 1:
-                counters["splits"] += 1
-                parts += await _pieces(
-                    client, window, resume, end, pieces, max_points, counters, last, stalls
-                )
+                counts.splits += 1
+                parts += await _pieces(client, window, resume, end, pieces, max_points, counts, last, stalls)
                 return parts
-        counters["continuations"] += 1
+        counts.continuations += 1
         start, seen, suspected = resume, last, points if verdict is Verdict.SUSPECT else 0
 
 
 async def _series(
-    client: MonitoringClient, window: Window, start: int, end: int, count: int | None, counters: Counter
+    client: MonitoringClient, window: Window, start: int, end: int, count: int | None, counts: Counts
 ) -> Points | Candles:
     """One answer; a 400 to a count the server finds too large is asked again with a smaller one."""
     while True:
@@ -181,7 +179,7 @@ async def _series(
                 or (count := client.caps.refused(window.kind, window.series, count)) is None
             ):
                 raise
-            counters["requests"] += 1
+            counts.requests += 1
 
 
 def _wider(series: Series, start: int, end: int) -> int:
@@ -199,15 +197,15 @@ async def _cap_is_above(
     end: int,
     count: int | None,
     points: int,
-    counters: Counter,
+    counts: Counts,
 ) -> bool:
     """Whether a wider span ending at `end` holds more than `points` points: then the server's cap is
     above `points`, and an answer of `points` points was not cut."""
     wider = _wider(window.series, start, end)
     if wider >= start:
         return False
-    counters["requests"] += 1
-    counters["continuations"] += 1
+    counts.requests += 1
+    counts.continuations += 1
     data = await client.series(window.param_id, window.kind, window.series, wider, end, count=count)
     return len(data) > points
 
@@ -219,7 +217,7 @@ async def _pieces(
     end: int,
     pieces: int,
     max_points: int,
-    counters: Counter,
+    counts: Counts,
     seen: int,
     stalls: _Stalls,
 ) -> list[Points | Candles]:
@@ -227,7 +225,7 @@ async def _pieces(
     bounds = [start + (end - start) * i // pieces for i in range(pieces)] + [end]
     fetched = await asyncio.gather(
         *(
-            _fetch(client, window, lo, hi, max_points, counters, stalls)
+            _fetch(client, window, lo, hi, max_points, counts, stalls)
             for lo, hi in zip(bounds, bounds[1:], strict=False)
         )
     )

@@ -20,14 +20,15 @@ import logging
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import orjson
 
 from etl.config import Config
 from etl.model import Series
-from etl.pipeline.build import Build
 from etl.sinks.compact import compact_layout
 from etl.sinks.lake.common import LakeTable, Upkeep
+from etl.sinks.output import Output
 from etl.timeutil import DAY_MS
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,8 @@ class Maintenance:
         return len(self.files)
 
 
-def _lake_tables(build: Build) -> list[LakeTable]:
-    lake = build.lake
+def _lake_tables(output: Output) -> list[LakeTable]:
+    lake = output.lake
     assert lake is not None
     tables = [lake.series(s) for s in Series] + [lake.quality()]
     tables += [lake.dimension(name) for name in lake.dimension_names()]
@@ -56,22 +57,22 @@ def _lake_tables(build: Build) -> list[LakeTable]:
 
 def compact(config: Config) -> Maintenance:
     """Datasets: every row of the source in the config's layout. Lake tables: small files bin-packed."""
-    build = Build(config)
+    output = Output(config)
     out = Maintenance()
     with ExitStack() as locks:
-        stores = build.state_stores()
+        stores = output.state_stores()
         for store in stores:  # every shard's too: none may write meanwhile
             locks.enter_context(store.lock())
-        if config.sink.buckets is not None and build.lake is None:  # a count set anew: kept from now on
-            build.decide_buckets(stores[0], 0, existing=True)
-        if build.lake is not None:
-            for table in _lake_tables(build):
+        if config.sink.buckets is not None and output.lake is None:  # a count set anew: kept from now on
+            output.decide_buckets(stores[0], 0, existing=True)
+        if output.lake is not None:
+            for table in _lake_tables(output):
                 out.files[table.name] = table.compact()
             return out
-        out.temp_files_removed, out.buckets = build.data.remove_temp_files(), build.buckets
+        out.temp_files_removed, out.buckets = output.data.remove_temp_files(), output.buckets
         # also series a config no longer selects, and the quality dataset (laid out like the series)
-        for layout in [*(build.layout(series) for series in Series), build.quality_layout()]:
-            partitions, removed = compact_layout(build.data, build.fmt, layout)
+        for layout in [*(output.layout(series) for series in Series), output.quality_layout()]:
+            partitions, removed = compact_layout(output.data, output.fmt, layout)
             out.partitions += partitions
             out.files[layout.name] = removed
     return out
@@ -79,21 +80,21 @@ def compact(config: Config) -> Maintenance:
 
 def vacuum(config: Config, retain_ms: int) -> Maintenance:
     """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted."""
-    build = Build(config)
+    output = Output(config)
     out = Maintenance()
-    with build.state_store().lock():
-        for table in _lake_tables(build):
+    with output.state_store().lock():
+        for table in _lake_tables(output):
             out.files[table.name] = table.vacuum(retain_ms)
     return out
 
 
-def upkeep(build: Build, horizon: int) -> dict:
+def upkeep(output: Output, horizon: int) -> dict[str, Any]:
     """A lake run's upkeep of the tables it wrote (the caller holds the run lock); what it did."""
-    lake = build.lake
+    lake = output.lake
     assert lake is not None
-    retention = build.config.sink.retention
-    store = build.state_store()
-    swept = _swept(build)
+    retention = output.config.sink.retention
+    store = output.state_store()
+    swept = _swept(output)
     now = int(time.time() * 1000)
     every = None if retention is None else min(retention, DAY_MS)
     total = Upkeep()
@@ -117,8 +118,8 @@ def upkeep(build: Build, horizon: int) -> dict:
     return asdict(total)
 
 
-def _swept(build: Build) -> dict[str, int]:
-    data = build.state_store().storage.read(SWEPT)
+def _swept(output: Output) -> dict[str, int]:
+    data = output.state_store().storage.read(SWEPT)
     try:
         return {str(k): int(v) for k, v in orjson.loads(data).items()} if data else {}
     except (orjson.JSONDecodeError, AttributeError, ValueError):

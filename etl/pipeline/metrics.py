@@ -11,6 +11,7 @@ import os
 import time
 
 from etl.errors import ConfigError, StorageError
+from etl.pipeline.summary import RunSummary
 
 PREFIX = "etl_run"
 
@@ -22,10 +23,11 @@ def check_path(path: str) -> None:
         raise ConfigError(f"--metrics-file {path}: no such folder {folder}")
 
 
-def write(path: str, summary: dict, source: str, exit_code: int) -> None:
-    """The run summary's figures (RunSummary.as_dict) to `path`, atomically."""
+def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
+    """The run summary's figures, as its JSON form gives them, to `path`, atomically."""
     from prometheus_client import CollectorRegistry, Gauge, write_to_textfile
 
+    summary = run.as_dict()
     registry = CollectorRegistry()
     base = {"source": source, "shard": summary.get("shard") or ""}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +11,8 @@ import pyarrow.parquet as pq
 from etl.client import MonitoringClient
 from etl.errors import ConfigError, StorageError
 from etl.model import Param, Series, Window, cut
-from etl.pipeline.clean import clean, to_table
+from etl.pipeline.clean import WindowData, clean, to_table
+from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.sinks import CsvFormat
 from etl.timeutil import DAY_MS
@@ -20,17 +20,17 @@ from etl.timeutil import DAY_MS
 
 async def pull(
     client: MonitoringClient, param: Param, series: Series, start: int, end: int, max_points: int = 10_000
-) -> tuple[pa.Table, Counter]:
-    counters: Counter = Counter()
+) -> tuple[pa.Table, Counts]:
+    counts = Counts()
     step = DAY_MS if series is Series.RAW else 30 * DAY_MS
     windows = [Window(param.id, param.object_id, param.kind, series, s, e) for s, e in cut(start, end, step)]
 
-    async def one(window: Window):
-        return clean(window, await fetch_window(client, window, max_points, counters), counters)
+    async def one(window: Window) -> WindowData:
+        return clean(window, await fetch_window(client, window, max_points, counts), counts)
 
     pieces = await asyncio.gather(*(one(w) for w in windows))
     # The series endpoints do not say which object or instance a parameter belongs to: no such columns.
-    return to_table(series, list(pieces), "").drop_columns(["source", "object_id"]), counters
+    return to_table(series, list(pieces), "").drop_columns(["source", "object_id"]), counts
 
 
 def save(table: pa.Table, path: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -27,11 +26,12 @@ from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import EtlError, ExitCode
 from etl.model import Series, Shard, Window, Windows, batches
-from etl.pipeline.build import Build
+from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
+from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
-from etl.sinks.base import SlabSink, Staged
+from etl.sinks.base import SlabOutcome, SlabSink
 from etl.support import allocator
 from etl.timeutil import iso
 
@@ -40,6 +40,7 @@ from etl.timeutil import iso
 class SlabJob:
     config: Config
     slab: Slab
+    decisions: Decisions
     shard: Shard | None = None
 
     def __repr__(self) -> str:  # Dask prints task arguments when a task fails: no config in there
@@ -65,14 +66,10 @@ class SlabResult:
     done: Windows | None = None  # fetched and in the files now
     failures: list[WindowFailure] = field(default_factory=list)
     windows: int = 0  # planned
-    points: int = 0
-    files: list[str] = field(default_factory=list)
-    counters: Counter = field(default_factory=Counter)
+    # What the sink made of the windows done: points, files, quality figures, a lake slab's staged rows.
+    written: SlabOutcome = field(default_factory=SlabOutcome)
+    counts: Counts = field(default_factory=Counts)
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
-    quality_rows: int = 0  # rows written to the quality dataset (raw slabs: etl/quality.py)
-    lowest_completeness: float | None = None
-    staged: Staged | None = None  # lake formats: the rows, for the run's committer
-    lake: tuple[str, int] | None = None  # lake formats: (table, version) of the commit holding the slab
 
     def detached(self) -> SlabResult:
         """Without exception objects: many cannot be unpickled in another process."""
@@ -102,15 +99,15 @@ class _Fetcher:
         windows: Windows,
         max_points: int,
         ahead: int,
-        counters: Counter,
+        counts: Counts,
         flow: FetchFlow | None = None,
     ) -> None:
-        self.client, self.windows, self.max_points, self.counters = client, windows, max_points, counters
+        self.client, self.windows, self.max_points, self.counts = client, windows, max_points, counts
         self.flow = flow
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
         self.cancelled = False  # windows still in flight were cancelled (a stop's grace ran out)
-        self.tasks: list[asyncio.Task | None] = []
+        self.tasks: list[asyncio.Task[WindowData] | None] = []
         self.launched = asyncio.Event()  # set whenever a task is added, and at the end
         self.done_launching = False
 
@@ -128,7 +125,7 @@ class _Fetcher:
 
     async def _one(self, window: Window) -> WindowData:
         return clean(
-            window, await fetch_window(self.client, window, self.max_points, self.counters), self.counters
+            window, await fetch_window(self.client, window, self.max_points, self.counts), self.counts
         )
 
     async def launch(self) -> None:
@@ -147,7 +144,7 @@ class _Fetcher:
             self.done_launching = True
             self.launched.set()
 
-    async def task(self, index: int) -> asyncio.Task | None:
+    async def task(self, index: int) -> asyncio.Task[WindowData] | None:
         """The index-th window's task, once launched; None if it never will be."""
         while index >= len(self.tasks):
             if self.done_launching or self.stopped:
@@ -156,7 +153,7 @@ class _Fetcher:
             await self.launched.wait()
         return self.tasks[index]
 
-    def _fetched(self, _task: asyncio.Task) -> None:
+    def _fetched(self, _task: asyncio.Task[WindowData]) -> None:
         if self.flow is not None:
             self.flow.fetched()
 
@@ -181,7 +178,7 @@ async def process_slab(
     groups = batches(slab.windows.param_id, extract.batch_windows)
     # Room for the batch being written and the next: never less than two of the longest batch.
     ahead = 2 * max([extract.batch_windows, *(hi - lo for lo, hi in groups)])
-    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counters, flow)
+    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counts, flow)
     watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
     launcher = asyncio.ensure_future(fetcher.launch())
     source, by_object = job.config.source.name, writer.layout.by_object
@@ -225,11 +222,8 @@ async def process_slab(
             fetcher.release(hi - lo)
             if not complete:
                 break
-        finished = await asyncio.to_thread(writer.finish)
+        result.written = await asyncio.to_thread(writer.finish)
         result.done = slab.windows[done]
-        result.points, result.files = finished.points, finished.files
-        result.quality_rows, result.lowest_completeness = finished.quality_rows, finished.lowest_completeness
-        result.staged = finished.staged
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)
@@ -269,7 +263,7 @@ def run_slab(job: SlabJob) -> SlabResult:
     async def go() -> SlabResult:
         stats = ClientStats()
         async with built.client(stats) as client:
-            result = await process_slab(job, client, built.slab_writer(job.slab, remote=True))
+            result = await process_slab(job, client, built.slab_writer(job.slab, job.decisions, remote=True))
         result.client = stats
         return result.detached()
 

@@ -28,6 +28,8 @@ from etl.timeutil import DAY_MS
 # 2.3 M rows, and four files of it are written side by side.
 AUTO_WIDE = 800
 LEGACY_BUCKETS = 4  # every dataset's count before `auto`, and a lake table's
+# The reference tables' folder: dimensions/{table}/{source}.{ext}, one file per source (etl/pipeline/dimensions.py).
+DIMENSIONS_FOLDER = "dimensions"
 
 
 def auto_buckets(parameters: int) -> int:

@@ -5,7 +5,6 @@ costs when there is no cap."""
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 from etl.client import MonitoringClient
 from etl.model import ParamKind, Series, Window
+from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.timeutil import DAY_MS, HOUR_MS, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
@@ -73,10 +73,10 @@ def cap_emulator() -> Iterator[RunningEmulator]:
 
 
 async def _fetch(emulator: RunningEmulator, windows: list[Window], max_points: int = 10_000):
-    counters: Counter = Counter()
+    counts = Counts()
     async with MonitoringClient(emulator.base_url, "demo", "demo", retry=FAST) as client:
-        data = await asyncio.gather(*(fetch_window(client, w, max_points, counters) for w in windows))
-        return data, counters, client.caps
+        data = await asyncio.gather(*(fetch_window(client, w, max_points, counts) for w in windows))
+        return data, counts, client.caps
 
 
 @pytest.mark.parametrize("series", list(Series))
@@ -90,14 +90,14 @@ def test_a_window_comes_whole_and_once_on_every_route(cap_emulator, cap, kind, s
     cap_emulator.set_faults(reset=True)
     (whole,), plain, _ = asyncio.run(_fetch(cap_emulator, [window]))
     cap_emulator.set_faults(max_count=cap)
-    (capped,), counters, caps = asyncio.run(_fetch(cap_emulator, [window]))
+    (capped,), counts, caps = asyncio.run(_fetch(cap_emulator, [window]))
     cap_emulator.set_faults(reset=True)
-    assert len(whole) > cap and plain["requests"] <= 2
+    assert len(whole) > cap and plain.requests <= 2
     for column in whole.__dataclass_fields__:
         assert np.array_equal(getattr(capped, column), getattr(whole, column)), column
     assert (np.diff(capped.ts) > 0).all()
-    assert caps.cap(kind, series) == cap and counters["continuations"] > 0
-    assert counters["requests"] >= len(whole) / cap
+    assert caps.cap(kind, series) == cap and counts.continuations > 0
+    assert counts.requests >= len(whole) / cap
 
 
 @pytest.mark.parametrize("series", [Series.AVERAGE, Series.CANDLES])
@@ -119,11 +119,11 @@ def test_equal_windows_ending_at_the_clock_cost_one_request_more(cap_emulator, s
                 (2003, ParamKind.SIGNAL),
             ]
         ]
-        data, counters, _ = asyncio.run(_fetch(cap_emulator, windows))
+        data, counts, _ = asyncio.run(_fetch(cap_emulator, windows))
     finally:
         cap_emulator.set_clock(to_ms("2026-11-20T00:00:00Z"))
     assert all(len(d) >= 3 for d in data)
-    assert counters["requests"] == len(windows) + 1 and counters["continuations"] == 1
+    assert counts.requests == len(windows) + 1 and counts.continuations == 1
 
 
 @pytest.mark.parametrize("reject_over", [5000, 300])

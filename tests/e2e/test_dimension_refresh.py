@@ -8,7 +8,8 @@ import pytest
 
 from etl.client import MonitoringClient
 from etl.errors import DataError, InvalidResponse
-from etl.pipeline.dimensions import FOLDER, REFERENCES
+from etl.pipeline.dimensions import REFERENCES
+from etl.sinks.layout import DIMENSIONS_FOLDER
 from tests.support.configs import make_config
 from tests.support.output import SOURCE
 from tests.support.pipeline import run
@@ -31,14 +32,14 @@ def test_a_fresh_snapshot_is_kept_and_its_tables_stay(fresh_emulator, tmp_path):
     first = run(config)
     assert _reference_requests(fresh_emulator) > len(REFERENCES)
     assert first.dimensions == ["objects", "units", "parameters", "commands", *REFERENCES[2:]]
-    units = tmp_path / FOLDER / "units" / f"{SOURCE}.parquet"
+    units = tmp_path / DIMENSIONS_FOLDER / "units" / f"{SOURCE}.parquet"
     before = units.read_bytes()
 
     second = run(config)
     assert _reference_requests(fresh_emulator) == 0
     assert second.dimensions == ["objects", "parameters"]
     assert units.read_bytes() == before
-    assert sorted(p.name for p in (tmp_path / FOLDER).iterdir()) == sorted(
+    assert sorted(p.name for p in (tmp_path / DIMENSIONS_FOLDER).iterdir()) == sorted(
         ["objects", "parameters", *REFERENCES]
     )
 
@@ -57,18 +58,18 @@ def test_a_table_deleted_by_hand_is_fetched_again(fresh_emulator, tmp_path):
     config = _config(fresh_emulator, tmp_path)
     run(config)
     _reference_requests(fresh_emulator)
-    (tmp_path / FOLDER / "rooms" / f"{SOURCE}.parquet").unlink()
-    (tmp_path / FOLDER / "rooms").rmdir()
+    (tmp_path / DIMENSIONS_FOLDER / "rooms" / f"{SOURCE}.parquet").unlink()
+    (tmp_path / DIMENSIONS_FOLDER / "rooms").rmdir()
     assert "rooms" in run(config).dimensions
-    assert (tmp_path / FOLDER / "rooms" / f"{SOURCE}.parquet").exists()
+    assert (tmp_path / DIMENSIONS_FOLDER / "rooms" / f"{SOURCE}.parquet").exists()
 
 
 def test_a_file_deleted_by_hand_from_its_folder_is_fetched_again(fresh_emulator, tmp_path):
     config = _config(fresh_emulator, tmp_path)
     run(config)
-    (tmp_path / FOLDER / "units" / f"{SOURCE}.parquet").unlink()  # the folder stays, empty
+    (tmp_path / DIMENSIONS_FOLDER / "units" / f"{SOURCE}.parquet").unlink()  # the folder stays, empty
     assert "units" in run(config).dimensions
-    assert (tmp_path / FOLDER / "units" / f"{SOURCE}.parquet").exists()
+    assert (tmp_path / DIMENSIONS_FOLDER / "units" / f"{SOURCE}.parquet").exists()
 
 
 def test_a_snapshot_with_a_failed_table_is_not_noted(fresh_emulator, tmp_path, monkeypatch):

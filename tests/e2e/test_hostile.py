@@ -84,9 +84,9 @@ def test_every_hostile_kind_has_its_defined_outcome(hostile_emulator, tmp_path, 
             etl.run(config)
         if kind in TIME_FORMAT:
             assert "time format" in str(failed.value) and TIME_FORMAT[kind] in str(failed.value)
-            assert failed.value.summary["retries"] == 0  # the same answer would come again
+            assert failed.value.summary.as_dict()["retries"] == 0  # the same answer would come again
         else:
-            assert failed.value.summary["retries_by_reason"]["invalid_body"] > 0
+            assert failed.value.summary.as_dict()["retries_by_reason"]["invalid_body"] > 0
         assert not len(checkpoints(tmp_path))  # no failed window is checkpointed
         assert not (tmp_path / "raw").exists()
         emu.set_faults(reset=True)  # the server recovers: the next run fetches them all

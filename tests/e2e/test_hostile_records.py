@@ -49,7 +49,7 @@ def test_a_record_that_cannot_be_used_is_left_out_alone_run_after_run(odd, tmp_p
             etl.run(config(odd, tmp_path))
         message = str(left_out.value)
         assert says in message and "\n" not in message
-        assert left_out.value.summary["warnings"]["records_left_out"] >= 1
+        assert left_out.value.summary.as_dict()["warnings"]["records_left_out"] >= 1
         assert_exact(tmp_path, START, DAY_END, objects=objects, series=["raw"])
     assert len(checkpoints(tmp_path))
     odd.set_faults(reset=True)

@@ -8,7 +8,7 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 
-from etl.pipeline import runner as pipeline
+from etl.pipeline import coordinator
 from etl.state import store
 from etl.timeutil import HOUR_MS, to_ms
 from tests.support.checks import assert_exact
@@ -62,7 +62,7 @@ def test_incremental_run_fetches_only_new_windows_and_equals_one_full_run(fresh_
 def test_coverage_merged_during_the_run_checkpoints_every_window(emulator, tmp_path, monkeypatch):
     """Committed windows merged into the coverage after every slab rather than once at the end: the base
     the run compacts into still holds them all, and the next run plans nothing."""
-    monkeypatch.setattr(pipeline, "MERGE_AFTER", 1)
+    monkeypatch.setattr(coordinator, "MERGE_AFTER", 1)
     monkeypatch.setattr(store, "COMPACT_AFTER", 1)  # however few segments the slabs' checkpoints shared
     config = make_config(emulator.base_url, tmp_path)
     run(config)

@@ -49,6 +49,23 @@ def test_a_notebook_runs_then_reads_named_rows_with_utc_stamps(emulator, tmp_pat
     assert etl.connect(config).sql("select count(*) from raw").fetchall() == [(want.num_rows,)]
 
 
+def test_reading_an_output_loads_no_http_client(emulator, tmp_path):
+    """`etl.read` and `etl.connect` open the output alone: neither the platform's client (httpx) nor the
+    writers load in a notebook that only reads."""
+    config = write_config(tmp_path / "etl.yaml", config_dict(emulator.base_url, tmp_path / "out"))
+    points = etl.run(config).series["raw"].points
+    code = (
+        "import sys, etl; "
+        f"rows = len(etl.read({str(config)!r}, 'raw', named=True)); "
+        f"count = etl.connect({str(config)!r}).sql('select count(*) from raw').fetchall()[0][0]; "
+        "print(rows, count, sorted(m for m in ('httpx', 'etl.client', 'etl.quality.writer') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.split(" ", 2) == [str(points), str(points), "[]\n"]
+
+
 def test_the_api_works_inside_a_running_event_loop(emulator, tmp_path):
     """Jupyter runs its own event loop: neither etl.run nor the sync client may call asyncio.run on it."""
     config = write_config(tmp_path / "etl.yaml", config_dict(emulator.base_url, tmp_path / "out"))

@@ -6,7 +6,7 @@ from typing import Any
 
 import etl
 from etl.config import Config
-from etl.pipeline.runner import RunSummary
+from etl.pipeline.summary import RunSummary
 
 
 def run(config: Config, **options: Any) -> RunSummary:

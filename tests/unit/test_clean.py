@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +9,7 @@ from hypothesis import strategies as st
 from etl.client.models import Points
 from etl.model import ParamKind, Series, Window
 from etl.pipeline.clean import TimeFormatError, _clean_any, clean
+from etl.pipeline.counts import Counts
 
 UNIT = Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, 100, 200)
 stamps = st.lists(st.integers(80, 220), max_size=40)
@@ -28,7 +27,7 @@ def test_shortcut_matches_the_general_path(ts, ordered, data):
         )
     )
     points = Points(ts=np.array(ts, np.int64), value=np.array(values, np.float64))
-    fast_warnings, slow_warnings = Counter(), Counter()
+    fast_warnings, slow_warnings = Counts(), Counts()
     outcomes = []
     for how, warnings in ((clean, fast_warnings), (_clean_any, slow_warnings)):
         try:

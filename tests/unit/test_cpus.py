@@ -1,5 +1,5 @@
 """The CPUs a process may use: a container's quota counts, not the host's cores (the writers' pool is
-sized by it, etl/pipeline/runner.py)."""
+sized by it, etl/pipeline/loop.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from etl.errors import StorageError
 from etl.model import ParamKind, Series, Window, Windows
-from etl.pipeline.runner import _GroupCommit
+from etl.pipeline.group_commit import GroupCommit
 
 
 def _windows(param_id: int) -> Windows:
@@ -34,7 +34,7 @@ class _Store:
 
 
 async def _slabs(store: _Store, count: int) -> list[BaseException | None]:
-    group = _GroupCommit(store)  # type: ignore[arg-type]
+    group = GroupCommit(store)  # type: ignore[arg-type]
     first = asyncio.ensure_future(group.commit(_windows(1)))
     await asyncio.to_thread(store.first.wait, 10)
     rest = [asyncio.ensure_future(group.commit(_windows(p))) for p in range(2, count + 1)]

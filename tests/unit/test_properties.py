@@ -31,6 +31,7 @@ from etl.model import (
     cut_columns,
 )
 from etl.pipeline.clean import clean, to_table
+from etl.pipeline.counts import Counts
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, needed, spans_for
 from etl.sinks import Layout, ParquetFormat, SlabWriter
 from etl.sinks.layout import LEGACY_BUCKETS
@@ -176,17 +177,17 @@ def test_merge_of_overlapping_chunks_is_idempotent_and_order_independent(stamps,
     unit = Window(1001, 1, ParamKind.PHYSICAL, Series.RAW, T0, T0 + DAY_MS)
     ts = np.array(sorted(set(stamps)), dtype=np.int64) + T0
     values = ts.astype(np.float64) / 1000
-    reference = to_table(Series.RAW, [clean(unit, Points(ts, values), Counter())], "s")
+    reference = to_table(Series.RAW, [clean(unit, Points(ts, values), Counts())], "s")
     noisy_ts = np.concatenate([ts] * (1 + sum(repeats)))
     noisy_values = noisy_ts.astype(np.float64) / 1000
     order = list(range(len(noisy_ts)))
     rnd.shuffle(order)
     shuffled = Points(noisy_ts[order], noisy_values[order])
-    once = to_table(Series.RAW, [clean(unit, shuffled, Counter())], "s")
+    once = to_table(Series.RAW, [clean(unit, shuffled, Counts())], "s")
     assert once.equals(reference)
     again = to_table(
         Series.RAW,
-        [clean(unit, Points(once["ts"].cast(pa.int64()).to_numpy(), once["value"].to_numpy()), Counter())],
+        [clean(unit, Points(once["ts"].cast(pa.int64()).to_numpy(), once["value"].to_numpy()), Counts())],
         "s",
     )
     assert again.equals(reference)

@@ -46,4 +46,4 @@ def test_a_failed_run_raises_an_etl_error_with_its_summary(tmp_path):
     with pytest.raises(etl.NetworkError) as caught:
         etl.run(write_config(tmp_path / "etl.yaml", config))
     assert caught.value.exit_code == 4
-    assert caught.value.summary is not None and caught.value.summary["status"] == "failed"
+    assert isinstance(caught.value.summary, etl.RunSummary) and caught.value.summary.status == "failed"

@@ -3,7 +3,6 @@ the server has now."""
 
 from __future__ import annotations
 
-from collections import Counter
 from datetime import UTC, datetime
 
 import httpx
@@ -17,6 +16,7 @@ from etl.ops.doctor.deployment import SOURCE_SAMPLES, Deployment
 from etl.ops.findings import Finding, fail, ok, warn
 from etl.ops.init import report as probe_report
 from etl.ops.probe import Findings, Prober
+from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.timeutil import DAY_MS, MINUTE_MS, iso
 
@@ -106,7 +106,7 @@ async def checkpoints_ahead_of_source(client: MonitoringClient, d: Deployment) -
         if kind is None:
             continue
         window = Window(pid, object_id, ParamKind(kind), Series.RAW, low, high)
-        data = await fetch_window(client, window, d.config.extract.max_points, Counter())
+        data = await fetch_window(client, window, d.config.extract.max_points, Counts())
         server = int(np.count_nonzero(data.ts < high))
         compared += 1
         if server > stored:

@@ -1,0 +1,97 @@
+"""`etl.run`: the public entry point of a run, what `etl run -c` calls. It turns its arguments into
+`RunOptions`, runs the `Coordinator` on an event loop of its own and writes the metrics file whatever
+the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import suppress
+from datetime import datetime
+from os import PathLike
+from typing import Literal
+
+from etl.config import Config, load_config
+from etl.errors import ConfigError, EtlError, ExitCode, Interrupted
+from etl.model import Shard
+from etl.pipeline import metrics
+from etl.pipeline.coordinator import Coordinator, RunOptions
+from etl.pipeline.loop import in_a_loop
+from etl.pipeline.summary import RunSummary
+from etl.support import allocator
+from etl.timeutil import parse_time
+
+__all__ = ["RunSummary", "run"]
+
+Time = datetime | int | str
+
+
+def run(
+    config: Config | str | PathLike[str],
+    *,
+    start: Time | None = None,
+    end: Time | None = None,
+    full_refresh: bool = False,
+    shard: Shard | str | None = None,
+    executor: Literal["local", "dask"] | None = None,
+    scheduler: str | None = None,
+    progress: bool | None = False,
+    metrics_file: str | PathLike[str] | None = None,
+    dry_run: bool = False,
+) -> RunSummary:
+    """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
+
+    `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
+    datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
+    a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
+    "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
+    in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
+    or is interrupted (its `summary`, the same `RunSummary`, holds what got done); never exits the process.
+    """
+    config = config if isinstance(config, Config) else load_config(config)
+    options = RunOptions(
+        start=None if start is None else _time(start, "start"),
+        end=None if end is None else _time(end, "end"),
+        full_refresh=full_refresh,
+        shard=Shard.parse(shard) if isinstance(shard, str) else shard,
+        progress=progress,
+        dry_run=dry_run,
+        executor=executor,
+        scheduler=scheduler,
+    )
+    if metrics_file is not None:
+        metrics.check_path(str(metrics_file))
+    # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
+    # its process (etl/cli/runs.py): pyarrow works without it.
+    with suppress(ImportError):
+        import pandas  # noqa: F401
+
+    allocator.release_freed_memory()
+    coordinator = Coordinator(config, options)
+    try:
+        summary = in_a_loop(coordinator.run())
+    except BaseException as exc:
+        error = exc if isinstance(exc, EtlError) else Interrupted("interrupted") if _stopped(exc) else None
+        if metrics_file is not None and not dry_run:
+            code = error.exit_code if error is not None else ExitCode.INTERNAL
+            with suppress(EtlError):  # the run's own error is the one to report
+                metrics.write(str(metrics_file), coordinator.summary, config.source.name, code)
+        if error is None:
+            raise  # a bug: its own traceback
+        error.summary = coordinator.summary
+        if error is exc:
+            raise
+        raise error from None
+    if metrics_file is not None and not dry_run:
+        metrics.write(str(metrics_file), summary, config.source.name, ExitCode.OK)
+    return summary
+
+
+def _time(value: Time, name: str) -> int:
+    try:
+        return parse_time(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
+def _stopped(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt | asyncio.CancelledError)

@@ -1,0 +1,108 @@
+"""What a run did: `RunSummary`, the same object whether the run succeeded (`etl.run` returns it) or not
+(the error it raises carries it), and its JSON form (`as_dict`: `etl run --json`, `_runs/{run_id}.json`
+and the metrics file read it)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from etl.client import ClientStats
+from etl.model import Shard
+from etl.pipeline.counts import Counts
+from etl.timeutil import iso
+
+
+@dataclass
+class SeriesTotals:
+    slabs: int = 0
+    windows: int = 0
+    points: int = 0
+    files: set[str] = field(default_factory=set)
+
+
+@dataclass
+class RunSummary:
+    run_id: str
+    output: str
+    started: float = field(default_factory=time.time)
+    seconds: float = 0.0
+    # This process's CPU over the same span (all its threads; a dask cluster's workers are not in it):
+    # what a schedule watches to see run 8,760 cost what run 1 did.
+    cpu_seconds: float = 0.0
+    status: str = "ok"
+    error: str | None = None
+    objects: int = 0
+    parameters: int = 0
+    window: tuple[int, int] | None = None
+    planned: dict[str, dict[str, int]] = field(default_factory=dict)  # per series: parameters, slabs, windows
+    series: dict[str, SeriesTotals] = field(default_factory=lambda: defaultdict(SeriesTotals))
+    counts: Counts = field(default_factory=Counts)  # what fetching and cleaning ran into, every slab's
+    checkpoints_past_the_server_clock: int = 0  # (parameter, series) whose checkpoints reach past it
+    records_left_out: int = 0  # records and reference tables the platform sent that could not be used
+    failed_windows: list[str] = field(default_factory=list)
+    client: ClientStats = field(default_factory=ClientStats)
+    temp_files_removed: int = 0
+    executor: str = "local"
+    shard: Shard | None = None
+    quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
+    lake_commits: int = 0  # lake tables: grouped commits of the series tables
+    upkeep: dict[str, Any] | None = None  # lake tables: what the run's maintenance did
+    dimensions: list[str] = field(default_factory=list)  # the dimension tables written
+    lowest_completeness: float | None = None  # among them
+
+    def add_quality(self, rows: int, lowest: float | None) -> None:
+        self.quality_rows += rows
+        if lowest is not None:
+            self.lowest_completeness = (
+                lowest if self.lowest_completeness is None else min(self.lowest_completeness, lowest)
+            )
+
+    def warnings(self) -> dict[str, int]:
+        """What went oddly, by name, in name order: the odd points dropped, checkpoints past the server's
+        clock, records left out; only those there were."""
+        found = {
+            **self.counts.warnings(),
+            "checkpoints_past_the_server_clock": self.checkpoints_past_the_server_clock,
+            "records_left_out": self.records_left_out,
+        }
+        return {name: count for name, count in sorted(found.items()) if count}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "error": self.error,
+            "started": datetime.fromtimestamp(self.started, tz=UTC).isoformat(timespec="seconds"),
+            "seconds": round(self.seconds, 3),
+            "cpu_seconds": round(self.cpu_seconds, 3),
+            "window": {"start": iso(self.window[0]), "end": iso(self.window[1])} if self.window else None,
+            "output": self.output,
+            "objects": self.objects,
+            "parameters": self.parameters,
+            "planned": self.planned,
+            "series": {
+                str(name): {"slabs": t.slabs, "windows": t.windows, "points": t.points, "files": len(t.files)}
+                for name, t in sorted(self.series.items())
+            },
+            "points": sum(t.points for t in self.series.values()),
+            **self.client.as_dict(),
+            "splits": self.counts.splits,
+            "continuations": self.counts.continuations,
+            "warnings": self.warnings(),
+            "failed_windows": self.failed_windows[:50],
+            "failed_window_count": len(self.failed_windows),
+            "temp_files_removed": self.temp_files_removed,
+            "executor": self.executor,
+            "shard": str(self.shard) if self.shard else None,
+            "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+            "dimensions": self.dimensions,
+            **(
+                {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}
+                if self.upkeep is not None or self.lake_commits
+                else {}
+            ),
+        }

@@ -1,0 +1,119 @@
+"""A config's output, opened without the platform's client: its storage, file format, lake tables,
+layouts and checkpoint stores. Reading (`etl.read`, `etl.connect`) and maintenance need nothing more; a
+run's `etl.pipeline.build.Build` adds the client and the slab writers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+from etl.config import Config
+from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
+from etl.sinks.formats import FileFormat, file_format
+from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
+from etl.state import StateStore
+from etl.storage.files import Storage
+
+if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
+    from etl.sinks.lake import Lake
+
+
+@dataclass(frozen=True, eq=False)
+class Output:
+    """The output of one (config, shard)."""
+
+    config: Config
+    shard: Shard | None = None
+    # Every dataset's layouts by files per partition, made once: each slab made its own on the event loop.
+    _layouts: dict[int, dict[str, Layout]] = field(default_factory=dict, init=False, repr=False)
+
+    @cached_property
+    def data(self) -> Storage:
+        return Storage(self.config.sink.path, self.config.sink.storage_options)
+
+    @cached_property
+    def fmt(self) -> FileFormat:
+        """The file format; lake tables hold Parquet files (their layouts name nothing else)."""
+        sink = self.config.sink
+        return file_format("parquet" if sink.lake else sink.format, sink.compression)
+
+    @cached_property
+    def lake(self) -> Lake | None:
+        """The lake tables (sink.format delta / iceberg), or None for Parquet/CSV datasets."""
+        if not self.config.sink.lake:
+            return None
+        from etl.sinks.lake import Lake
+
+        return Lake(self.config.sink, self.data)
+
+    @property
+    def app(self) -> str:
+        from etl.sinks.lake import app_id
+
+        return app_id(self.config.source.name, self.shard)
+
+    # -- files per partition ---------------------------------------------------------------------------
+
+    @cached_property
+    def buckets(self) -> int:
+        """Files per partition for a command that runs nothing (compact, doctor, reading): sink.buckets, or
+        the dataset's record (a shard's record serves the dataset too). A run decides its own
+        (`decide_buckets`)."""
+        if self.config.sink.buckets is not None:
+            return self.config.sink.buckets
+        stores = [self.state_store(), *self.state_stores()]
+        return next((b for s in stores if (b := s.buckets())), LEGACY_BUCKETS)
+
+    def decide_buckets(
+        self, store: StateStore, parameters: int, existing: bool, *, record: bool = True
+    ) -> int:
+        """The run's files per partition. Unset (auto): what the dataset was given at its first run, or
+        for a new Parquet/CSV dataset `auto_buckets` of its parameters; a dataset checkpointed before
+        the count was recorded (`existing`), or a lake table, keeps 4. The count in effect is recorded in
+        `store` (`record`) before any file is written, so a later auto run keeps it whatever the fleet's
+        width."""
+        recorded = store.buckets()
+        chosen = self.config.sink.buckets or recorded
+        if chosen is None:
+            chosen = LEGACY_BUCKETS if existing or self.config.sink.lake else auto_buckets(parameters)
+        if record and chosen != recorded:
+            store.note_buckets(chosen)
+        return chosen
+
+    # -- layouts ----------------------------------------------------------------------------------------
+
+    def layout(self, series: Series, buckets: int | None = None) -> Layout:
+        """A series' layout with `buckets` files per partition (default: `self.buckets`)."""
+        return self._layouts_of(buckets)[Series(series).value]
+
+    def quality_layout(self, buckets: int | None = None) -> Layout:
+        """The quality dataset (etl/quality/): laid out like the raw series, a row per parameter and day."""
+        return self._layouts_of(buckets)[QUALITY]
+
+    def _layouts_of(self, buckets: int | None) -> dict[str, Layout]:
+        count = self.buckets if buckets is None else buckets
+        if count not in self._layouts:
+            sink = self.config.sink
+            where = (sink.partition_by, self.fmt.extension, self.config.source.name, self.shard, count)
+            layouts = {series.value: Layout(series, *where) for series in Series}
+            layouts[QUALITY] = Layout(
+                Series.RAW, *where, name=QUALITY, schema=QUALITY_SCHEMA, time_key=QUALITY_TIME_KEY
+            )
+            self._layouts[count] = layouts
+        return self._layouts[count]
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    def _state_storage(self, shard: Shard | None) -> Storage:
+        path = self.config.state_path
+        return Storage(f"{path}/{shard.folder}" if shard else path, self.config.sink.storage_options)
+
+    def state_store(self) -> StateStore:
+        return StateStore(self._state_storage(self.shard), self.config.state.lease / 1000)
+
+    def state_stores(self) -> list[StateStore]:
+        """This source's unsharded store and every shard's that exists."""
+        names = self._state_storage(None).listdir("")
+        shards = [shard for name in names if (shard := Shard.from_folder(name))]
+        return [StateStore(self._state_storage(s), self.config.state.lease / 1000) for s in [None, *shards]]
