@@ -9,7 +9,6 @@ import logging
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -36,10 +35,9 @@ from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_po
 from etl.client.session import Session
 from etl.errors import InvalidArgument, InvalidResponse
 from etl.model import ParamKind, Series
-from etl.timeutil import DAY_MS, now_ms, to_ms
+from etl.timeutil import DAY_MS, Time, now_ms, to_ms
 
 log = logging.getLogger(__name__)
-Time = datetime | int | str
 RAW_WINDOW_MAX_MS = DAY_MS
 M = TypeVar("M", bound=Record)
 # The route of each series of each kind of parameter. A signal parameter is a physical one: the

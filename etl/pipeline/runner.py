@@ -43,7 +43,7 @@ from etl.state.coverage import Coverage, intervals_of
 from etl.state.store import StateStore
 from etl.storage import spools
 from etl.support import allocator, cpus, interrupts, redact
-from etl.timeutil import iso, now_ms, parse_time
+from etl.timeutil import Time, iso, now_ms, parse_time
 
 if TYPE_CHECKING:  # the lake modules load for lake formats only
     from etl.sinks.lake.committer import Committer, Landed
@@ -525,9 +525,6 @@ class Runner:
                 signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
 
         return restore
-
-
-Time = datetime | int | str
 
 
 def run(
