@@ -456,7 +456,7 @@ class Prober:
             listed += await client.calculated_params(object_id)
         self.sample_params = _sample_params(listed)
         kinds = Counter(p.kind for p in listed)
-        found.parameters = {k.value: kinds.get(k.value, 0) for k in ParamKind}
+        found.parameters = {k.value: kinds[k] for k in ParamKind}
         found.parameters_counted_objects = len(sample)
         found.search_agrees_with_lists = await self._search_agrees(found, sample, listed)
         if len(ids) > len(sample) and found.search_agrees_with_lists:
