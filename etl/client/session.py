@@ -27,41 +27,10 @@ from etl.client.models import User
 from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
 from etl.client.series import decode_json
 from etl.client.wire import WireTransport
-from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
-from etl.support import redact
-
-# Handshakes that fail the same way every time: the peer does not speak TLS (an https:// URL to an http://
-# server gets plain HTTP back) or no version both sides accept.
-_PROTOCOL_MISMATCH = {
-    "WRONG_VERSION_NUMBER",
-    "RECORD_LAYER_FAILURE",
-    "UNKNOWN_PROTOCOL",
-    "PACKET_LENGTH_TOO_LONG",
-    "HTTP_REQUEST",
-    "UNSUPPORTED_PROTOCOL",
-    "TLSV1_ALERT_PROTOCOL_VERSION",
-    "NO_PROTOCOLS_AVAILABLE",
-}
+from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
-
-
-def _tls_failure(exc: BaseException, base_url: str) -> str | None:
-    """The message of a TLS failure that trying again will not fix, if that is what a connection error was."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            why = cause.verify_message or cause.reason or "certificate verify failed"
-            return (
-                f"TLS: cannot verify the server {base_url}: {why}; if it uses a private CA, "
-                "set source.ca_bundle to that CA's PEM file"
-            )
-        if isinstance(cause, ssl.SSLError) and cause.reason in _PROTOCOL_MISMATCH:
-            plain = " (does it serve http://, not https://?)" if base_url.startswith("https://") else ""
-            return f"TLS: no TLS handshake with {base_url}: {cause.reason}{plain}"
-        cause = cause.__cause__ or cause.__context__
-    return None
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
@@ -259,15 +228,8 @@ class Session:
                 f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
                 reason="timeout",
             ) from None
-        except httpx.TimeoutException as exc:
-            raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
         except httpx.TransportError as exc:
-            if (tls := _tls_failure(exc, self.base_url)) is not None:
-                raise TlsError(tls) from None
-            detail = redact.redact(str(exc))[:160] or type(exc).__name__
-            raise NetworkError(
-                f"connection failed to {self.base_url}: {detail}", reason="connection"
-            ) from None
+            raise classify.transport_error(exc, self.base_url) from None
         except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
             self._throttle(exc)
             raise
