@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,10 +20,11 @@ from typing import Any
 import httpx
 
 from etl.client import classify
-from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
+from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
-from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
+from etl.client.options import DEFAULT, ClientOptions
+from etl.client.retry import ClientStats, RateGate, retry
 from etl.client.series import decode_json
 from etl.client.wire import WireTransport
 from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError
@@ -82,37 +82,33 @@ class Session:
         base_url: str,
         username: str,
         password: str,
+        options: ClientOptions = DEFAULT,
         *,
-        sign_in: SignIn = "query",
-        timeout: httpx.Timeout | float = 30.0,
-        request_timeout: float | None = 120.0,
-        max_answer_bytes: int = 32 * 1024**2,
-        retry: RetryPolicy | None = None,
-        max_in_flight: int = 16,
-        verify: bool | ssl.SSLContext = True,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
+        """`transport` replaces the network (tests, recorded answers); its answers are read within the
+        options' `max_answer_bytes` too."""
         self.base_url = base_url.rstrip("/")
+        self.options = options
         # `timeout` bounds each read; this, the whole exchange (a body that drips in never ends a read).
-        self.request_timeout = request_timeout
+        self.request_timeout = options.request_timeout
         self.username = username
-        self.policy = retry or RetryPolicy()
+        self.policy = options.retry
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
-        self.auth = SessionAuth(self.base_url, username, password, self.stats, sign_in)
-        self.max_in_flight = max_in_flight
+        self.auth = SessionAuth(self.base_url, username, password, self.stats, options.sign_in)
+        self.max_in_flight = options.max_in_flight
         self._queue: deque[_Job] = deque()
         self._senders: set[asyncio.Task[None]] = set()
-        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
         self._http = _Client(
             auth=self.auth,
-            timeout=timeout,
-            verify=verify,
-            transport=WireTransport(verify, limits, max_answer_bytes)
+            timeout=options.timeout,
+            verify=options.verify,
+            transport=WireTransport(options.verify, options.limits, options.max_answer_bytes)
             if transport is None
-            else BoundedTransport(transport, max_answer_bytes),
-            limits=limits,
+            else BoundedTransport(transport, options.max_answer_bytes),
+            limits=options.limits,
             headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects

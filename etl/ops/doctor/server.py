@@ -158,7 +158,7 @@ async def server_checks(d: Deployment) -> tuple[list[Finding], int]:
         source.username,
         build.password,
         sign_in=source.sign_in,
-        verify=build.tls,
+        verify=build.client_options.verify,
         timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
     )
     async with prober:

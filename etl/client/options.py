@@ -1,0 +1,88 @@
+"""How a client talks to the server, as one value: `ClientOptions`, made once from a config (`from_config`,
+where the TLS trust is made from the CA bundle) or by hand, and handed from the client to its session and
+transport."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httpx
+
+from etl.client.auth import SignIn
+from etl.client.retry import RetryPolicy
+from etl.config import Config, SourceConfig
+from etl.errors import ConfigError
+
+log = logging.getLogger(__name__)
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Everything about how a client talks to the server but where (the base URL) and as whom.
+
+    `sign_in`: the credentials go to /auth/login as the document's query parameters ("query") or as a
+    form-encoded body ("form"). `timeout` bounds each connect and read, `request_timeout` a whole exchange
+    (seconds; None: no bound); an answer over `max_answer_bytes` (on the wire or decompressed) is refused.
+    `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight, `verify` is the
+    TLS trust (a context for a private CA)."""
+
+    sign_in: SignIn = "query"
+    timeout: httpx.Timeout | float = 30.0
+    request_timeout: float | None = 120.0
+    max_answer_bytes: int = 32 * 1024**2
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_in_flight: int = 16
+    verify: bool | ssl.SSLContext = True
+
+    @classmethod
+    def from_config(cls, config: Config) -> ClientOptions:
+        """The options of a config's source: its timeouts, limits and sign-in, the retry policy, the
+        extract's concurrency, and the TLS trust (`trust`: the one place the CA bundle is read)."""
+        source = config.source
+        return cls(
+            sign_in=source.sign_in,
+            timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
+            request_timeout=source.request_timeout,
+            max_answer_bytes=int(source.max_answer_mb * 1024**2),
+            retry=RetryPolicy(**config.retry.model_dump()),
+            max_in_flight=config.extract.concurrency,
+            verify=trust(source),
+        )
+
+    @property
+    def limits(self) -> httpx.Limits:
+        return httpx.Limits(max_connections=self.max_in_flight, max_keepalive_connections=self.max_in_flight)
+
+
+DEFAULT = ClientOptions()
+
+
+def trust(source: SourceConfig) -> bool | ssl.SSLContext:
+    """What the server's certificate is verified against: the system CAs, the ca_bundle, or (warned)
+    nothing."""
+    if (
+        source.base_url.startswith("http://")
+        and (urlsplit(source.base_url).hostname or "") not in LOCAL_HOSTS
+    ):
+        log.warning(
+            "source.base_url is plain http: the password and session cookies cross the network "
+            "unencrypted; use https"
+        )
+    if not source.verify_tls:
+        log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
+        return False
+    if source.ca_bundle is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(source.ca_bundle))
+    except FileNotFoundError:
+        raise ConfigError(f"config error: source.ca_bundle: {source.ca_bundle}: no such file") from None
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+        raise ConfigError(
+            f"config error: source.ca_bundle: cannot load CA certificates from {source.ca_bundle}: {reason}"
+        ) from None
