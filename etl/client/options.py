@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -18,6 +19,9 @@ from etl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
+# Told of every request on the wire once its whole answer is in: the request, and the seconds since it
+# was sent (a probe times the server with it).
+AnswerHook = Callable[[httpx.Request, float], None]
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class ClientOptions:
     form-encoded body ("form"). `timeout` bounds each connect and read, `request_timeout` a whole exchange
     (seconds; None: no bound); an answer over `max_answer_bytes` (on the wire or decompressed) is refused.
     `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight, `verify` is the
-    TLS trust (a context for a private CA)."""
+    TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes."""
 
     sign_in: SignIn = "query"
     timeout: httpx.Timeout | float = 30.0
@@ -37,6 +41,7 @@ class ClientOptions:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_in_flight: int = 16
     verify: bool | ssl.SSLContext = True
+    on_answer: AnswerHook | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> ClientOptions:

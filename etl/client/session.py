@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from etl.client import classify
-from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth
+from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
@@ -31,6 +31,13 @@ from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
+
+
+_SENT = "etl.sent"  # request extension: when it went on the wire (perf_counter), for `options.on_answer`
+
+
+async def _stamp(request: httpx.Request) -> None:
+    request.extensions[_SENT] = time.perf_counter()
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
@@ -114,6 +121,8 @@ class Session:
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
             event_hooks={"request": [self._on_the_wire]},
         )
+        if options.on_answer is not None:
+            self._http.event_hooks = {"request": [self._on_the_wire, _stamp], "response": [self._answered]}
 
     @property
     def user(self) -> User | None:
@@ -168,6 +177,40 @@ class Session:
             started,
         )
 
+    async def answer(self, request: httpx.Request) -> httpx.Response:
+        """The answer to `request` as the server gives it, for callers that read what it says (how a
+        server answers a sign-in, an unknown id, a call without a session): sent as it is, without the
+        session (it carries its own Cookie if it needs one), and not classified. Retried by the policy
+        like any request after a network failure or a 5xx or 429; when the policy gives up on such a
+        status, the last answer is returned."""
+        request.extensions[AS_IS] = True
+        request.extensions.setdefault("timeout", self._http.timeout.as_dict())
+        for name, value in self._http.headers.items():
+            request.headers.setdefault(name, value)
+        what = f"{request.method} {request.url.path}"
+        last: httpx.Response | None = None
+
+        async def once() -> httpx.Response:
+            nonlocal last
+            last = await self._send(request)
+            if last.status_code in classify.RETRYABLE_STATUSES:
+                self._classified(last, request.method, request.url.path, False)  # raises, notes a 429
+            return last
+
+        started = time.monotonic()
+        try:
+            return await once()
+        except EtlError as exc:
+            if not exc.retryable:
+                raise
+            first = exc
+        try:
+            return await retry(first, once, self.policy, self.stats, what, started)
+        except ServerError:
+            if last is None or last.status_code not in classify.RETRYABLE_STATUSES:
+                raise
+            return last
+
     # -- one attempt -------------------------------------------------------------------------
 
     async def _attempt(
@@ -202,6 +245,11 @@ class Session:
         if await self.gate.wait() and (deadline := _DEADLINE.get()) is not None:
             deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
+
+    async def _answered(self, response: httpx.Response) -> None:
+        """Every answer (its body already read by the transport), timed for `options.on_answer`."""
+        assert self.options.on_answer is not None
+        self.options.on_answer(response.request, time.perf_counter() - response.request.extensions[_SENT])
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """The answer to `request`, sent by one of at most `max_in_flight` senders (tasks that live while
