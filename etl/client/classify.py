@@ -111,7 +111,7 @@ def _tls_failure(exc: BaseException, base_url: str) -> str | None:
             why = cause.verify_message or cause.reason or "certificate verify failed"
             return (
                 f"TLS: cannot verify the server {base_url}: {why}; if it uses a private CA, "
-                "set source.ca_bundle to that CA's PEM file"
+                "set source.ca_bundle (etl init: --ca-bundle) to that CA's PEM file"
             )
         if isinstance(cause, ssl.SSLError) and cause.reason in _PROTOCOL_MISMATCH:
             plain = " (does it serve http://, not https://?)" if base_url.startswith("https://") else ""
