@@ -110,8 +110,26 @@ def _query(**params: Any) -> dict[str, Any]:
     return out
 
 
-def _options(options: ClientOptions | None, keywords: ClientOptions) -> ClientOptions:
-    """The client's options: given whole, or made of the constructor's keywords; never both."""
+def _options(
+    options: ClientOptions | None,
+    sign_in: SignIn,
+    timeout: httpx.Timeout | float,
+    request_timeout: float | None,
+    max_answer_bytes: int,
+    retry: RetryPolicy | None,
+    max_in_flight: int,
+    verify: bool | ssl.SSLContext,
+) -> ClientOptions:
+    """A client's options: given whole, or made of the constructor's keywords; never both."""
+    keywords = ClientOptions(
+        sign_in=sign_in,
+        timeout=timeout,
+        request_timeout=request_timeout,
+        max_answer_bytes=max_answer_bytes,
+        retry=retry or DEFAULT.retry,
+        max_in_flight=max_in_flight,
+        verify=verify,
+    )
     if options is None:
         return keywords
     if keywords != DEFAULT:
@@ -154,16 +172,7 @@ class MonitoringClient:
         these settings as one value (`ClientOptions.from_config` makes it from a config), instead of
         the keywords."""
         options = _options(
-            options,
-            ClientOptions(
-                sign_in=sign_in,
-                timeout=timeout,
-                request_timeout=request_timeout,
-                max_answer_bytes=max_answer_bytes,
-                retry=retry or DEFAULT.retry,
-                max_in_flight=max_in_flight,
-                verify=verify,
-            ),
+            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
         )
         self.session = Session(base_url, username, password, options, transport=transport, stats=stats)
         self.caps = AnswerCaps()
@@ -474,16 +483,7 @@ class SyncMonitoringClient:
     ) -> None:
         """The arguments of `MonitoringClient`."""
         options = _options(
-            options,
-            ClientOptions(
-                sign_in=sign_in,
-                timeout=timeout,
-                request_timeout=request_timeout,
-                max_answer_bytes=max_answer_bytes,
-                retry=retry or DEFAULT.retry,
-                max_in_flight=max_in_flight,
-                verify=verify,
-            ),
+            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="etl-sync-client", daemon=True)

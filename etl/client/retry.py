@@ -98,6 +98,18 @@ class RateGate:
         return waited
 
 
+async def retrying(once: Callable[[], Awaitable[T]], policy: RetryPolicy, stats: ClientStats, what: str) -> T:
+    """`once()`, and again as the policy allows after a retryable failure (`retry`)."""
+    started = time.monotonic()
+    try:
+        return await once()
+    except EtlError as exc:
+        if not exc.retryable:
+            raise
+        first = exc
+    return await retry(first, once, policy, stats, what, started)
+
+
 async def retry(
     first: EtlError,
     again: Callable[[], Awaitable[T]],

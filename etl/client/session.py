@@ -3,8 +3,9 @@
 The send path, as httpx builds its own: `call` hands the request to one of the session's senders, which
 sends it through the client (the auth flow of `etl.client.auth` signs in, attaches the session and signs
 in again when a session ends), then `classify` turns the answer into a body or an error, then the body
-is decoded. Only after a failure does `retry` take over; a request that succeeds at once costs nothing
-more.
+is decoded. Only after a failure does `retry` take over; a request that succeeds at once never enters
+its loop. `answer` sends a request the same way for callers that read the answer as it is (the probes of
+`etl init` and `etl doctor`): without the session, not classified.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
-from etl.client.retry import ClientStats, RateGate, retry
+from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
 from etl.client.wire import WireTransport
-from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError
+from etl.errors import InvalidResponse, NetworkError, ServerError
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
@@ -134,19 +135,12 @@ class Session:
     async def sign_in(self) -> User | None:
         """Sign in now (a new session), retried like any request."""
         extensions = {SIGN_IN: True, "timeout": self._http.timeout.as_dict()}
-        started = time.monotonic()
 
         async def once() -> User | None:
             await self._send(self.auth.sign_in_request(extensions))
             return self.auth.user
 
-        try:
-            return await once()
-        except EtlError as exc:
-            if not exc.retryable:
-                raise
-            first = exc
-        return await retry(first, once, self.policy, self.stats, "POST /auth/login", started)
+        return await retrying(once, self.policy, self.stats, "POST /auth/login")
 
     async def call(
         self,
@@ -161,20 +155,11 @@ class Session:
         """The answer's body through `decode` (JSON by default); in a thread of the loop's pool for bodies
         over `in_thread_over` bytes (for decoders that release the GIL on large bodies). An
         InvalidResponse from it is retried like a bad status."""
-        started = time.monotonic()
-        try:
-            return await self._attempt(method, path, params, expect_json, decode, in_thread_over)
-        except EtlError as exc:
-            if not exc.retryable:
-                raise
-            first = exc
-        return await retry(
-            first,
+        return await retrying(
             lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
             self.policy,
             self.stats,
             f"{method} {path}",
-            started,
         )
 
     async def answer(self, request: httpx.Request) -> httpx.Response:
@@ -187,7 +172,6 @@ class Session:
         request.extensions.setdefault("timeout", self._http.timeout.as_dict())
         for name, value in self._http.headers.items():
             request.headers.setdefault(name, value)
-        what = f"{request.method} {request.url.path}"
         last: httpx.Response | None = None
 
         async def once() -> httpx.Response:
@@ -197,15 +181,8 @@ class Session:
                 self._classified(last, request.method, request.url.path, False)  # raises, notes a 429
             return last
 
-        started = time.monotonic()
         try:
-            return await once()
-        except EtlError as exc:
-            if not exc.retryable:
-                raise
-            first = exc
-        try:
-            return await retry(first, once, self.policy, self.stats, what, started)
+            return await retrying(once, self.policy, self.stats, f"{request.method} {request.url.path}")
         except ServerError:
             if last is None or last.status_code not in classify.RETRYABLE_STATUSES:
                 raise
