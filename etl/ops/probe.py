@@ -365,11 +365,11 @@ class Prober:
 
     async def _count_by_search(self, found: Findings, ids: list[int]) -> None:
         """Parameters by kind over the whole fleet, from the paged search, within a page budget."""
-        kinds: Counter = Counter()
+        kinds: Counter[ParamKind] = Counter()
         counted, pages = 0, 0
         for first in range(0, len(ids), OIDS_PER_SEARCH):
             chunk = ids[first : first + OIDS_PER_SEARCH]
-            offset, these = 0, Counter[str]()
+            offset, these = 0, Counter[ParamKind]()
             while pages < COUNT_PAGES and (
                 page := await self.client.search_params(chunk, limit=SEARCH_PAGE, offset=offset)
             ):
@@ -382,7 +382,7 @@ class Prober:
             kinds.update(these)
             counted += len(chunk)
         if counted:
-            found.parameters = {k.value: kinds.get(k.value, 0) for k in ParamKind}
+            found.parameters = {k.value: kinds[k] for k in ParamKind}
             found.parameters_counted_objects = counted
 
     # -- count: the silent cap and the default --------------------------------------------------------
