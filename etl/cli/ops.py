@@ -67,9 +67,9 @@ def init_cmd(
     the paged search agrees with the lists, the silent cap and the default of `count`, the format of
     stamps, the latency (and a concurrency for it), how an ended session and errors are answered.
     """
-    import ssl
     from dataclasses import replace
 
+    from etl.client.options import ca_context
     from etl.ops import init
     from etl.ops.probe import OPTIONS, probe
 
@@ -77,7 +77,7 @@ def init_cmd(
         raise ConfigError(f"{output} exists: pass --force to replace it")
     options = OPTIONS
     if ca_bundle is not None:
-        options = replace(options, verify=ssl.create_default_context(cafile=str(ca_bundle)))
+        options = replace(options, verify=ca_context(ca_bundle, "--ca-bundle"))
     found = asyncio.run(probe(base_url, username, _password(), options))
     choices = init.Choices(username, start, sink_path, ca_bundle)
     text = init.render(found, choices)

@@ -8,6 +8,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -82,12 +83,16 @@ def trust(source: SourceConfig) -> bool | ssl.SSLContext:
         return False
     if source.ca_bundle is None:
         return True
+    return ca_context(source.ca_bundle, "config error: source.ca_bundle")
+
+
+def ca_context(bundle: Path, where: str) -> ssl.SSLContext:
+    """A TLS context that trusts the CA certificates in `bundle` (PEM); a ConfigError that starts with
+    `where` (the key or option that named the file) when they cannot be read."""
     try:
-        return ssl.create_default_context(cafile=str(source.ca_bundle))
+        return ssl.create_default_context(cafile=str(bundle))
     except FileNotFoundError:
-        raise ConfigError(f"config error: source.ca_bundle: {source.ca_bundle}: no such file") from None
+        raise ConfigError(f"{where}: {bundle}: no such file") from None
     except (OSError, ssl.SSLError) as exc:
         reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-        raise ConfigError(
-            f"config error: source.ca_bundle: cannot load CA certificates from {source.ca_bundle}: {reason}"
-        ) from None
+        raise ConfigError(f"{where}: cannot load CA certificates from {bundle}: {reason}") from None

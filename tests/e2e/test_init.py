@@ -205,6 +205,15 @@ def test_an_https_url_to_an_http_server_is_one_tls_line_at_once(emu, capsys, mon
     assert "gave up" not in err
 
 
+def test_a_ca_bundle_without_certificates_is_one_line_exit_2(emu, tmp_path, capsys, monkeypatch):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate")
+    argv = ("init", "--base-url", emu.url, "--username", "demo", "--ca-bundle", str(bundle))
+    code, _, err = etl(capsys, monkeypatch, *argv)
+    assert code == 2 and err.count("\n") == 1 and "--ca-bundle: cannot load CA certificates" in err, err
+    assert emu.requests() == []
+
+
 def test_wrong_password_wrong_base_path_and_no_password_are_one_line_each(emu, tmp_path, capsys, monkeypatch):
     code, _, err = etl(capsys, monkeypatch, "init", "--base-url", emu.url, "--username", "demo", password="x")
     assert code == 3 and "both as query parameters and as a form body" in err and err.count("\n") == 1
