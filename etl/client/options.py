@@ -47,7 +47,7 @@ class ClientOptions:
     @classmethod
     def from_config(cls, config: Config) -> ClientOptions:
         """The options of a config's source: its timeouts, limits and sign-in, the retry policy, the
-        extract's concurrency, and the TLS trust (`trust`: the one place the CA bundle is read)."""
+        extract's concurrency, and the TLS trust (`trust`)."""
         source = config.source
         return cls(
             sign_in=source.sign_in,

@@ -120,10 +120,12 @@ class Session:
             headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
-            event_hooks={"request": [self._on_the_wire]},
+            event_hooks=(
+                {"request": [self._on_the_wire]}
+                if options.on_answer is None
+                else {"request": [self._on_the_wire, _stamp], "response": [self._answered]}
+            ),
         )
-        if options.on_answer is not None:
-            self._http.event_hooks = {"request": [self._on_the_wire, _stamp], "response": [self._answered]}
 
     @property
     def user(self) -> User | None:
@@ -164,8 +166,9 @@ class Session:
 
     async def answer(self, request: httpx.Request) -> httpx.Response:
         """The answer to `request` as the server gives it, for callers that read what it says (how a
-        server answers a sign-in, an unknown id, a call without a session): sent as it is, without the
-        session (it carries its own Cookie if it needs one), and not classified. Retried by the policy
+        server answers a sign-in, an unknown id, a call without a session): sent as it is (with the client's
+        default headers), without the session (it carries its own Cookie if it needs one), and not
+        classified. Retried by the policy
         like any request after a network failure or a 5xx or 429; when the policy gives up on such a
         status, the last answer is returned."""
         request.extensions[AS_IS] = True
