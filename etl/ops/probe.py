@@ -342,8 +342,8 @@ class Prober:
             )
 
     async def _search_agrees(self, found: Findings, sample: list[int], listed: list[Parameter]) -> bool:
-        want = {(p.id, str(p.kind)) for p in listed}
-        got: set[tuple[int, str]] = set()
+        want = {(p.id, p.kind) for p in listed}
+        got: set[tuple[int, ParamKind]] = set()
         offset = 0
         try:
             for _ in range(COUNT_PAGES):
