@@ -12,6 +12,10 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 
+# A time as a caller gives one: an aware datetime, epoch milliseconds (or, where a person writes it,
+# `parse_time`'s epoch numbers), or ISO 8601 text with an offset.
+Time = datetime | int | str
+
 
 def to_ms(value: datetime | int | float | str) -> int:
     """Epoch ms from an aware datetime, an ISO 8601 string with an offset, or epoch ms."""
@@ -35,7 +39,7 @@ _EPOCH_UNITS = {9: "s", 10: "s", 12: "ms", 13: "ms", 15: "us", 16: "us"}
 _EPOCH = re.compile(r"^([+-]?\d+)\s*(s|ms|us|µs)?$")
 
 
-def parse_time(value: datetime | int | str) -> int:
+def parse_time(value: Time) -> int:
     """Epoch ms from a time a person wrote: ISO 8601 with a UTC offset, an aware datetime, or an epoch
     number, in seconds, milliseconds or microseconds told apart by size (`1793491200`, `1793491200000`),
     or with its unit (`1793491200s`, `1793491200000ms`, `...us`). ValueError when it cannot be sure."""

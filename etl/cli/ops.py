@@ -67,17 +67,18 @@ def init_cmd(
     the paged search agrees with the lists, the silent cap and the default of `count`, the format of
     stamps, the latency (and a concurrency for it), how an ended session and errors are answered.
     """
-    import ssl
+    from dataclasses import replace
 
+    from etl.client.options import ca_context
     from etl.ops import init
-    from etl.ops.probe import probe
+    from etl.ops.probe import OPTIONS, probe
 
     if output is not None and output.exists() and not force:
         raise ConfigError(f"{output} exists: pass --force to replace it")
-    verify: bool | ssl.SSLContext = True
+    options = OPTIONS
     if ca_bundle is not None:
-        verify = ssl.create_default_context(cafile=str(ca_bundle))
-    found = asyncio.run(probe(base_url, username, _password(), verify=verify))
+        options = replace(options, verify=ca_context(ca_bundle, "--ca-bundle"))
+    found = asyncio.run(probe(base_url, username, _password(), options))
     choices = init.Choices(username, start, sink_path, ca_bundle)
     text = init.render(found, choices)
     if output is not None:

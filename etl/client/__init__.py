@@ -3,7 +3,8 @@
 api.py       one method per endpoint of the document
 session.py   send -> classify -> retry, over one pooled httpx.AsyncClient
 auth.py      sign-in and signing in again, as an httpx auth flow
-classify.py  what an answer means: a body to decode, or the error it stands for
+classify.py  what an answer means (a body to decode, or the error it stands for), and a failed exchange
+options.py   ClientOptions: how a client talks to the server, as one value
 retry.py     RetryPolicy, the retry loop after a first failure, the 429 gate, ClientStats
 caps.py      what series answers tell about a silent cap on points per answer
 series.py    measurement answers straight into columns
@@ -12,10 +13,12 @@ models.py    typed records of the shapes the document shows
 
 from etl.client.api import MonitoringClient, SyncMonitoringClient
 from etl.client.models import Candles, ObjectFull, ObjectShort, Parameter, Points, User
+from etl.client.options import ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 
 __all__ = [
     "Candles",
+    "ClientOptions",
     "ClientStats",
     "MonitoringClient",
     "ObjectFull",

@@ -9,7 +9,6 @@ import logging
 import ssl
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from datetime import datetime
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
@@ -31,15 +30,15 @@ from etl.client.models import (
     one_line,
     record_id,
 )
+from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Session
 from etl.errors import InvalidArgument, InvalidResponse
 from etl.model import ParamKind, Series
-from etl.timeutil import DAY_MS, now_ms, to_ms
+from etl.timeutil import DAY_MS, Time, now_ms, to_ms
 
 log = logging.getLogger(__name__)
-Time = datetime | int | str
 RAW_WINDOW_MAX_MS = DAY_MS
 M = TypeVar("M", bound=Record)
 # The route of each series of each kind of parameter. A signal parameter is a physical one: the
@@ -111,6 +110,33 @@ def _query(**params: Any) -> dict[str, Any]:
     return out
 
 
+def _options(
+    options: ClientOptions | None,
+    sign_in: SignIn,
+    timeout: httpx.Timeout | float,
+    request_timeout: float | None,
+    max_answer_bytes: int,
+    retry: RetryPolicy | None,
+    max_in_flight: int,
+    verify: bool | ssl.SSLContext,
+) -> ClientOptions:
+    """A client's options: given whole, or made of the constructor's keywords; never both."""
+    keywords = ClientOptions(
+        sign_in=sign_in,
+        timeout=timeout,
+        request_timeout=request_timeout,
+        max_answer_bytes=max_answer_bytes,
+        retry=retry or DEFAULT.retry,
+        max_in_flight=max_in_flight,
+        verify=verify,
+    )
+    if options is None:
+        return keywords
+    if keywords != DEFAULT:
+        raise TypeError("give the client's settings as options or as keywords, not both")
+    return options
+
+
 class MonitoringClient:
     """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
 
@@ -127,35 +153,28 @@ class MonitoringClient:
         username: str,
         password: str,
         *,
-        sign_in: SignIn = "query",
-        timeout: httpx.Timeout | float = 30.0,
-        request_timeout: float | None = 120.0,
-        max_answer_bytes: int = 32 * 1024**2,
+        sign_in: SignIn = DEFAULT.sign_in,
+        timeout: httpx.Timeout | float = DEFAULT.timeout,
+        request_timeout: float | None = DEFAULT.request_timeout,
+        max_answer_bytes: int = DEFAULT.max_answer_bytes,
         retry: RetryPolicy | None = None,
-        max_in_flight: int = 16,
-        verify: bool | ssl.SSLContext = True,
+        max_in_flight: int = DEFAULT.max_in_flight,
+        verify: bool | ssl.SSLContext = DEFAULT.verify,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
+        options: ClientOptions | None = None,
     ) -> None:
         """`base_url`: host and base path (`https://HOST/sem-restservices`). `max_in_flight` bounds the
         requests in flight; `retry` is the policy after a failure; `verify` the TLS trust (a context for a
         private CA); `transport` replaces the network (tests, recorded answers). `timeout` bounds each
         connect and read, `request_timeout` a whole exchange (seconds; None: no bound); an answer over
-        `max_answer_bytes` (on the wire or decompressed) is refused (`AnswerTooLarge`)."""
-        self.session = Session(
-            base_url,
-            username,
-            password,
-            sign_in=sign_in,
-            timeout=timeout,
-            request_timeout=request_timeout,
-            max_answer_bytes=max_answer_bytes,
-            retry=retry,
-            max_in_flight=max_in_flight,
-            verify=verify,
-            transport=transport,
-            stats=stats,
+        `max_answer_bytes` (on the wire or decompressed) is refused (`AnswerTooLarge`). `options`: all of
+        these settings as one value (`ClientOptions.from_config` makes it from a config), instead of
+        the keywords."""
+        options = _options(
+            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
         )
+        self.session = Session(base_url, username, password, options, transport=transport, stats=stats)
         self.caps = AnswerCaps()
         self.skipped: list[str] = []
 
@@ -451,34 +470,28 @@ class SyncMonitoringClient:
         username: str,
         password: str,
         *,
-        sign_in: SignIn = "query",
-        timeout: httpx.Timeout | float = 30.0,
-        request_timeout: float | None = 120.0,
-        max_answer_bytes: int = 32 * 1024**2,
+        sign_in: SignIn = DEFAULT.sign_in,
+        timeout: httpx.Timeout | float = DEFAULT.timeout,
+        request_timeout: float | None = DEFAULT.request_timeout,
+        max_answer_bytes: int = DEFAULT.max_answer_bytes,
         retry: RetryPolicy | None = None,
-        max_in_flight: int = 16,
-        verify: bool | ssl.SSLContext = True,
+        max_in_flight: int = DEFAULT.max_in_flight,
+        verify: bool | ssl.SSLContext = DEFAULT.verify,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
+        options: ClientOptions | None = None,
     ) -> None:
+        """The arguments of `MonitoringClient`."""
+        options = _options(
+            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="etl-sync-client", daemon=True)
         self._thread.start()
 
         async def make() -> MonitoringClient:  # the session's locks belong to the facade's loop
             return MonitoringClient(
-                base_url,
-                username,
-                password,
-                sign_in=sign_in,
-                timeout=timeout,
-                request_timeout=request_timeout,
-                max_answer_bytes=max_answer_bytes,
-                retry=retry,
-                max_in_flight=max_in_flight,
-                verify=verify,
-                transport=transport,
-                stats=stats,
+                base_url, username, password, transport=transport, stats=stats, options=options
             )
 
         self._client = self._run(make())

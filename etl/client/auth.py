@@ -32,6 +32,7 @@ SESSION_COOKIES = ("SEMSESSIONID", "issToken")
 SIGN_IN_PATH = "/auth/login"
 PROBE_PATH = "/db/object/shortest"  # documented, cheap, and allowed to every login
 SIGN_IN = "etl.sign_in"  # request extension: this request is a sign-in asked for by the caller
+AS_IS = "etl.as_is"  # request extension: sent as it is, no session attached, its answer whatever it says
 # Sessions one request may see end before it gives up to the retry policy. Short sessions under full
 # concurrency end a few times in a row for an unlucky request; a server that refuses every fresh
 # session must still be told apart in bounded time.
@@ -47,6 +48,30 @@ def signed_out(response: httpx.Response) -> bool:
     if status == 200:
         return _sign_in_page(response.content)
     return status in (401, 403) or 300 <= status < 400
+
+
+def sign_in_request(
+    base_url: str, username: str, password: str, way: SignIn, extensions: dict[str, Any] | None = None
+) -> httpx.Request:
+    """POST {base_url}/auth/login with the credentials as query parameters or as a form body."""
+    credentials = {"username": username, "password": password}
+    url = base_url + SIGN_IN_PATH
+    if way == "form":
+        return httpx.Request("POST", url, data=credentials, headers=_ACCEPT, extensions=extensions)
+    return httpx.Request("POST", url, params=credentials, headers=_ACCEPT, extensions=extensions)
+
+
+def session_cookie(response: httpx.Response) -> str | None:
+    """The Cookie header of the session a sign-in answer opened (its values redacted from now on), or
+    None when it did not set both session cookies."""
+    cookies: SimpleCookie = SimpleCookie()
+    for header in response.headers.get_list("set-cookie"):
+        cookies.load(header)
+    values = {name: cookies[name].value for name in SESSION_COOKIES if name in cookies}
+    if len(values) != len(SESSION_COOKIES):
+        return None
+    redact.register(*values.values())
+    return "; ".join(f"{k}={v}" for k, v in values.items())
 
 
 def _sign_in_page(body: bytes) -> bool:
@@ -78,13 +103,12 @@ class SessionAuth(httpx.Auth):
         self._lock = asyncio.Lock()  # one sign-in at a time; the others wait and use its session
 
     def sign_in_request(self, extensions: dict[str, Any]) -> httpx.Request:
-        credentials = {"username": self.username, "password": self._password}
-        url = self.base_url + SIGN_IN_PATH
-        if self.sign_in == "form":
-            return httpx.Request("POST", url, data=credentials, headers=_ACCEPT, extensions=extensions)
-        return httpx.Request("POST", url, params=credentials, headers=_ACCEPT, extensions=extensions)
+        return sign_in_request(self.base_url, self.username, self._password, self.sign_in, extensions)
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        if request.extensions.get(AS_IS):
+            yield request
+            return
         if request.extensions.get(SIGN_IN):
             async with self._lock:
                 response = yield request
@@ -150,20 +174,16 @@ class SessionAuth(httpx.Auth):
                 "(source.base_url or ETL_BASE_URL) probably lacks the service's base path, e.g. /sem-restservices"
             )
         raise_for_status(response, "sign-in")
-        cookies: SimpleCookie = SimpleCookie()
-        for header in response.headers.get_list("set-cookie"):
-            cookies.load(header)
-        values = {name: cookies[name].value for name in SESSION_COOKIES if name in cookies}
-        if len(values) != len(SESSION_COOKIES):
+        cookie = session_cookie(response)
+        if cookie is None:
             raise AuthError("sign-in answered without the SEMSESSIONID and issToken session cookies")
-        redact.register(*values.values())
         self.clock_offset = _clock_offset(response.headers.get("date"))
         body = decode_json(response.content)
         try:  # the user record is for show: an odd one does not stop the session
             self.user = User.model_validate(body) if isinstance(body, dict) and "id" in body else None
         except ValidationError:
             self.user = None
-        self.cookie = "; ".join(f"{k}={v}" for k, v in values.items())
+        self.cookie = cookie
         self._signed_in = True
 
 

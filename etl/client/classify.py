@@ -1,15 +1,17 @@
-"""What an answer means: the body worth decoding, or the error it stands for."""
+"""What an answer means: the body worth decoding, or the error it stands for; and what a failed exchange
+means, httpx's transport errors as etl's (where httpx maps httpcore's, `map_httpcore_exceptions`)."""
 
 from __future__ import annotations
 
 import email.utils
 import math
 import re
+import ssl
 import time
 
 import httpx
 
-from etl.errors import InvalidResponse, NotFound, RequestRejected, ServerError
+from etl.errors import InvalidResponse, NetworkError, NotFound, RequestRejected, ServerError, TlsError
 from etl.support import redact
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -74,3 +76,45 @@ def body_of(response: httpx.Response, method: str, path: str, expect_json: bool)
             raise InvalidResponse(f"{method} {path}: empty answer")
         return None
     return body
+
+
+# Handshakes that fail the same way every time: the peer does not speak TLS (an https:// URL to an http://
+# server gets plain HTTP back) or no version both sides accept.
+_PROTOCOL_MISMATCH = {
+    "WRONG_VERSION_NUMBER",
+    "RECORD_LAYER_FAILURE",
+    "UNKNOWN_PROTOCOL",
+    "PACKET_LENGTH_TOO_LONG",
+    "HTTP_REQUEST",
+    "UNSUPPORTED_PROTOCOL",
+    "TLSV1_ALERT_PROTOCOL_VERSION",
+    "NO_PROTOCOLS_AVAILABLE",
+}
+
+
+def transport_error(exc: httpx.TransportError, base_url: str) -> NetworkError:
+    """The error a failed exchange with `base_url` stands for: a TlsError when trying again will not fix
+    it (a certificate not verified, no TLS handshake), else a NetworkError, retried."""
+    if isinstance(exc, httpx.TimeoutException):
+        return NetworkError(f"timed out ({type(exc).__name__})", reason="timeout")
+    if (tls := _tls_failure(exc, base_url)) is not None:
+        return TlsError(tls)
+    detail = redact.redact(str(exc))[:160] or type(exc).__name__
+    return NetworkError(f"connection failed to {base_url}: {detail}", reason="connection")
+
+
+def _tls_failure(exc: BaseException, base_url: str) -> str | None:
+    """The message of a TLS failure that trying again will not fix, if that is what a connection error was."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            why = cause.verify_message or cause.reason or "certificate verify failed"
+            return (
+                f"TLS: cannot verify the server {base_url}: {why}; if it uses a private CA, "
+                "set source.ca_bundle (etl init: --ca-bundle) to that CA's PEM file"
+            )
+        if isinstance(cause, ssl.SSLError) and cause.reason in _PROTOCOL_MISMATCH:
+            plain = " (does it serve http://, not https://?)" if base_url.startswith("https://") else ""
+            return f"TLS: no TLS handshake with {base_url}: {cause.reason}{plain}"
+        cause = cause.__cause__ or cause.__context__
+    return None

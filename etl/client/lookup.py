@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from etl.client import MonitoringClient
 from etl.errors import ConfigError
-from etl.model import Param, ParamKind
+from etl.model import Param
 
 
 async def find_param(client: MonitoringClient, param_id: int) -> Param:
@@ -21,7 +21,7 @@ async def find_param(client: MonitoringClient, param_id: int) -> Param:
     for fetch in (client.physical_params, client.calculated_params):
         for param in await fetch():
             if param.id == param_id:
-                return Param(param.id, int(param.object_id or 0), ParamKind(param.kind))
+                return Param(param.id, int(param.object_id or 0), param.kind)
     raise ConfigError(
         f"parameter {param_id} does not exist or is not visible to this login (in neither its physical "
         "nor its calculated parameter list)"

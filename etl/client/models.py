@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from etl.model import ParamKind
+
 INT64 = (-(2**63), 2**63 - 1)
 # An identifier as the platform may write it (an integer, 5.0, "5"), within 64 bits: ids are int64 columns.
 Id = Annotated[int, Field(ge=INT64[0], le=INT64[1])]
@@ -128,7 +130,6 @@ class ExternalCommand(Record):
     device: Device | None = None
 
 
-ParamKind = Literal["physical", "calculated", "signal"]
 ParamList = Literal["physical", "calculated"]
 
 
@@ -146,8 +147,8 @@ class Parameter:
         # The document says records carry "the parameter type" but not its field; the emulator
         # and the platform we know of use "type". Anything else is treated as an ordinary physical one.
         if self.source == "physical" and str(self.meta.get("type", "")).lower() == "signal":
-            return "signal"
-        return self.source
+            return ParamKind.SIGNAL
+        return ParamKind(self.source)
 
     def raw(self) -> dict[str, Any]:
         """The record as it came, plus what we derived: the list it came from, its kind and object."""
@@ -156,7 +157,7 @@ class Parameter:
             "id": self.id,
             "object_id": self.object_id,
             "list": self.source,
-            "kind": self.kind,
+            "kind": self.kind.value,
         }
 
 

@@ -9,7 +9,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from etl.errors import EtlError, RetriesExhausted
 from etl.support import redact
@@ -51,7 +51,7 @@ class RetryPolicy:
 @dataclass
 class ClientStats:
     requests: int = 0  # every request on the wire: sign-ins, resends and probes too
-    retries: Counter = field(default_factory=Counter)  # reason -> count
+    retries: Counter[str] = field(default_factory=Counter)  # reason -> count
     relogins: int = 0  # sign-ins after a session ended
     throttled_seconds: float = 0.0
     bytes_received: int = 0
@@ -64,7 +64,7 @@ class ClientStats:
         self.throttled_seconds += other.throttled_seconds
         self.bytes_received += other.bytes_received
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
             "retries": sum(self.retries.values()),
@@ -96,6 +96,18 @@ class RateGate:
             waited = True
             await asyncio.sleep(delay)
         return waited
+
+
+async def retrying(once: Callable[[], Awaitable[T]], policy: RetryPolicy, stats: ClientStats, what: str) -> T:
+    """`once()`, and again as the policy allows after a retryable failure (`retry`)."""
+    started = time.monotonic()
+    try:
+        return await once()
+    except EtlError as exc:
+        if not exc.retryable:
+            raise
+        first = exc
+    return await retry(first, once, policy, stats, what, started)
 
 
 async def retry(

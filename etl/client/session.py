@@ -3,15 +3,15 @@
 The send path, as httpx builds its own: `call` hands the request to one of the session's senders, which
 sends it through the client (the auth flow of `etl.client.auth` signs in, attaches the session and signs
 in again when a session ends), then `classify` turns the answer into a body or an error, then the body
-is decoded. Only after a failure does `retry` take over; a request that succeeds at once costs nothing
-more.
+is decoded. Only after a failure does `retry` take over; a request that succeeds at once never enters
+its loop. `answer` sends a request the same way for callers that read the answer as it is (the probes of
+`etl init` and `etl doctor`): without the session, not classified.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -21,47 +21,24 @@ from typing import Any
 import httpx
 
 from etl.client import classify
-from etl.client.auth import FLOW_REQUESTS, SIGN_IN, SessionAuth, SignIn
+from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
-from etl.client.retry import ClientStats, RateGate, RetryPolicy, retry
+from etl.client.options import DEFAULT, ClientOptions
+from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
 from etl.client.wire import WireTransport
-from etl.errors import EtlError, InvalidResponse, NetworkError, ServerError, TlsError
-from etl.support import redact
-
-# Handshakes that fail the same way every time: the peer does not speak TLS (an https:// URL to an http://
-# server gets plain HTTP back) or no version both sides accept.
-_PROTOCOL_MISMATCH = {
-    "WRONG_VERSION_NUMBER",
-    "RECORD_LAYER_FAILURE",
-    "UNKNOWN_PROTOCOL",
-    "PACKET_LENGTH_TOO_LONG",
-    "HTTP_REQUEST",
-    "UNSUPPORTED_PROTOCOL",
-    "TLSV1_ALERT_PROTOCOL_VERSION",
-    "NO_PROTOCOLS_AVAILABLE",
-}
+from etl.errors import InvalidResponse, NetworkError, ServerError
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
 
 
-def _tls_failure(exc: BaseException, base_url: str) -> str | None:
-    """The message of a TLS failure that trying again will not fix, if that is what a connection error was."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            why = cause.verify_message or cause.reason or "certificate verify failed"
-            return (
-                f"TLS: cannot verify the server {base_url}: {why}; if it uses a private CA, "
-                "set source.ca_bundle to that CA's PEM file"
-            )
-        if isinstance(cause, ssl.SSLError) and cause.reason in _PROTOCOL_MISMATCH:
-            plain = " (does it serve http://, not https://?)" if base_url.startswith("https://") else ""
-            return f"TLS: no TLS handshake with {base_url}: {cause.reason}{plain}"
-        cause = cause.__cause__ or cause.__context__
-    return None
+_SENT = "etl.sent"  # request extension: when it went on the wire (perf_counter), for `options.on_answer`
+
+
+async def _stamp(request: httpx.Request) -> None:
+    request.extensions[_SENT] = time.perf_counter()
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
@@ -113,41 +90,41 @@ class Session:
         base_url: str,
         username: str,
         password: str,
+        options: ClientOptions = DEFAULT,
         *,
-        sign_in: SignIn = "query",
-        timeout: httpx.Timeout | float = 30.0,
-        request_timeout: float | None = 120.0,
-        max_answer_bytes: int = 32 * 1024**2,
-        retry: RetryPolicy | None = None,
-        max_in_flight: int = 16,
-        verify: bool | ssl.SSLContext = True,
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
+        """`transport` replaces the network (tests, recorded answers); its answers are read within the
+        options' `max_answer_bytes` too."""
         self.base_url = base_url.rstrip("/")
+        self.options = options
         # `timeout` bounds each read; this, the whole exchange (a body that drips in never ends a read).
-        self.request_timeout = request_timeout
+        self.request_timeout = options.request_timeout
         self.username = username
-        self.policy = retry or RetryPolicy()
+        self.policy = options.retry
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
-        self.auth = SessionAuth(self.base_url, username, password, self.stats, sign_in)
-        self.max_in_flight = max_in_flight
+        self.auth = SessionAuth(self.base_url, username, password, self.stats, options.sign_in)
+        self.max_in_flight = options.max_in_flight
         self._queue: deque[_Job] = deque()
         self._senders: set[asyncio.Task[None]] = set()
-        limits = httpx.Limits(max_connections=max_in_flight, max_keepalive_connections=max_in_flight)
         self._http = _Client(
             auth=self.auth,
-            timeout=timeout,
-            verify=verify,
-            transport=WireTransport(verify, limits, max_answer_bytes)
+            timeout=options.timeout,
+            verify=options.verify,
+            transport=WireTransport(options.verify, options.limits, options.max_answer_bytes)
             if transport is None
-            else BoundedTransport(transport, max_answer_bytes),
-            limits=limits,
+            else BoundedTransport(transport, options.max_answer_bytes),
+            limits=options.limits,
             headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)
             max_redirects=FLOW_REQUESTS,  # httpx counts an auth flow's extra requests as redirects
-            event_hooks={"request": [self._on_the_wire]},
+            event_hooks=(
+                {"request": [self._on_the_wire]}
+                if options.on_answer is None
+                else {"request": [self._on_the_wire, _stamp], "response": [self._answered]}
+            ),
         )
 
     @property
@@ -160,19 +137,12 @@ class Session:
     async def sign_in(self) -> User | None:
         """Sign in now (a new session), retried like any request."""
         extensions = {SIGN_IN: True, "timeout": self._http.timeout.as_dict()}
-        started = time.monotonic()
 
         async def once() -> User | None:
             await self._send(self.auth.sign_in_request(extensions))
             return self.auth.user
 
-        try:
-            return await once()
-        except EtlError as exc:
-            if not exc.retryable:
-                raise
-            first = exc
-        return await retry(first, once, self.policy, self.stats, "POST /auth/login", started)
+        return await retrying(once, self.policy, self.stats, "POST /auth/login")
 
     async def call(
         self,
@@ -187,21 +157,39 @@ class Session:
         """The answer's body through `decode` (JSON by default); in a thread of the loop's pool for bodies
         over `in_thread_over` bytes (for decoders that release the GIL on large bodies). An
         InvalidResponse from it is retried like a bad status."""
-        started = time.monotonic()
-        try:
-            return await self._attempt(method, path, params, expect_json, decode, in_thread_over)
-        except EtlError as exc:
-            if not exc.retryable:
-                raise
-            first = exc
-        return await retry(
-            first,
+        return await retrying(
             lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
             self.policy,
             self.stats,
             f"{method} {path}",
-            started,
         )
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:
+        """The answer to `request` as the server gives it, for callers that read what it says (how a
+        server answers a sign-in, an unknown id, a call without a session): sent as it is (with the client's
+        default headers), without the session (it carries its own Cookie if it needs one), and not
+        classified. Retried by the policy
+        like any request after a network failure or a 5xx or 429; when the policy gives up on such a
+        status, the last answer is returned."""
+        request.extensions[AS_IS] = True
+        request.extensions.setdefault("timeout", self._http.timeout.as_dict())
+        for name, value in self._http.headers.items():
+            request.headers.setdefault(name, value)
+        last: httpx.Response | None = None
+
+        async def once() -> httpx.Response:
+            nonlocal last
+            last = await self._send(request)
+            if last.status_code in classify.RETRYABLE_STATUSES:
+                self._classified(last, request.method, request.url.path, False)  # raises, notes a 429
+            return last
+
+        try:
+            return await retrying(once, self.policy, self.stats, f"{request.method} {request.url.path}")
+        except ServerError:
+            if last is None or last.status_code not in classify.RETRYABLE_STATUSES:
+                raise
+            return last
 
     # -- one attempt -------------------------------------------------------------------------
 
@@ -238,6 +226,11 @@ class Session:
             deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
 
+    async def _answered(self, response: httpx.Response) -> None:
+        """Every answer (its body already read by the transport), timed for `options.on_answer`."""
+        assert self.options.on_answer is not None
+        self.options.on_answer(response.request, time.perf_counter() - response.request.extensions[_SENT])
+
     async def _send(self, request: httpx.Request) -> httpx.Response:
         """The answer to `request`, sent by one of at most `max_in_flight` senders (tasks that live while
         requests wait). A sender that gets an answer sends the next waiting request in the same step of
@@ -259,15 +252,8 @@ class Session:
                 f"no complete answer within {self.request_timeout:g}s (source.request_timeout)",
                 reason="timeout",
             ) from None
-        except httpx.TimeoutException as exc:
-            raise NetworkError(f"timed out ({type(exc).__name__})", reason="timeout") from None
         except httpx.TransportError as exc:
-            if (tls := _tls_failure(exc, self.base_url)) is not None:
-                raise TlsError(tls) from None
-            detail = redact.redact(str(exc))[:160] or type(exc).__name__
-            raise NetworkError(
-                f"connection failed to {self.base_url}: {detail}", reason="connection"
-            ) from None
+            raise classify.transport_error(exc, self.base_url) from None
         except ServerError as exc:  # a sign-in the auth flow made was throttled or failed
             self._throttle(exc)
             raise

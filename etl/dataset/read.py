@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
 from os import PathLike
 from typing import Literal
 
@@ -13,9 +12,8 @@ from etl.config import Config, load_config
 from etl.dataset.query import connect, views
 from etl.errors import ConfigError
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
-from etl.timeutil import parse_time
+from etl.timeutil import Time, parse_time
 
-Time = datetime | int | str
 NAMES = ("object_name", "param_name", "unit")
 
 

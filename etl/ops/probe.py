@@ -1,9 +1,9 @@
 """Polite, bounded probes of a platform instance: what it chose where the document is silent.
 
 Shared by `etl init` (the findings become a config) and `etl doctor` (they are compared with one). Every
-request goes through one counting transport, so a probe says how many it made; each step asks a bounded
-few things whatever the instance's size (three sample objects, three sample parameters, a page budget):
-about 25 requests on a small instance, never more than about 50.
+request goes through the client's session, as those of `etl run` do, and is counted, so a probe says how
+many it made; each step asks a bounded few things whatever the instance's size (three sample objects,
+three sample parameters, a page budget): about 25 requests on a small instance, never more than about 50.
 
     base URL       POST {url}/auth/login, then {url}/sem-restservices/auth/login: the first that exists
     sign-in        credentials as query parameters, then as a form body (or the configured way first)
@@ -14,49 +14,33 @@ about 25 requests on a small instance, never more than about 50.
     count          the densest raw day of up to three sample parameters, asked with a large count, its
                    rest, and without a count; when no raw day is dense enough, a long averaged span
     stamps         the raw answers' timestmp strings, as a pattern
-    latency        the median time to an answer's headers, over the probe's GET requests
+    latency        the median time to a whole answer, over the probe's GET requests
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import ssl
 import statistics
-import time
 from collections import Counter
-from dataclasses import dataclass, field
-from http.cookiejar import CookieJar, DefaultCookiePolicy
-from http.cookies import SimpleCookie
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, get_args
 from urllib.parse import urlsplit
 
 import httpx
 
-from etl.client import ClientStats, MonitoringClient, RetryPolicy
+from etl.client import ClientOptions, ClientStats, MonitoringClient, RetryPolicy
 from etl.client.api import ROUTES
-from etl.client.auth import SESSION_COOKIES, SIGN_IN_PATH, SignIn
-from etl.client.classify import RETRYABLE_STATUSES, is_html, retry_after
+from etl.client.auth import PROBE_PATH, SIGN_IN_PATH, SignIn, session_cookie, sign_in_request
+from etl.client.classify import RETRYABLE_STATUSES, is_html
 from etl.client.models import Parameter
 from etl.client.series import decode_json
-from etl.client.wire import WireTransport
-from etl.errors import (
-    AuthError,
-    ConfigError,
-    EtlError,
-    InvalidResponse,
-    NetworkError,
-    RequestRejected,
-    ServerError,
-    TlsError,
-)
+from etl.errors import AuthError, ConfigError, EtlError, InvalidResponse, RequestRejected, ServerError
 from etl.model import ParamKind, Series
 from etl.support import redact
 from etl.timeutil import DAY_MS, iso, now_ms, to_ms
 
 BASE_PATH = "/sem-restservices"  # the base path of public deployments
-SIGN_IN_WAYS: tuple[SignIn, ...] = ("query", "form")
-PROBE_PATH = "/db/object/shortest"  # cheap, documented, allowed to every login
+SIGN_IN_WAYS: tuple[SignIn, ...] = get_args(SignIn)
 MISSING_OBJECT = 2_147_483_646  # an object id no instance has: its 404 shows the error body
 SAMPLE_OBJECTS = 3
 SAMPLE_PARAMS = 3
@@ -66,25 +50,21 @@ COUNT_PAGES = 10  # search pages a wide fleet's parameters may be counted with, 
 LARGE_COUNTS = (100_000, 10_000, 1_000)  # asked in turn while the server refuses a count as too large
 RECENT = 14 * DAY_MS  # where data is looked for first (averaged, so one small answer)
 LONG_SPAN = 400 * DAY_MS  # an averaged span long enough to hold more buckets than a raw day has points
-RAW_RETRIES = 2  # a raw request of the probe is sent again this often after a 5xx or 429
-TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 PROBE_RETRY = RetryPolicy(
     attempts=3, backoff_initial=0.2, backoff_max=2.0, deadline=30.0, retry_after_max=10.0
 )
+OPTIONS = ClientOptions(timeout=httpx.Timeout(60.0, connect=10.0))  # `etl init`'s, before any config
 _ISO = re.compile(r"\d{4}-\d\d-\d\d([T ])\d\d:\d\d(:\d\d)?(\.\d+)?(Z|z|[+-]\d\d:?\d\d)?")
 
 
 @dataclass
 class Findings:
-    """What a probe learned. `as_dict` gives the keys `etl init --json` prints."""
+    """What a probe learned. `as_dict` gives the keys `etl init --json` prints, in this order."""
 
     base_url: str
     sign_in: SignIn
     base_path_added: bool = False  # the URL given lacked the base path
     sign_in_refused: list[str] = field(default_factory=list)  # ways the server refused
-    session_end: str | None = None  # how a call without a live session is answered
-    sessions_ended: int = 0  # sessions the server ended while the probe ran (each signed in again)
-    error_body: str | None = None  # json, html, text, empty
     objects: int = 0
     parameters: dict[str, int] = field(default_factory=lambda: {k.value: 0 for k in ParamKind})
     parameters_counted_objects: int = 0  # objects whose parameters the counts cover
@@ -99,35 +79,14 @@ class Findings:
     stamp_format: str | None = None
     latency_ms: float | None = None
     suggested_concurrency: int = 4
+    session_end: str | None = None  # how a call without a live session is answered
+    sessions_ended: int = 0  # sessions the server ended while the probe ran (each signed in again)
+    error_body: str | None = None  # json, html, text, empty
     requests_made: int = 0
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "base_url": self.base_url,
-            "sign_in": self.sign_in,
-            "base_path_added": self.base_path_added,
-            "sign_in_refused": self.sign_in_refused,
-            "objects": self.objects,
-            "parameters": self.parameters,
-            "parameters_counted_objects": self.parameters_counted_objects,
-            "search_agrees_with_lists": self.search_agrees_with_lists,
-            "count_cap": self.count_cap,
-            "count_cap_series": self.count_cap_series,
-            "count_default": self.count_default,
-            "count_checked_up_to": self.count_checked_up_to,
-            "count_refused_over": self.count_refused_over,
-            "sample_parameter": self.sample_parameter,
-            "sample_day": self.sample_day,
-            "stamp_format": self.stamp_format,
-            "latency_ms": self.latency_ms,
-            "suggested_concurrency": self.suggested_concurrency,
-            "session_end": self.session_end,
-            "sessions_ended": self.sessions_ended,
-            "error_body": self.error_body,
-            "requests_made": self.requests_made,
-            "notes": self.notes,
-        }
+        return asdict(self)
 
 
 def base_candidates(url: str) -> list[str]:
@@ -205,49 +164,6 @@ def stamp_ms(stamp: Any) -> int | None:
         return None
 
 
-def _session_cookie(response: httpx.Response) -> str | None:
-    cookies: SimpleCookie = SimpleCookie()
-    for header in response.headers.get_list("set-cookie"):
-        cookies.load(header)
-    values = {name: cookies[name].value for name in SESSION_COOKIES if name in cookies}
-    if len(values) != len(SESSION_COOKIES):
-        return None
-    redact.register(*values.values())
-    return "; ".join(f"{k}={v}" for k, v in values.items())
-
-
-def _tls_problem(exc: BaseException) -> str | None:
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ssl.SSLCertVerificationError):
-            return cause.verify_message or cause.reason or "certificate verify failed"
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
-class Wire(httpx.AsyncBaseTransport):
-    """Every request of a probe, counted and timed (to its whole answer), over one pool."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner = inner
-        self.requests = 0
-        self.get_ms: list[float] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.requests += 1
-        started = time.perf_counter()
-        response = await self.inner.handle_async_request(request)
-        if request.method == "GET":
-            self.get_ms.append((time.perf_counter() - started) * 1000)
-        return response
-
-    async def aclose(self) -> None:
-        """Clients come and go over one wire: it is closed by its owner (`close`)."""
-
-    async def close(self) -> None:
-        await self.inner.aclose()
-
-
 @dataclass
 class _Answer:
     items: int
@@ -259,35 +175,25 @@ class _Answer:
 
 class Prober:
     """One probe of an instance. `async with Prober(...) as p: findings = await p.run()`; afterwards
-    `p.client` is a signed-in MonitoringClient whose requests count in `p.requests`."""
+    `p.client` is a MonitoringClient signed in where the probe found the service, whose requests count in
+    `p.requests`.
 
-    def __init__(
-        self,
-        base_url: str,
-        username: str,
-        password: str,
-        *,
-        sign_in: SignIn | None = None,
-        verify: bool | ssl.SSLContext = True,
-        timeout: httpx.Timeout | float = TIMEOUT,
-    ) -> None:
+    Every request goes through a client as those of `etl run` do (the session's send and retry, the
+    transport and its errors), with the probe's retry policy and a few in flight: the answers it reads as
+    they are (sign-in, the error body, a call without a session) through `Session.answer`. The client's
+    stats count them; `ClientOptions.on_answer` times them."""
+
+    def __init__(self, base_url: str, username: str, password: str, options: ClientOptions = OPTIONS) -> None:
+        """`options`: how to talk to the server (its `sign_in` is tried first); the probe's own retry
+        policy and concurrency replace the options'."""
         redact.register(password)
         self.base_url = base_url.rstrip("/")
         self.username = username
         self._password = password
-        self.prefer = sign_in
-        self.verify = verify
-        self.timeout = timeout
-        self.wire = Wire(WireTransport(verify, httpx.Limits(max_connections=4)))
-        # No cookie jar: the probe's own requests carry a session only when they say so.
-        self.raw = httpx.AsyncClient(
-            transport=self.wire,
-            timeout=timeout,
-            follow_redirects=False,
-            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-        )
-        self._client: MonitoringClient | None = None
+        self.options = replace(options, retry=PROBE_RETRY, max_in_flight=4, on_answer=self._answered)
         self.stats = ClientStats()
+        self.get_ms: list[float] = []  # each GET's time to its whole answer
+        self._client = self._client_at(self.base_url, options.sign_in)
         self.sample_params: list[Parameter] = []
         self._count = LARGE_COUNTS[0]  # the count sent for "as many as you give"
         self.refused: int | None = None  # a count the server refused as too large
@@ -299,20 +205,24 @@ class Prober:
         await self.aclose()
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-        await self.raw.aclose()
-        await self.wire.close()
+        await self._client.aclose()
 
     @property
     def requests(self) -> int:
-        return self.wire.requests
+        return self.stats.requests
 
     @property
     def client(self) -> MonitoringClient:
-        if self._client is None:
-            raise RuntimeError("sign in first (Prober.run or Prober.sign_in)")
+        """The client, at the base URL and with the sign-in found (once `run` or `sign_in` has)."""
         return self._client
+
+    def _client_at(self, base_url: str, sign_in: SignIn) -> MonitoringClient:
+        options = replace(self.options, sign_in=sign_in)
+        return MonitoringClient(base_url, self.username, self._password, options=options, stats=self.stats)
+
+    def _answered(self, request: httpx.Request, seconds: float) -> None:
+        if request.method == "GET":
+            self.get_ms.append(seconds * 1000)
 
     # -- the whole probe ---------------------------------------------------------------------------
 
@@ -329,8 +239,8 @@ class Prober:
 
     def finish(self, found: Findings) -> None:
         """The figures taken over the whole probe: latency, sessions ended, requests."""
-        if self.wire.get_ms:
-            found.latency_ms = round(statistics.median(self.wire.get_ms), 1)
+        if self.get_ms:
+            found.latency_ms = round(statistics.median(self.get_ms), 1)
         found.suggested_concurrency = suggest_concurrency(found.latency_ms)
         found.sessions_ended = self.stats.relogins
         if found.sessions_ended:
@@ -340,51 +250,20 @@ class Prober:
             )
         found.requests_made = self.requests
 
-    # -- one request, outside the client's session ---------------------------------------------------
-
-    async def _send(
-        self, method: str, url: str, *, cookie: str | None = None, **kwargs: Any
-    ) -> httpx.Response:
-        """One request of the probe's own (sign-in, the error body, a call without a session), sent again
-        a couple of times after a 5xx or 429."""
-        headers = {"Accept": "application/json", **({"Cookie": cookie} if cookie else {})}
-        for attempt in range(RAW_RETRIES + 1):
-            try:
-                response = await self.raw.request(method, url, headers=headers, **kwargs)
-            except httpx.TimeoutException as exc:
-                raise NetworkError(f"{redact.redact(url)}: timed out ({type(exc).__name__})") from None
-            except httpx.TransportError as exc:
-                if (problem := _tls_problem(exc)) is not None:
-                    raise TlsError(
-                        f"TLS: cannot verify the server {redact.redact(url)}: {problem}; if it uses a private "
-                        "CA, pass --ca-bundle (source.ca_bundle)"
-                    ) from None
-                detail = redact.redact(str(exc))[:160] or type(exc).__name__
-                raise NetworkError(f"connection failed to {redact.redact(url)}: {detail}") from None
-            if response.status_code not in RETRYABLE_STATUSES or attempt == RAW_RETRIES:
-                return response
-            await asyncio.sleep(min(retry_after(response) or 0.5 * 2**attempt, 10.0))
-        raise AssertionError("unreachable")
-
-    async def _login(self, base: str, way: SignIn) -> httpx.Response:
-        credentials = {"username": self.username, "password": self._password}
-        url = base + SIGN_IN_PATH
-        if way == "form":
-            return await self._send("POST", url, data=credentials)
-        return await self._send("POST", url, params=credentials)
-
     # -- base URL and sign-in ---------------------------------------------------------------------
 
     async def sign_in(self) -> Findings:
-        """Find where /auth/login lives and which way it takes the credentials; open the client there."""
-        ways = [self.prefer, *(w for w in SIGN_IN_WAYS if w != self.prefer)] if self.prefer else SIGN_IN_WAYS
+        """Find where /auth/login lives and which way it takes the credentials; move the client there."""
+        prefer = self.options.sign_in
+        ways = [prefer, *(w for w in SIGN_IN_WAYS if w != prefer)]
         tried: list[str] = []
         for base in base_candidates(self.base_url):
             refused: list[str] = []
             for way in ways:
-                response = await self._login(base, way)
+                request = sign_in_request(base, self.username, self._password, way)
+                response = await self._client.session.answer(request)
                 status = response.status_code
-                cookie = _session_cookie(response) if status == 200 else None
+                cookie = session_cookie(response) if status == 200 else None
                 if cookie is not None:
                     found = Findings(
                         base, way, base_path_added=base != self.base_url, sign_in_refused=refused
@@ -418,27 +297,23 @@ class Prober:
         )
 
     async def _open(self, found: Findings, cookie: str) -> None:
-        """The error body (within the probe's own session) and a call without a session; then the client."""
-        missing = await self._send("GET", f"{found.base_url}/db/object/{MISSING_OBJECT}", cookie=cookie)
+        """The client where the service was found; the error body (within the probe's own session) and a
+        call without a session."""
+        if (found.base_url, found.sign_in) != (self._client.session.base_url, self.options.sign_in):
+            await self._client.aclose()
+            self._client = self._client_at(found.base_url, found.sign_in)
+        session = self._client.session
+        missing = await session.answer(
+            httpx.Request("GET", f"{found.base_url}/db/object/{MISSING_OBJECT}", headers={"Cookie": cookie})
+        )
         if 400 <= missing.status_code < 600 and missing.status_code not in (401, 403):
             found.error_body = error_body_of(missing)
-        bare = await self._send("GET", found.base_url + PROBE_PATH)
+        bare = await session.answer(httpx.Request("GET", found.base_url + PROBE_PATH))
         found.session_end = session_end_of(bare)
         if found.session_end == "none":
             found.notes.append("the server answered a call without a session: the login seems not to matter")
         if found.session_end in ("401", "403") and found.error_body is None:
             found.error_body = error_body_of(bare)
-        self._client = MonitoringClient(
-            found.base_url,
-            self.username,
-            self._password,
-            sign_in=found.sign_in,
-            timeout=self.timeout,
-            retry=PROBE_RETRY,
-            max_in_flight=4,
-            transport=self.wire,
-            stats=self.stats,
-        )
 
     # -- objects, parameters, discovery ---------------------------------------------------------------
 
@@ -456,7 +331,7 @@ class Prober:
             listed += await client.calculated_params(object_id)
         self.sample_params = _sample_params(listed)
         kinds = Counter(p.kind for p in listed)
-        found.parameters = {k.value: kinds.get(k.value, 0) for k in ParamKind}
+        found.parameters = {k.value: kinds[k] for k in ParamKind}
         found.parameters_counted_objects = len(sample)
         found.search_agrees_with_lists = await self._search_agrees(found, sample, listed)
         if len(ids) > len(sample) and found.search_agrees_with_lists:
@@ -467,8 +342,8 @@ class Prober:
             )
 
     async def _search_agrees(self, found: Findings, sample: list[int], listed: list[Parameter]) -> bool:
-        want = {(p.id, str(p.kind)) for p in listed}
-        got: set[tuple[int, str]] = set()
+        want = {(p.id, p.kind) for p in listed}
+        got: set[tuple[int, ParamKind]] = set()
         offset = 0
         try:
             for _ in range(COUNT_PAGES):
@@ -490,11 +365,11 @@ class Prober:
 
     async def _count_by_search(self, found: Findings, ids: list[int]) -> None:
         """Parameters by kind over the whole fleet, from the paged search, within a page budget."""
-        kinds: Counter = Counter()
+        kinds: Counter[ParamKind] = Counter()
         counted, pages = 0, 0
         for first in range(0, len(ids), OIDS_PER_SEARCH):
             chunk = ids[first : first + OIDS_PER_SEARCH]
-            offset, these = 0, Counter[str]()
+            offset, these = 0, Counter[ParamKind]()
             while pages < COUNT_PAGES and (
                 page := await self.client.search_params(chunk, limit=SEARCH_PAGE, offset=offset)
             ):
@@ -507,7 +382,7 @@ class Prober:
             kinds.update(these)
             counted += len(chunk)
         if counted:
-            found.parameters = {k.value: kinds.get(k.value, 0) for k in ParamKind}
+            found.parameters = {k.value: kinds[k] for k in ParamKind}
             found.parameters_counted_objects = counted
 
     # -- count: the silent cap and the default --------------------------------------------------------
@@ -516,7 +391,7 @@ class Prober:
         self, param: Parameter, series: Series, start: int, end: int, count: int | None
     ) -> _Answer:
         """One measurement answer, as sent. `count` 0: the largest count the server accepts."""
-        path = f"{ROUTES[ParamKind(param.kind), series]}/{param.id}/{start}/{end}"
+        path = f"{ROUTES[param.kind, series]}/{param.id}/{start}/{end}"
         while True:
             asked = self._count if count == 0 else count
             params = {} if asked is None else {"count": asked}
@@ -604,9 +479,10 @@ class Prober:
         return answer.items if rest.items else None
 
 
-def _kind(record: dict) -> str:
+def _kind(record: dict[str, Any]) -> ParamKind:
+    """The kind of a search record (it names no list: its type says calculated or signal, else physical)."""
     kind = str(record.get("type", "")).lower()
-    return kind if kind in ("calculated", "signal") else ParamKind.PHYSICAL.value
+    return ParamKind(kind) if kind in (ParamKind.CALCULATED, ParamKind.SIGNAL) else ParamKind.PHYSICAL
 
 
 def _spread(ids: list[int], n: int) -> list[int]:
@@ -632,14 +508,7 @@ def _sample_params(listed: list[Parameter]) -> list[Parameter]:
     return chosen
 
 
-async def probe(
-    base_url: str,
-    username: str,
-    password: str,
-    *,
-    sign_in: SignIn | None = None,
-    verify: bool | ssl.SSLContext = True,
-) -> Findings:
+async def probe(base_url: str, username: str, password: str, options: ClientOptions = OPTIONS) -> Findings:
     """Probe an instance: see the module's docstring."""
-    async with Prober(base_url, username, password, sign_in=sign_in, verify=verify) as prober:
+    async with Prober(base_url, username, password, options) as prober:
         return await prober.run()

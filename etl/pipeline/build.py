@@ -2,23 +2,19 @@
 storages, file layouts, lake tables, checkpoint stores), the client and the slab writers. The rest of
 the pipeline receives them.
 
-This is where the config meets the machine: the password file is read once, the TLS context is made,
-and the warnings about weak settings are given.
+This is where the config meets the machine: the password file is read once, the client's options are
+made (the TLS context with them), and the warnings about weak settings are given.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import ssl
 from dataclasses import dataclass
 from functools import cached_property
-from urllib.parse import urlsplit
 
-import httpx
 from pydantic import SecretStr
 
-from etl.client import ClientStats, MonitoringClient, RetryPolicy
+from etl.client import ClientOptions, ClientStats, MonitoringClient
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Series
@@ -31,9 +27,6 @@ from etl.sinks.files import SlabWriter
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
 from etl.support import redact
-
-log = logging.getLogger(__name__)
-LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
 
 @dataclass(frozen=True)
@@ -68,47 +61,14 @@ class Build(Output):
         return secret
 
     @cached_property
-    def tls(self) -> bool | ssl.SSLContext:
-        """What httpx verifies the server against: the system CAs, the ca_bundle, or (warned) nothing."""
-        source = self.config.source
-        if (
-            source.base_url.startswith("http://")
-            and (urlsplit(source.base_url).hostname or "") not in LOCAL_HOSTS
-        ):
-            log.warning(
-                "source.base_url is plain http: the password and session cookies cross the network "
-                "unencrypted; use https"
-            )
-        if not source.verify_tls:
-            log.warning("TLS certificate verification is OFF (source.verify_tls: false)")
-            return False
-        if source.ca_bundle is None:
-            return True
-        try:
-            return ssl.create_default_context(cafile=str(source.ca_bundle))
-        except FileNotFoundError:
-            raise ConfigError(f"config error: source.ca_bundle: {source.ca_bundle}: no such file") from None
-        except (OSError, ssl.SSLError) as exc:
-            reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
-            raise ConfigError(
-                f"config error: source.ca_bundle: cannot load CA certificates from "
-                f"{source.ca_bundle}: {reason}"
-            ) from None
+    def client_options(self) -> ClientOptions:
+        """How the client talks to the source, made once (the TLS trust with it)."""
+        return ClientOptions.from_config(self.config)
 
     def client(self, stats: ClientStats | None = None) -> MonitoringClient:
         source = self.config.source
         return MonitoringClient(
-            source.base_url,
-            source.username,
-            self.password,
-            sign_in=source.sign_in,
-            timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
-            request_timeout=source.request_timeout,
-            max_answer_bytes=int(source.max_answer_mb * 1024**2),
-            retry=RetryPolicy(**self.config.retry.model_dump()),
-            max_in_flight=self.config.extract.concurrency,
-            verify=self.tls,
-            stats=stats,
+            source.base_url, source.username, self.password, options=self.client_options, stats=stats
         )
 
     # -- a run's slabs ----------------------------------------------------------------------------------

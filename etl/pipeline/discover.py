@@ -91,7 +91,7 @@ class _Selection:
             if p.object_id is None:  # discovery lists by object: the object is always known
                 raise InvalidResponse(f"parameter {p.id} was listed without its object")
             objects.append(p.object_id)
-        kinds.extend(PARAM_KINDS.index(ParamKind(p.kind)) for p in page)
+        kinds.extend(PARAM_KINDS.index(p.kind) for p in page)
         self.rows.add([p.raw() for p in page])
 
     def check(self, username: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
-from datetime import datetime
 from os import PathLike
 from typing import Literal
 
@@ -18,11 +17,9 @@ from etl.pipeline.coordinator import Coordinator, RunOptions
 from etl.pipeline.loop import in_a_loop
 from etl.pipeline.summary import RunSummary
 from etl.support import allocator
-from etl.timeutil import parse_time
+from etl.timeutil import Time, parse_time
 
 __all__ = ["RunSummary", "run"]
-
-Time = datetime | int | str
 
 
 def run(

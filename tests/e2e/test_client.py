@@ -196,12 +196,12 @@ def test_no_secret_in_logs_or_errors(fresh_emulator, caplog):
 
 
 def test_a_request_that_succeeds_at_once_never_enters_the_retry_loop(emulator, monkeypatch):
-    import etl.client.session as session
+    import etl.client.retry as retries
 
     def no_retry(*args, **kwargs):
         raise AssertionError("the retry loop was entered")
 
-    monkeypatch.setattr(session, "retry", no_retry)
+    monkeypatch.setattr(retries, "retry", no_retry)
     with client_for(emulator) as c:
         assert c.sign_in().login == "demo"
         assert c.objects_short() and len(c.measure_raw(1001, T0, T0 + DAY_MS)) > 0

@@ -138,6 +138,17 @@ def test_a_config_that_disagrees_with_the_server(emulator, fresh_emulator, basel
     )
 
 
+def test_an_https_url_to_an_http_server_fails_the_server_check_with_one_tls_line(
+    emulator, baseline, tmp_path
+):
+    https = emulator.base_url.replace("http://", "https://")
+    path, _ = deployment(baseline, tmp_path, source={"base_url": https})
+    [finding] = checks(path, skip=("checkpoints",))["server"]
+    assert finding["status"] == "fail" and finding["message"].startswith(
+        f"TLS: no TLS handshake with {https}"
+    )
+
+
 def test_checkpoints_past_now(baseline, tmp_path):
     path, _ = deployment(baseline, tmp_path)
     store = Build(load_config(path)).state_store()

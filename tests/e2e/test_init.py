@@ -193,6 +193,27 @@ def test_small_helpers():
     assert (suggest_concurrency(None), suggest_concurrency(1), suggest_concurrency(40)) == (4, 4, 16)
 
 
+def test_an_https_url_to_an_http_server_is_one_tls_line_at_once(emu, capsys, monkeypatch):
+    """The probe's requests fail as a run's do: a TLS protocol mismatch says what to check, and is not
+    retried (the probe once called it a failed connection)."""
+    https = emu.url.replace("http://", "https://")
+    code, _, err = etl(capsys, monkeypatch, "init", "--base-url", https, "--username", "demo")
+    assert code == 4 and err.count("\n") == 1, err
+    assert (
+        err.startswith("etl: error: TLS: no TLS handshake with https://127.0.0.1:") and "not https://" in err
+    )
+    assert "gave up" not in err
+
+
+def test_a_ca_bundle_without_certificates_is_one_line_exit_2(emu, tmp_path, capsys, monkeypatch):
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("not a certificate")
+    argv = ("init", "--base-url", emu.url, "--username", "demo", "--ca-bundle", str(bundle))
+    code, _, err = etl(capsys, monkeypatch, *argv)
+    assert code == 2 and err.count("\n") == 1 and "--ca-bundle: cannot load CA certificates" in err, err
+    assert emu.requests() == []
+
+
 def test_wrong_password_wrong_base_path_and_no_password_are_one_line_each(emu, tmp_path, capsys, monkeypatch):
     code, _, err = etl(capsys, monkeypatch, "init", "--base-url", emu.url, "--username", "demo", password="x")
     assert code == 3 and "both as query parameters and as a form body" in err and err.count("\n") == 1

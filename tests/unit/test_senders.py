@@ -7,6 +7,7 @@ import asyncio
 
 import httpx
 
+from etl.client import ClientOptions
 from etl.client.session import Session
 
 SIGNED_IN = httpx.Response(
@@ -46,7 +47,9 @@ class Server(httpx.AsyncBaseTransport):
 
 
 def session(server: Server, max_in_flight: int) -> Session:
-    return Session("http://server", "demo", "pw", transport=server, max_in_flight=max_in_flight)
+    return Session(
+        "http://server", "demo", "pw", ClientOptions(max_in_flight=max_in_flight), transport=server
+    )
 
 
 async def handled(s: Session, name: str, log: list[str]) -> None:

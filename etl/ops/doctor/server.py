@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import httpx
 import numpy as np
 
 from etl.client import MonitoringClient
@@ -153,14 +152,7 @@ def _stored(d: Deployment, pid: int, low: int, high: int) -> tuple[int, str | No
 
 async def server_checks(d: Deployment) -> tuple[list[Finding], int]:
     source, build = d.config.source, d.build
-    prober = Prober(
-        source.base_url,
-        source.username,
-        build.password,
-        sign_in=source.sign_in,
-        verify=build.tls,
-        timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
-    )
+    prober = Prober(source.base_url, source.username, build.password, build.client_options)
     async with prober:
         try:
             found = await prober.run()
