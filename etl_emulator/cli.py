@@ -16,6 +16,7 @@ import yaml
 
 from etl_emulator.dataset import CALC_OFFSET
 from etl_emulator.faults import ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
+from etl_emulator.lateness import Lateness
 
 
 def _period(_ctx, _param, value: str) -> tuple[int, int]:
@@ -48,6 +49,18 @@ def _hostile(_ctx, _param, value: str | None) -> tuple[str, ...]:
     if unknown:
         raise click.BadParameter(f"unknown kind(s) {unknown}; known: {', '.join(HOSTILE_KINDS)}")
     return kinds
+
+
+def _lateness(_ctx, _param, value: str | None) -> Lateness:
+    if not value:
+        return Lateness()
+    try:
+        return Lateness.of(yaml.safe_load(value))
+    except (yaml.YAMLError, TypeError, ValueError, AttributeError) as exc:
+        raise click.BadParameter(
+            f"{str(exc).splitlines()[0]}; use e.g. "
+            '\'{"lag": {"1001": 7200000}, "offline": [[11, START_MS, END_MS]], "revise": {"1501": 3600000}}\''
+        ) from None
 
 
 def _users(path: str | None) -> list[dict] | None:
@@ -207,6 +220,12 @@ _rate = click.FloatRange(0, 1)
 )
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(
+    "--lateness",
+    callback=_lateness,
+    help="When points reach the platform (JSON): lag {param: ms}, offline [[controller, start, end]] "
+    "(uploaded at end), revise {calculated param: ms} (preliminary values until then).",
+)
+@click.option(
     "--tls-cert", type=click.Path(exists=True, dir_okay=False), help="Serve https with this PEM certificate."
 )
 @click.option(
@@ -231,6 +250,7 @@ def serve(
     hostile,
     tls_cert,
     tls_key,
+    lateness,
     **fault_settings,
 ) -> None:
     """Serve the platform until interrupted.
@@ -273,6 +293,7 @@ def serve(
         workers=workers,
         tls_cert=tls_cert,
         tls_key=tls_key,
+        lateness=lateness,
     )
     logins = (
         [

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from etl_emulator.faults import Faults
+from etl_emulator.lateness import Lateness
 
 
 @dataclass
@@ -31,6 +32,7 @@ class EmulatorConfig:
     now_ms: int | None = None
     date_header: bool = True
     faults: Faults = field(default_factory=Faults)
+    lateness: Lateness = field(default_factory=Lateness)  # when points reach the platform (lateness.py)
     request_log: str | Path | None = None
     workers: int = 1
     tls_cert: str | Path | None = None  # PEM files: serve https instead of http
@@ -43,11 +45,13 @@ class EmulatorConfig:
         self.tls_key = str(self.tls_key) if self.tls_key else None
         if isinstance(self.faults, dict):
             self.faults = Faults(**self.faults)
+        self.lateness = Lateness.of(self.lateness)
         self.period_range = (int(self.period_range[0]), int(self.period_range[1]))
 
     def to_json(self) -> str:
         doc = dataclasses.asdict(self)
         doc["faults"] = self.faults.as_dict()
+        doc["lateness"] = self.lateness.as_dict()
         doc["request_log"] = str(self.request_log) if self.request_log else None
         return orjson.dumps(doc).decode()
 

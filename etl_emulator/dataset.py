@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from etl_emulator.lateness import Lateness
+
 SECOND_MS = 1000
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
@@ -96,8 +98,10 @@ class Dataset:
     params_per_object: int = 4
     calc_per_object: int = 2
     period_range: tuple[int, int] = (10, 900)
+    lateness: Lateness = Lateness()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "lateness", Lateness.of(self.lateness))
         lo, hi = self.period_range
         if not 1 <= lo <= hi:
             raise ValueError(f"period_range must be 1 <= MIN <= MAX seconds, got {lo}:{hi}")
@@ -146,6 +150,7 @@ def as_dataset(source: Any) -> Dataset:
         params_per_object=source.params_per_object,
         calc_per_object=source.calc_per_object,
         period_range=tuple(source.period_range),
+        lateness=Lateness.of(getattr(source, "lateness", None)),
     )
 
 

@@ -1,6 +1,7 @@
 """Handlers of the measurement endpoints (raw, average and candle series), parameter status and
 setvalue, over the generator plus the points setvalue added. Answers whose points all lie before the
-clock never change, so the bodies of repeated windows are kept in a bounded LRU cache."""
+clock (and have settled: lateness.py) never change, so the bodies of repeated windows are kept in a
+bounded LRU cache."""
 
 from __future__ import annotations
 
@@ -74,9 +75,12 @@ class Measurements:
         if hostile == "stuck":  # ignores the start asked: always from the UTC midnight before it
             start -= start % DAY_MS
         lo, hi = (start, end) if kind == "raw" else series.bucket_span(start, end)
-        # Answers whose points all lie before the clock never change (setvalue bumps the key).
+        # Answers whose points all lie before the clock, and have all reached the platform with their
+        # final values, never change (setvalue bumps the key).
         key = (source, kind, param_id, start, end, count, self.overlay_version.get(param_id, 0))
-        if hi <= now and not hostile and (body := self.cache.get(key)) is not None:
+        late = self.dataset.lateness
+        settled = hi <= now and (not late or hi < late.settled(p.id, p.controller_id, now))
+        if settled and not hostile and (body := self.cache.get(key)) is not None:
             self.cache.move_to_end(key)
             return Answer(body)
         if kind == "raw":
@@ -105,7 +109,7 @@ class Measurements:
             )
         else:
             body = encode_points(param_id, columns["ts"], columns["value"])
-        if hi <= now and len(body) <= CACHE_MAX_ENTRY:
+        if settled and len(body) <= CACHE_MAX_ENTRY:
             self._cache_put(key, body)
         return Answer(body)
 

@@ -29,6 +29,7 @@ from etl_emulator.dataset import (
     HOUR_MS,
     SECOND_MS,
     Param,
+    as_dataset,
     hash_stream,
     require,
     stream_key,
@@ -93,14 +94,34 @@ def raw_series(
     dataset: Any, param_id: int, start_ms: int, end_ms: int, now_ms: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Raw points of a parameter: (ts epoch ms int64, values float64), ascending, with
-    start_ms <= ts <= end_ms and ts <= now_ms when given. `dataset`: see as_dataset."""
-    p = require(dataset, param_id)
+    start_ms <= ts <= end_ms, as the platform shows them at now_ms when given (none after it, none
+    that have not reached it yet, preliminary values not yet revised: see lateness.py); with no
+    clock, every point with its final value. `dataset`: see as_dataset."""
+    ds = as_dataset(dataset)
+    p = require(ds, param_id)
+    late = ds.lateness
     if now_ms is not None:
-        end_ms = min(end_ms, now_ms)
+        end_ms = min(end_ms, late.shown_until(p.id, now_ms) if late else now_ms)
     if end_ms < start_ms:
         return np.empty(0, np.int64), np.empty(0, np.float64)
     t, h = _times(p, int(start_ms), int(end_ms))
-    return t, _values(p, t, h)
+    if now_ms is not None and late:
+        hidden = late.hidden(p.controller_id, t, now_ms)
+        if hidden is not None:
+            t, h = t[~hidden], h[~hidden]
+    values = _values(p, t, h)
+    if now_ms is not None and late:
+        early = late.preliminary(p.id, t, now_ms)
+        if early is not None:
+            values[early] = _preliminary(p, values[early], h[early])
+    return t, values
+
+
+def _preliminary(p: Param, final: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """A value before its recalculation: off the final one by 1% to 10% of the amplitude, either way."""
+    off = ((h >> np.uint64(40)) & np.uint64(0xFFFF)).astype(np.float64) / 0xFFFF  # [0, 1]
+    sign = np.where((h >> np.uint64(39)) & np.uint64(1), 1.0, -1.0)
+    return np.round(final + sign * p.amp * (0.01 + 0.09 * off), 3)
 
 
 def bucket_span(start_ms: int, end_ms: int) -> tuple[int, int]:
