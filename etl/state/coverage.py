@@ -21,6 +21,7 @@ from etl.timeutil import iso
 
 _CODE = {series: code for code, series in enumerate(SERIES)}
 _EMPTY = np.empty(0, np.int64)
+NONE = np.iinfo(np.int64).min  # no time: nothing covered, nothing received
 MARKS = b"etl.lake_marks"  # a base's Parquet metadata: the lake tables' commit versions it includes
 
 
@@ -82,6 +83,15 @@ class Coverage:
     def high_water(self, param_id: int, series: Series) -> int | None:
         covered = self.intervals(param_id, series)
         return covered[-1][1] if covered else None
+
+    def high_waters(self, series: Series, param_ids: np.ndarray) -> np.ndarray:
+        """Each parameter's covered end of a series (the last interval's), or NONE."""
+        wanted = key_of(param_ids, series)
+        if not len(self.key):
+            return np.full(len(wanted), NONE, np.int64)
+        at = np.searchsorted(self.key, wanted, "right") - 1  # the key's last interval, if it has one
+        hit = (at >= 0) & (self.key[np.maximum(at, 0)] == wanted)
+        return np.where(hit, self.end[np.maximum(at, 0)], NONE)
 
     def of_series(self, series: Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(param_id, start, end) of one series, sorted by (param_id, start)."""

@@ -6,8 +6,11 @@ and then the log is folded into a new base. Each file is written whole under a n
 any moment leaves either the old or the new checkpoint, never a mix:
 
     {store}/base-{seq}.parquet     coverage up to log segment seq
-    {store}/log/{seq}.json         one slab's windows, committed after its files are durable
-                                   (lake formats: and the table commit that holds them, see docs/lake.md)
+    {store}/arrivals-{seq}.parquet what arrived up to log segment seq (etl/state/arrivals.py), written
+                                   just before its base
+    {store}/log/{seq}.json         one slab's windows and what arrived in them, committed after its files
+                                   are durable (lake formats: and the table commit that holds them, see
+                                   docs/lake.md)
     {store}/lock                   the run lock (etl/lock.py)
     {store}/dimensions.json        when the reference tables were last fetched, and for which objects
     {store}/layout.json            the dataset's files per partition (sink.buckets), as first decided
@@ -27,6 +30,7 @@ import pyarrow.parquet as pq
 
 from etl.errors import StorageError
 from etl.model import Series, Windows
+from etl.state.arrivals import Arrivals
 from etl.state.coverage import MARKS, Coverage, key_of
 from etl.state.lock import RunLock
 from etl.storage.files import Storage
@@ -35,8 +39,11 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT = "dimensions.json"
 LAYOUT = "layout.json"
+# 3: segments carry what arrived (etl/state/arrivals.py); 2 did not.
+SEGMENT_VERSION = 3
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
 _BASE = re.compile(r"base-(\d+)\.parquet")
+_ARRIVALS = re.compile(r"arrivals-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
 _EMPTY = np.empty(0, np.int64)
 
@@ -46,12 +53,18 @@ def _marks_of(data: bytes) -> dict[str, int]:
     return {str(k): int(v) for k, v in orjson.loads(metadata[MARKS]).items()} if MARKS in metadata else {}
 
 
-def segment(*parts: Windows, mark: tuple[str, int] | None = None) -> bytes:
+def segment(*parts: Windows, mark: tuple[str, int] | None = None, arrivals: Arrivals | None = None) -> bytes:
     """A log segment: the windows of one or more slabs, grouped by (start, end) (a slab's windows mostly
-    share them), and for a lake table the (table, version) of the commit that holds them."""
-    body: dict[str, object] = {"version": 2, "windows": [g for windows in parts for g in _groups(windows)]}
+    share them), what arrived in them, and for a lake table the (table, version) of the commit that
+    holds them."""
+    body: dict[str, object] = {
+        "version": SEGMENT_VERSION,
+        "windows": [g for windows in parts for g in _groups(windows)],
+    }
     if mark is not None:
         body["lake"] = list(mark)
+    if arrivals:
+        body.update(arrivals.segment())
     return orjson.dumps(body)
 
 
@@ -92,6 +105,19 @@ def windows_of(data: bytes) -> Windows:
     )
 
 
+def _with(base: Arrivals, update: Arrivals | None) -> Arrivals:
+    out = Arrivals()
+    out.merge(base)
+    if update is not None:
+        out.merge(update)
+    return out
+
+
+def arrivals_of(data: bytes) -> Arrivals:
+    """What arrived in a segment's windows (none for a segment written before arrivals were kept)."""
+    return Arrivals.from_segment(orjson.loads(data))
+
+
 def advance(marks: dict[str, int], seen: dict[str, set[int]]) -> dict[str, int]:
     """Each table's highest commit version below which every one of ours is in the checkpoints: versions
     land out of order (slabs finish in any order), so only an unbroken run from the last mark counts."""
@@ -104,9 +130,20 @@ def advance(marks: dict[str, int], seen: dict[str, set[int]]) -> dict[str, int]:
     return out
 
 
-def _parse_segment(data: bytes, seen: dict[str, set[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class _Legacy(Exception):
+    """A segment written before arrivals were kept."""
+
+
+def _parse_segment(
+    data: bytes, seen: dict[str, set[int]], arrivals: Arrivals | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A segment's coverage rows; what arrived goes into `arrivals` (None: read it as a legacy one)."""
     keys, starts, ends = [], [], []
     body = orjson.loads(data)
+    if arrivals is not None:
+        if body.get("version", 0) < SEGMENT_VERSION:
+            raise _Legacy
+        arrivals.merge(Arrivals.from_segment(body))
     if "lake" in body:
         table, version = body["lake"]
         seen.setdefault(str(table), set()).add(int(version))
@@ -135,6 +172,9 @@ class StateStore:
         # Lake formats: per table, the commit version up to which the checkpoints hold every one of ours.
         self.marks: dict[str, int] = {}
         self._seen: dict[str, set[int]] = {}
+        # What arrived (etl/state/arrivals.py), loaded with the coverage and kept up to date by commit.
+        self.arrivals = Arrivals()
+        self._legacy = False  # loaded from checkpoints written before arrivals were kept
 
     @contextmanager
     def lock(self) -> Iterator[None]:
@@ -163,6 +203,8 @@ class StateStore:
         base = self._bases[-1] if self._bases else 0
         coverage = Coverage()
         marks: dict[str, int] = {}
+        arrivals = Arrivals()
+        kept = True  # arrivals are kept in these checkpoints (none written before they were)
         if self._bases:
             rel = f"base-{base:012d}.parquet"
             data = self.storage.read(rel)
@@ -173,6 +215,13 @@ class StateStore:
                 marks = _marks_of(data)
             except Exception as exc:  # noqa: BLE001 - any damage is the same one line
                 raise self._damaged(rel, exc) from None
+            rel = f"arrivals-{base:012d}.parquet"
+            data = self.storage.read(rel)
+            kept = data is not None
+            try:
+                arrivals = Arrivals.from_parquet(data) if data is not None else arrivals
+            except Exception as exc:  # noqa: BLE001 - any damage is the same one line
+                raise self._damaged(rel, exc) from None
         pending = [s for s in self._segments if s > base]
         rels = [f"log/{s:012d}.json" for s in pending]
         parts: tuple[list, list, list] = ([_EMPTY], [_EMPTY], [_EMPTY])
@@ -181,7 +230,11 @@ class StateStore:
             if data is None:
                 return None
             try:
-                for column, values in zip(parts, _parse_segment(data, seen), strict=True):
+                for column, values in zip(parts, _parse_segment(data, seen, arrivals), strict=True):
+                    column.append(values)
+            except _Legacy:
+                kept = False
+                for column, values in zip(parts, _parse_segment(data, seen, None), strict=True):
                     column.append(values)
             except (ValueError, KeyError, TypeError) as exc:
                 raise self._damaged(rel, exc) from None
@@ -189,14 +242,31 @@ class StateStore:
         self._seq = max([base, *pending])
         self._seen = seen
         self.marks = advance(marks, seen)
+        self._legacy = not kept and len(coverage) > 0
+        if self._legacy:
+            # Checkpoints written before arrivals were kept: a parameter of which none is known counts as
+            # having sent its last point where its checkpoint ends, so an upgrade reads nothing again.
+            last = np.r_[coverage.key[1:] != coverage.key[:-1], True]
+            unknown = last & ~np.isin(coverage.key, arrivals.key)
+            arrivals.add_newest(coverage.key[unknown], coverage.end[unknown] - 1)
+        self.arrivals = arrivals
         return coverage
 
-    def commit(self, *windows: Windows, mark: tuple[str, int] | None = None) -> None:
-        """Slabs' windows, once their files are durable (or their lake commit, `mark`, is made)."""
+    def commit(
+        self, *windows: Windows, mark: tuple[str, int] | None = None, arrivals: Arrivals | None = None
+    ) -> None:
+        """Slabs' windows and what arrived in them, once their files are durable (or their lake commit,
+        `mark`, is made)."""
         self.run_lock.check()
+        if self._legacy:  # the first segment of an upgraded store carries what load assumed
+            arrivals, self._legacy = _with(self.arrivals, arrivals), False
         self._seq += 1
-        self.storage.write_atomic(f"log/{self._seq:012d}.json", segment(*windows, mark=mark))
+        self.storage.write_atomic(
+            f"log/{self._seq:012d}.json", segment(*windows, mark=mark, arrivals=arrivals)
+        )
         self._segments.append(self._seq)
+        if arrivals:
+            self.arrivals.merge(arrivals)
         if mark is not None:
             self._seen.setdefault(mark[0], set()).add(mark[1])
             self.marks = advance(self.marks, {mark[0]: self._seen[mark[0]]})
@@ -207,7 +277,7 @@ class StateStore:
         fetched again and replace what it wrote)."""
         self.run_lock.check()
         self._seq += 1
-        body = orjson.dumps({"version": 2, "windows": [], "lake_through": [table, through]})
+        body = orjson.dumps({"version": SEGMENT_VERSION, "windows": [], "lake_through": [table, through]})
         self.storage.write_atomic(f"log/{self._seq:012d}.json", body)
         self._segments.append(self._seq)
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
@@ -255,11 +325,17 @@ class StateStore:
         if not force and len([s for s in self._segments if s > base]) < COMPACT_AFTER:
             return
         self.run_lock.check()
+        # Arrivals first: a base is never without its arrivals file.
+        self.storage.write_atomic(f"arrivals-{self._seq:012d}.parquet", self.arrivals.to_parquet())
         self.storage.write_atomic(f"base-{self._seq:012d}.parquet", coverage.to_parquet(self.marks))
+        self._legacy = False
         # The new base is durable: what it replaces can go (a crash here leaves files the next load ignores).
         for seq in self._bases:
             if seq != self._seq:
                 self.storage.remove(f"base-{seq:012d}.parquet")
+        for name in self.storage.listdir(""):
+            if (m := _ARRIVALS.fullmatch(name)) and int(m.group(1)) != self._seq:
+                self.storage.remove(name)
         for seq in self._segments:
             self.storage.remove(f"log/{seq:012d}.json")
         self._bases, self._segments = [self._seq], []
