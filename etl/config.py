@@ -128,7 +128,20 @@ class SelectConfig(Strict):
 class WindowConfig(Strict):
     start: datetime
     end: datetime | Literal["now"] = "now"
-    overlap: int = Field(3_600_000, description="re-read this much before each high-water mark (late data)")
+    overlap: int = Field(
+        0,
+        description="re-read this much before each high-water mark, for a server that inserts points out of order",
+    )
+    late_max: int = Field(
+        7 * DAY_MS,
+        description="a parameter's points that reach the platform late are read again from its newest "
+        "point back to this far (off: never)",
+    )
+    revisions: int = Field(
+        6 * 3_600_000,
+        description="calculated parameters: values revised this long after a run read them are fetched "
+        "again (off: never)",
+    )
 
     @field_validator("start", "end", mode="before")
     @classmethod
@@ -144,10 +157,17 @@ class WindowConfig(Strict):
     def _overlap(cls, value: Any) -> int:
         return _duration(value)
 
+    @field_validator("late_max", "revisions", mode="before")
+    @classmethod
+    def _or_off(cls, value: Any) -> int:
+        return 0 if value in ("off", False, None) else _duration(value)
+
     @model_validator(mode="after")
     def _ordered(self) -> WindowConfig:
         if self.end != "now" and to_ms(self.start) >= to_ms(self.end):
             raise ValueError("start must be before end")
+        if self.late_max and self.revisions > self.late_max:
+            raise ValueError("revisions cannot reach further back than late_max")
         return self
 
     @property

@@ -360,5 +360,9 @@ QUALITY_SCHEMA = pa.schema(
         pa.field("last_ts", TS),
         pa.field("period_seconds", pa.float64()),  # the inferred sampling period
         pa.field("span_seconds", pa.float64()),  # the part of the day the row describes
+        # Points that reached the platform after a run had read past their stamps, and the longest such
+        # a point took at least (null: none late); see etl/pipeline/late.py.
+        pa.field("late_points", pa.int64()),
+        pa.field("late_seconds", pa.float64()),
     ]
 )

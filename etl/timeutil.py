@@ -165,3 +165,18 @@ def _parse_slow(stamps: list) -> np.ndarray:
     if parsed.isna().any():
         raise ValueError("missing timestamp in answer")
     return parsed.dt.as_unit("ms").astype("int64").to_numpy()
+
+
+def duration_text(seconds: float | None) -> str:
+    """A span for people: 45s, 12m, 3h 05m, 2d 4h ("" for None)."""
+    if seconds is None:
+        return ""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, _ = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"

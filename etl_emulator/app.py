@@ -207,6 +207,8 @@ class Emulator:
         if answer.status >= 400 and self.plan.faults.echo_params:
             answer = _echoing(answer, scope["query_string"])
         entry["status"] = answer.status
+        if isinstance(answer.body, bytes | bytearray):
+            entry["bytes"] = len(answer.body)  # of the body as made, before any compression on the wire
         if decision:
             fault = (
                 "drop"

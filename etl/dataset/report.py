@@ -23,7 +23,7 @@ from etl.config import Config
 from etl.dataset.query import connect
 from etl.errors import DataError
 from etl.model import QUALITY
-from etl.timeutil import DAY_MS, HOUR_MS, iso, now_ms
+from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso, now_ms
 
 HEATMAP_ROWS = 100
 DEFAULT_DAYS = 7
@@ -237,20 +237,6 @@ def build(config: Config, options: ReportOptions) -> Report:
 # -- text ------------------------------------------------------------------------------------------------
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, _ = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d {hours}h"
-    return f"{hours}h {minutes:02d}m" if hours else f"{minutes}m"
-
-
 def percent(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}%"
 
@@ -270,9 +256,9 @@ def text(report: Report) -> str:
         f"({len(report.days)} day{'s' if len(report.days) > 1 else ''})",
         f"  parameters  {report.parameters}    parameter-days {report.parameter_days}    "
         f"points {report.points:,} of {report.expected_points:,} expected ({percent(report.completeness)})",
-        f"  stale       {report.stale_count} (no point in the {duration(options.stale_after / 1000)} before "
+        f"  stale       {report.stale_count} (no point in the {duration_text(options.stale_after / 1000)} before "
         f"{iso(report.end)})    flatlines {report.flatline_count} (one value for "
-        f"{duration(options.flatline_after / 1000)} or more)",
+        f"{duration_text(options.flatline_after / 1000)} or more)",
     ]
     if options.fail_under is not None:
         lines.append(
@@ -289,7 +275,7 @@ def text(report: Report) -> str:
                 ("kind", lambda r: r["kind"] or ""),
                 ("complete", lambda r: percent(r["completeness"])),
                 ("points", lambda r: f"{r['points']:,}/{r['expected_points'] or 0:,}"),
-                ("longest gap", lambda r: duration(r["longest_gap_seconds"])),
+                ("longest gap", lambda r: duration_text(r["longest_gap_seconds"])),
                 ("last point", lambda r: r["last_ts"] or ""),
             ],
         )
@@ -303,7 +289,7 @@ def text(report: Report) -> str:
                 [
                     ("parameter", label),
                     ("id", lambda r: str(r["param_id"])),
-                    ("silent for", lambda r: duration(r["silent_seconds"]) or "the whole span"),
+                    ("silent for", lambda r: duration_text(r["silent_seconds"]) or "the whole span"),
                     ("last point", lambda r: r["last_ts"] or "none"),
                 ],
             )
@@ -318,7 +304,7 @@ def text(report: Report) -> str:
                     ("parameter", label),
                     ("id", lambda r: str(r["param_id"])),
                     ("date", lambda r: r["date"]),
-                    ("one value for", lambda r: duration(r["flatline_seconds"])),
+                    ("one value for", lambda r: duration_text(r["flatline_seconds"])),
                 ],
             )
         )

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from etl.dataset.report import HEATMAP_ROWS, Report, duration, label, percent
-from etl.timeutil import iso
+from etl.dataset.report import HEATMAP_ROWS, Report, label, percent
+from etl.timeutil import duration_text, iso
 
 # Completeness classes, worst first: (upper bound, css class, colour, legend text).
 SCALE = [
@@ -132,7 +132,7 @@ def _heatmap(report: Report) -> str:
                 cls = css_class(value)
                 tip = (
                     f"{text} {days[j]}: {percent(value) or 'unknown'} complete, {cell['points']:,} of "
-                    f"{cell['expected_points'] or 0:,} points, longest gap {duration(cell['longest_gap_seconds'])}"
+                    f"{cell['expected_points'] or 0:,} points, longest gap {duration_text(cell['longest_gap_seconds'])}"
                 )
             out.append(
                 f'<rect class="cell {cls}" data-date="{days[j]}" x="{x}" y="{y}" width="{cell_w - 1}" '
@@ -214,8 +214,8 @@ def render(report: Report) -> str:
             ("complete", lambda r: percent(r["completeness"]), _num("completeness")),
             ("points", lambda r: f"{r['points']:,}", _num("points")),
             ("expected", lambda r: f"{r['expected_points'] or 0:,}", _num("expected_points")),
-            ("longest gap", lambda r: duration(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
-            ("period", lambda r: duration(r["period_seconds"]), _num("period_seconds")),
+            ("longest gap", lambda r: duration_text(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
+            ("period", lambda r: duration_text(r["period_seconds"]), _num("period_seconds")),
             ("last point", lambda r: r["last_ts"] or "", None),
         ],
     )
@@ -227,7 +227,7 @@ def render(report: Report) -> str:
             ident,
             (
                 "silent for",
-                lambda r: duration(r["silent_seconds"]) or "the whole span",
+                lambda r: duration_text(r["silent_seconds"]) or "the whole span",
                 _num("silent_seconds", 1e18),
             ),
             ("last point", lambda r: r["last_ts"] or "none in these days", None),
@@ -240,7 +240,7 @@ def render(report: Report) -> str:
             parameter,
             ident,
             ("date", lambda r: r["date"], None),
-            ("one value for", lambda r: duration(r["flatline_seconds"]), _num("flatline_seconds")),
+            ("one value for", lambda r: duration_text(r["flatline_seconds"]), _num("flatline_seconds")),
             ("points that day", lambda r: f"{r['points']:,}", _num("points")),
         ],
     )
@@ -270,11 +270,11 @@ report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}<
 {worst}
 
 <h2>Stale parameters ({report.stale_count:,})</h2>
-<p class="muted">No point in the {escape(duration(options.stale_after / 1000))} before the report's end.</p>
+<p class="muted">No point in the {escape(duration_text(options.stale_after / 1000))} before the report's end.</p>
 {stale}
 
 <h2>Flatlines ({report.flatline_count:,})</h2>
-<p class="muted">One value for {escape(duration(options.flatline_after / 1000))} or more in a day
+<p class="muted">One value for {escape(duration_text(options.flatline_after / 1000))} or more in a day
 (signal parameters, which hold a value by nature, are left out).</p>
 {flat}
 

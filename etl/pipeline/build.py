@@ -98,7 +98,7 @@ class Build(Output):
 
     def _tracker(self, slab: Slab, decisions: Decisions) -> QualityTracker:
         span = (self.config.window.start_ms, decisions.quality_end)
-        return QualityTracker(slab.windows, self.config.source.name, span)
+        return QualityTracker(slab.windows, self.config.source.name, span, slab.known)
 
     # -- the reference tables ---------------------------------------------------------------------------
 

@@ -25,23 +25,25 @@ import orjson
 from etl.client import MonitoringClient
 from etl.config import Config
 from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
-from etl.model import Shard
-from etl.pipeline import dimensions
+from etl.model import Params, Series, Shard
+from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
 from etl.pipeline.group_commit import GroupCommit
 from etl.pipeline.identity import check_source_identity
+from etl.pipeline.late import Findings, LateOptions
 from etl.pipeline.loop import handle_signals, workers
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.pipeline.summary import RunSummary
-from etl.state.coverage import Coverage, intervals_of
+from etl.state.arrivals import Arrivals
+from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.storage import spools
 from etl.support import allocator, interrupts, redact
-from etl.timeutil import iso, now_ms
+from etl.timeutil import DAY_MS, duration_text, iso, now_ms
 
 if TYPE_CHECKING:  # the lake modules load for lake formats only
     from etl.sinks.lake.committer import Committer, Landed
@@ -78,6 +80,7 @@ class Coordinator:
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
+        self.failed_params: set[int] = set()  # parameters with a window that failed
         self.interrupted = False
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
         self.committed: list[
@@ -191,6 +194,8 @@ class Coordinator:
             # sign-in and the listings; planning waits for it.
             recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
         summary.window = (start, end)
+        findings: Findings | None = None
+        now = now_ms()
         async with self.build.client(summary.client) as client:
             try:
                 await client.sign_in()
@@ -201,10 +206,11 @@ class Coordinator:
                     await recovering
             # After recovery: the checkpoints the lake tables carry are checked against the clock too.
             end = self._up_to_the_server_clock(start, end, server_now, coverage)
+            now = horizon(server_now)
             summary.window = (start, end)
             # Quality rows describe the config's window (a backfill's --to does not end a day early), cut
             # at the server's clock too.
-            quality_end = min(self.config.window.end_ms(now_ms()), horizon(server_now))
+            quality_end = min(self.config.window.end_ms(now_ms()), now)
             allocator.trim()
             await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
@@ -221,6 +227,7 @@ class Coordinator:
                 record=not self.options.dry_run,
             )
             decisions = Decisions(buckets, quality_end)
+            findings = await self._late(client, coverage, mine, start, end, now)
             plan = Plan(
                 Fleet(mine, buckets),
                 coverage,
@@ -228,6 +235,9 @@ class Coordinator:
                 self.config.series,
                 spans_for(extract.raw_window, extract.aggregate_window),
                 by_object="object_id" in self.config.sink.partition_by,
+                extra=findings.work if findings is not None else None,
+                arrivals=self.store.arrivals,
+                full_refresh=self.options.full_refresh,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
@@ -257,8 +267,10 @@ class Coordinator:
             self.left_out[:0] = client.skipped
         if self.left_out:
             summary.records_left_out += len(self.left_out)
-        if summary.series:
-            await asyncio.to_thread(self._compact, coverage)
+        if findings is not None and self.fatal is None and not self.interrupted:
+            await asyncio.to_thread(self._keep_prints, findings, end, now)
+        if summary.series or findings is not None:
+            await asyncio.to_thread(self._compact, coverage, now)
         if self.build.lake is not None and self.fatal is None and not self.interrupted:
             from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
 
@@ -320,10 +332,70 @@ class Coordinator:
             coverage.add_arrays(*(np.concatenate(column) for column in zip(*self.committed, strict=True)))
             self.committed = []
 
-    def _compact(self, coverage: Coverage) -> None:
-        """The run's last windows merged into the coverage, then folded into a new base."""
+    def _compact(self, coverage: Coverage, now: int) -> None:
+        """The run's last windows merged into the coverage, then folded into a new base (without the late
+        and print rows of days no late point can reach any more)."""
         self._merge_committed(coverage)
+        window = self.config.window
+        self.store.arrivals.prune(now - max(window.late_max, window.revisions) - DAY_MS)
         self.store.compact(coverage)
+
+    async def _late(
+        self, client: MonitoringClient, coverage: Coverage, mine: Params, start: int, end: int, now: int
+    ) -> Findings | None:
+        """The tails and revisions to read again (etl/pipeline/late.py); None when nothing is looked for."""
+        window = self.config.window
+        if not (window.late_max or window.revisions):
+            return None
+        arrivals = self.store.arrivals
+        if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints
+            coverage, arrivals = Coverage(), Arrivals()
+        options = LateOptions(
+            start,
+            end,
+            now,
+            window.late_max,
+            window.revisions,
+            tuple(self.config.series),
+            self.config.extract.max_points,
+        )
+        findings = await late.probe(
+            client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts
+        )
+        figures = self.summary.late
+        figures.quiet, figures.past_late_max = findings.quiet, findings.beyond
+        figures.revised, figures.probes = findings.revised, findings.probes
+        if findings.beyond:
+            log.warning(
+                "%d parameter(s) quiet for longer than window.late_max (%s): points they upload for times "
+                "before %s are not fetched (etl state reset --param ID --from TIME fetches them)",
+                findings.beyond,
+                duration_text(window.late_max / 1000),
+                iso(now - window.late_max),
+            )
+        return findings
+
+    def _keep_prints(self, findings: Findings, end: int, now: int) -> None:
+        """The revision prints of the probed calculated parameters, as their averages were when this run
+        read their windows; none for a parameter with a failed window (its blocks are compared again next
+        run)."""
+        window = self.config.window
+        if not window.revisions or not findings.buckets:
+            return
+        ids = np.array(sorted(set(findings.buckets) - self.failed_params), np.int64)
+        series = Series.RAW if Series.RAW in self.config.series else Series.AVERAGE
+        newest = {
+            int(p): int(t)
+            for p, t in zip(ids.tolist(), self.store.arrivals.newest_of(series, ids).tolist(), strict=True)
+            if t != NONE
+        }
+        since = max(self.config.window.start_ms, now - window.revisions)
+        block = late.block_of(window.revisions)
+        prints = late.new_prints({p: findings.buckets[p] for p in newest}, newest, block, since, end)
+        if len(prints):
+            update = Arrivals()
+            update.add_prints(prints)
+            self.store.commit(arrivals=update)
 
     def _jobs(self, executor: Executor, plan: Plan, decisions: Decisions) -> Iterator[SlabJob]:
         config = self.build.remote_config() if executor.remote else self.config
@@ -344,6 +416,7 @@ class Coordinator:
         async def commit(job: SlabJob, result: SlabResult) -> None:
             for failure in result.failures:
                 self.summary.failed_windows.append(failure.describe())
+                self.failed_params.add(failure.window.param_id)
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.stop.set()
@@ -351,11 +424,17 @@ class Coordinator:
             if written.staged is not None and committer is not None:
                 # Lake tables: the committer commits the slab with its group, then checkpoints them; the
                 # slab's files are the data files that commit added.
-                files = (await committer.submit(written.staged)).files
+                files = (await committer.submit(written.staged, result.arrivals)).files
             # Checkpoint what was written even if some windows failed: failed ones stay open.
             if result.done:
                 if written.staged is None:
-                    await checkpoints.commit(result.done)
+                    await checkpoints.commit(result.done, result.arrivals)
+                late_rows = result.arrivals.late
+                if len(late_rows):
+                    self.summary.late.points += int(late_rows.values[0].sum())
+                    self.summary.late.longest_ms = max(
+                        self.summary.late.longest_ms, int(late_rows.values[1].max())
+                    )
                 async with commit_lock:
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
                     # copies the whole coverage while other slabs hold their data.

@@ -64,6 +64,32 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
         "Windows that failed in the last run (fetched again next time)",
         summary.get("failed_window_count", 0),
     )
+    late = summary.get("late") or {}
+    gauge(
+        "etl_late_points",
+        "Raw points the last run fetched after a run had read past them",
+        late.get("points", 0),
+    )
+    gauge(
+        "etl_late_longest_seconds",
+        "The longest a late point of the last run took to reach the platform, at least",
+        late.get("longest_seconds", 0.0),
+    )
+    gauge(
+        "etl_late_quiet_parameters",
+        "Parameters quiet for over a day, whose tails the last run probed",
+        late.get("quiet_parameters", 0),
+    )
+    gauge(
+        "etl_late_quiet_past_late_max",
+        "Parameters quiet for longer than window.late_max (older points they upload are not fetched)",
+        late.get("quiet_past_late_max", 0),
+    )
+    gauge(
+        "etl_late_revised_blocks",
+        "Blocks of revised values the last run fetched again",
+        late.get("revised_blocks", 0),
+    )
     quality = summary.get("quality") or {}
     gauge("etl_quality_rows", "Parameter-days whose quality rows the last run wrote", quality.get("rows", 0))
     gauge(

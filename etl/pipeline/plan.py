@@ -20,14 +20,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.model import SERIES, Params, Series, Windows, bucket_of, cut_columns, union
+from etl.quality.rows import Known
 from etl.state import Coverage
+from etl.state.arrivals import Arrivals, Rows
 from etl.timeutil import DAY_MS, MINUTE_MS, SECOND_MS
 
 # A window is covered only up to what the server could have served when it was asked: its clock at the
 # run's sign-in, less this margin, whatever window.end or --to say. The server's clock comes from its Date
 # header (whole seconds, cut down), or is ours when it sends none, which NTP keeps within a second but an
 # unsynchronised machine lets drift: a minute covers both. Points that reach the server late are the
-# overlap's job (window.overlap), not the margin's; the margin costs nothing, as the next run starts there.
+# job of the tails (etl/pipeline/late.py), not the margin's; the margin costs nothing, as the next run
+# starts there.
 HORIZON_MARGIN_MS = MINUTE_MS
 
 
@@ -44,6 +47,7 @@ class Slab:
     end: int  # the span, [start, end)
     bucket: int
     windows: Windows  # in write order: (object_id when partitioned by it,) param_id, start
+    known: Known | None = None  # raw slabs: what tells the points that arrive late (etl/quality/rows.py)
 
 
 @dataclass(frozen=True)
@@ -129,12 +133,30 @@ class Plan:
         series: list[Series],
         spans: dict[Series, Spans],
         by_object: bool = False,
+        extra: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
+        arrivals: Arrivals | None = None,
+        full_refresh: bool = False,
     ) -> None:
+        """`extra`: (param_id, start, end) to read besides what the checkpoints miss (late data);
+        `arrivals`: what arrived so far, which tells the raw points that arrive late (none when the run
+        reads everything again)."""
         self.fleet = fleet
+        self._known: tuple[np.ndarray, np.ndarray, Rows] | None = None
+        if arrivals is not None and Series.RAW in series:
+            high_water = coverage.high_waters(Series.RAW, fleet.ids)
+            newest = high_water if full_refresh else arrivals.newest_of(Series.RAW, fleet.ids)
+            self._known = (newest, high_water, arrivals.late)
         self.spans = spans
         self.by_object = by_object
         self.series = [Series(s) for s in SERIES if s in series]
         self.needed = {s: needed(coverage, s, fleet.ids, options) for s in self.series}
+        for s, (pids, starts, ends) in (extra or {}).items():
+            if s in self.needed and len(pids):
+                mine = np.isin(pids, fleet.ids)
+                have = self.needed[s]
+                self.needed[s] = union(
+                    np.r_[have[0], pids[mine]], np.r_[have[1], starts[mine]], np.r_[have[2], ends[mine]]
+                )
         self._summary = {series.value: self._summarize(series, *work) for series, work in self.needed.items()}
 
     def _rows(self, pids: np.ndarray) -> np.ndarray:
@@ -214,7 +236,21 @@ class Plan:
                 piece, s, e = cut_columns(s, e, unit)
                 p, rows = p[piece], rows[piece]
             windows = Windows(series, p, self.fleet.objects[rows], self.fleet.kinds[rows], s, e)
-            yield Slab(series, span_start, span_end, int(buckets[lo]), windows)
+            known = self._known_of(rows, span_start) if series is Series.RAW else None
+            yield Slab(series, span_start, span_end, int(buckets[lo]), windows, known)
+
+    def _known_of(self, rows: np.ndarray, day: int) -> Known | None:
+        """What the run knew of a raw slab's parameters before it (rows: their positions in the fleet)."""
+        if self._known is None:
+            return None
+        newest, high_water, late = self._known
+        rows = np.unique(rows)
+        ids = self.fleet.ids[rows]
+        prior = late.take((late.at == day) & np.isin(late.param_id, ids))
+        points, delay = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+        at = np.searchsorted(ids, prior.param_id)  # one row a parameter: the slab is one day
+        points[at], delay[at] = prior.values
+        return Known(ids, newest[rows], high_water[rows], points, delay)
 
 
 def spans_for(raw_window: int, aggregate_window: int) -> dict[Series, Spans]:

@@ -32,6 +32,8 @@ from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
 from etl.sinks.base import SlabOutcome, SlabSink
+from etl.state.arrivals import Arrivals
+from etl.state.coverage import NONE, key_of
 from etl.support import allocator
 from etl.timeutil import iso
 
@@ -68,6 +70,8 @@ class SlabResult:
     windows: int = 0  # planned
     # What the sink made of the windows done: points, files, quality figures, a lake slab's staged rows.
     written: SlabOutcome = field(default_factory=SlabOutcome)
+    # The newest row of each parameter's windows done, and (raw) the points that came late.
+    arrivals: Arrivals = field(default_factory=Arrivals)
     counts: Counts = field(default_factory=Counts)
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
 
@@ -184,6 +188,7 @@ async def process_slab(
     source, by_object = job.config.source.name, writer.layout.by_object
     done = np.zeros(len(slab.windows), bool)  # by position in slab.windows (not a list of ints, which
     # would leave a slab's worth of small objects across the allocator's arenas)
+    newest = np.full(len(slab.windows), NONE, np.int64)  # each window's newest row
     try:
         for lo, hi in groups:
             good: list[WindowData] = []
@@ -199,6 +204,8 @@ async def process_slab(
                 if isinstance(outcome, WindowData):
                     good.append(outcome)
                     written.append(index)
+                    if len(outcome.ts):
+                        newest[index] = outcome.ts[-1]
                 elif isinstance(outcome, asyncio.CancelledError) and fetcher.cancelled:
                     complete = False  # stopped while in flight: it stays open; the rest is written
                 elif isinstance(outcome, Exception):
@@ -224,6 +231,10 @@ async def process_slab(
                 break
         result.written = await asyncio.to_thread(writer.finish)
         result.done = slab.windows[done]
+        received = done & (newest != NONE)
+        result.arrivals.add_newest(key_of(slab.windows.param_id[received], slab.series), newest[received])
+        if result.written.late is not None:
+            result.arrivals.add_late(result.written.late)
     except BaseException:
         fetcher.halt()
         await asyncio.to_thread(writer.abort)

@@ -25,6 +25,28 @@ class SeriesTotals:
 
 
 @dataclass
+class LateFigures:
+    """What a run found of late and revised data (etl/pipeline/late.py)."""
+
+    points: int = 0  # raw points fetched after a run had read past their stamps
+    longest_ms: int = 0  # the longest of them took at least this long to reach the platform
+    quiet: int = 0  # parameters whose raw tail was long enough to be probed
+    past_late_max: int = 0  # parameters quiet for longer than window.late_max
+    revised: int = 0  # blocks of calculated parameters' averages that changed since they were read
+    probes: int = 0  # requests for averages sent to find them
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "points": self.points,
+            "longest_seconds": round(self.longest_ms / 1000, 3),
+            "quiet_parameters": self.quiet,
+            "quiet_past_late_max": self.past_late_max,
+            "revised_blocks": self.revised,
+            "probes": self.probes,
+        }
+
+
+@dataclass
 class RunSummary:
     run_id: str
     output: str
@@ -53,6 +75,7 @@ class RunSummary:
     upkeep: dict[str, Any] | None = None  # lake tables: what the run's maintenance did
     dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
+    late: LateFigures = field(default_factory=LateFigures)
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
@@ -99,6 +122,7 @@ class RunSummary:
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
+            "late": self.late.as_dict(),
             "dimensions": self.dimensions,
             **(
                 {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}

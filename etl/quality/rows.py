@@ -22,10 +22,15 @@ What a row says (README, "Data quality"):
   carries the period of the parameter's nearest day that has one);
 - `longest_gap_seconds`: the longest time without a point, the span's edges included (the whole span for
   an empty day); `flatline_seconds`: the longest time between the first and the last point of a run of
-  consecutive points with one value.
+  consecutive points with one value;
+- `late_points`: points fetched after a run had read past their stamps (they reached the platform
+  late), over every run that fetched the day; `late_seconds`: the longest of them took at least this
+  long (from its stamp to the end of the last run that read past it without it).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -192,12 +197,73 @@ def _flatlines(ts: np.ndarray, values: np.ndarray, inner: np.ndarray, points: np
     return _group_reduce(np.maximum, lasting, np.searchsorted(lo, start, side="right") - 1, n, 0.0)
 
 
+@dataclass(frozen=True)
+class Known:
+    """What a run knew of a raw slab's parameters before it (sorted by param_id): the newest point
+    received and the checkpoint's end, between which a point fetched now arrived late, and the late
+    figures of the slab's day so far."""
+
+    param_id: np.ndarray
+    newest: np.ndarray
+    high_water: np.ndarray
+    late_points: np.ndarray
+    late_ms: np.ndarray
+
+    @classmethod
+    def empty(cls) -> Known:
+        return cls(*(np.empty(0, np.int64) for _ in range(5)))
+
+    def _at(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not len(self.param_id):
+            return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+        at = np.minimum(np.searchsorted(self.param_id, ids), len(self.param_id) - 1)
+        return at, self.param_id[at] == ids
+
+    def late(self, pids: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Of fetched rows, how late each arrived at least (ms), or -1 when it is not late."""
+        at, found = self._at(pids)
+        late = found & (ts > self.newest[at]) & (ts < self.high_water[at])
+        return np.where(late, self.high_water[at] - ts, -1)
+
+    def prior(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The late points and longest delay (ms) the day held for each parameter before this run."""
+        at, found = self._at(ids)
+        return np.where(found, self.late_points[at], 0), np.where(found, self.late_ms[at], 0)
+
+
+def late_figures(
+    rows: pa.Table, ranges: Ranges, ids: np.ndarray, known: Known | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per parameter of `ids` (sorted): late points and their longest delay fetched now, and with the
+    day's earlier ones."""
+    new_points = np.zeros(len(ids), np.int64)
+    new_ms = np.zeros(len(ids), np.int64)
+    if known is None or not len(ids):
+        return new_points, new_ms, new_points, new_ms
+    fetched = ranges.mask(rows)
+    pids, ts = param_ids(rows)[fetched], ts_ms(rows, "ts")[fetched]
+    delay = known.late(pids, ts)
+    late = delay >= 0
+    if late.any():
+        group = np.searchsorted(ids, pids[late])
+        new_points = np.bincount(group, minlength=len(ids)).astype(np.int64)
+        np.maximum.at(new_ms, group, delay[late])
+    prior_points, prior_ms = known.prior(ids)
+    return new_points, new_ms, prior_points + new_points, np.maximum(prior_ms, new_ms)
+
+
 def day_rows(
-    rows: pa.Table, ranges: Ranges, params: dict[int, tuple[int, str]], source: str, window: tuple[int, int]
+    rows: pa.Table,
+    ranges: Ranges,
+    params: dict[int, tuple[int, str]],
+    source: str,
+    window: tuple[int, int],
+    late: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pa.Table:
     """The quality rows (QUALITY_SCHEMA, by param_id) of the parameters in `ranges`, whose every raw row
     of one UTC day is in `rows` (sorted by param_id, ts; rows of other parameters are ignored).
-    `params`: each parameter's object and kind; `window`: the run's [start, end)."""
+    `params`: each parameter's object and kind; `window`: the run's [start, end); `late`: each
+    parameter's late points and their longest delay (ms), in the order of its sorted ids."""
     ids = np.unique(ranges.param_id)
     n = len(ids)
     range_group = np.searchsorted(ids, ranges.param_id)
@@ -264,5 +330,11 @@ def day_rows(
         "last_ts": pa.array(last_ts, pa.int64(), mask=~has).cast(QUALITY_SCHEMA.field("last_ts").type),
         "period_seconds": pa.array(period / 1000, pa.float64(), mask=~known),
         "span_seconds": pa.array(span / 1000, pa.float64()),
+        "late_points": pa.array(late[0] if late is not None else np.zeros(n, np.int64), pa.int64()),
+        "late_seconds": pa.array(
+            late[1] / 1000 if late is not None else np.zeros(n),
+            pa.float64(),
+            mask=(late[0] == 0) if late is not None else np.ones(n, bool),
+        ),
     }
     return pa.table(columns, schema=QUALITY_SCHEMA)

@@ -16,12 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from etl.model import PARAM_KINDS, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Windows, batches
-from etl.quality.rows import day_rows
+from etl.quality.rows import Known, day_rows, late_figures
 from etl.sinks.base import SlabOutcome
 from etl.sinks.files import SlabWriter
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges, param_ids, ts_ms
+from etl.state.arrivals import LATE_FOLDS, Rows
 from etl.storage.files import Storage
 from etl.timeutil import DAY_MS
 
@@ -31,7 +32,9 @@ COMPACT_PARTS = 32
 class QualityTracker:
     """The observer of a raw slab's file rewrites: the quality rows of the parameters they write."""
 
-    def __init__(self, windows: Windows, source: str, window: tuple[int, int]) -> None:
+    def __init__(
+        self, windows: Windows, source: str, window: tuple[int, int], known: Known | None = None
+    ) -> None:
         order = np.argsort(windows.param_id, kind="stable")
         self._ids, self._objects, self._kinds = (
             windows.param_id[order],
@@ -40,12 +43,23 @@ class QualityTracker:
         )
         self.source = source
         self.window = window
+        self.known = known
         self.parts: list[pa.Table] = []  # compacted, then the latest small ones
         self._small = 0
+        self._late: list[Rows] = []  # late points fetched now, per (parameter, day)
 
     def __call__(self, rows: pa.Table, ranges: Ranges) -> None:
         if len(ranges):
-            self.parts.append(day_rows(rows, ranges, self._params(ranges.param_id), self.source, self.window))
+            ids = np.unique(ranges.param_id)
+            new_points, new_ms, points, ms = late_figures(rows, ranges, ids, self.known)
+            late = new_points > 0
+            if late.any():
+                day = int(ranges.start[0]) // DAY_MS * DAY_MS
+                self._late.append(
+                    Rows(ids[late], np.full(int(late.sum()), day), (new_points[late], new_ms[late]))
+                )
+            params = self._params(ranges.param_id)
+            self.parts.append(day_rows(rows, ranges, params, self.source, self.window, (points, ms)))
             self._small += 1
             if self._small == COMPACT_PARTS:  # one table, not dozens of small ones with their own buffers
                 self.parts[-COMPACT_PARTS:] = [pa.concat_tables(self.parts[-COMPACT_PARTS:]).combine_chunks()]
@@ -84,6 +98,13 @@ class QualityTracker:
     @property
     def rows(self) -> int:
         return sum(p.num_rows for p in self.parts)
+
+    def late(self) -> Rows:
+        """The late points fetched now and their longest delay, per (parameter, day)."""
+        out = Rows.empty(2)
+        for rows in self._late:
+            out = out.merged(rows, LATE_FOLDS)
+        return out
 
     @property
     def lowest_completeness(self) -> float | None:
@@ -125,7 +146,13 @@ class QualitySlabWriter(SlabWriter):
         except BaseException:
             self.quality.abort()
             raise
-        return SlabOutcome(outcome.points, outcome.files, self.tracker.rows, self.tracker.lowest_completeness)
+        return SlabOutcome(
+            outcome.points,
+            outcome.files,
+            self.tracker.rows,
+            self.tracker.lowest_completeness,
+            late=self.tracker.late(),
+        )
 
     def abort(self) -> None:
         super().abort()

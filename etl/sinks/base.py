@@ -17,6 +17,7 @@ import pyarrow as pa
 from etl.model import Windows
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges
+from etl.state.arrivals import Rows
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class SlabOutcome:
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset (raw slabs)
     lowest_completeness: float | None = None  # among them
     staged: Staged | None = None  # lake tables: the rows, for the run's committer
+    late: Rows | None = None  # raw slabs: the points that came late, per (parameter, day)
 
 
 class SlabSink(Protocol):
@@ -77,3 +79,7 @@ class QualityRows(Protocol):
 
     @property
     def lowest_completeness(self) -> float | None: ...
+
+    def late(self) -> Rows:
+        """The points that came late, per (parameter, day)."""
+        ...

@@ -11,6 +11,7 @@ import pytest
 from etl.errors import StorageError
 from etl.model import ParamKind, Series, Window, Windows
 from etl.pipeline.group_commit import GroupCommit
+from etl.state.arrivals import Arrivals
 
 
 def _windows(param_id: int) -> Windows:
@@ -24,7 +25,7 @@ class _Store:
         self.go = threading.Event()
         self.fail_on = fail_on
 
-    def commit(self, *windows: Windows) -> None:
+    def commit(self, *windows: Windows, arrivals: Arrivals | None = None) -> None:
         self.calls.append([int(w.param_id[0]) for w in windows])
         if len(self.calls) == 1:
             self.first.set()
@@ -35,9 +36,9 @@ class _Store:
 
 async def _slabs(store: _Store, count: int) -> list[BaseException | None]:
     group = GroupCommit(store)  # type: ignore[arg-type]
-    first = asyncio.ensure_future(group.commit(_windows(1)))
+    first = asyncio.ensure_future(group.commit(_windows(1), Arrivals()))
     await asyncio.to_thread(store.first.wait, 10)
-    rest = [asyncio.ensure_future(group.commit(_windows(p))) for p in range(2, count + 1)]
+    rest = [asyncio.ensure_future(group.commit(_windows(p), Arrivals())) for p in range(2, count + 1)]
     await asyncio.sleep(0.05)  # every other slab is waiting
     store.go.set()
     return await asyncio.gather(first, *rest, return_exceptions=True)

@@ -32,6 +32,7 @@ from etl.sinks.base import Staged
 from etl.sinks.lake import Lake
 from etl.sinks.lake.common import Replace
 from etl.state import StateStore
+from etl.state.arrivals import Arrivals
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Landed:
 @dataclass
 class _Queue:
     table: str
-    pending: list[tuple[Staged, asyncio.Future]] = field(default_factory=list)
+    pending: list[tuple[Staged, Arrivals, asyncio.Future]] = field(default_factory=list)
     nbytes: int = 0
     expected: int = 0  # slabs the run plans for the table (0: unknown)
     submitted: int = 0
@@ -81,11 +82,12 @@ class Committer:
         while the other tables' slabs are still fetched (the run's tail holds only the last table's)."""
         self._queues.setdefault(table, _Queue(table)).expected = slabs
 
-    async def submit(self, staged: Staged) -> Landed:
-        """Add a slab's rows to its table's group; returns once the group is committed and checkpointed."""
+    async def submit(self, staged: Staged, arrivals: Arrivals) -> Landed:
+        """Add a slab's rows and what arrived in them to its table's group; returns once the group is
+        committed and checkpointed."""
         queue = self._queues.setdefault(staged.table, _Queue(staged.table))
         done: asyncio.Future = asyncio.get_running_loop().create_future()
-        queue.pending.append((staged, done))
+        queue.pending.append((staged, arrivals, done))
         queue.nbytes += staged.nbytes
         queue.submitted += 1
         last = 0 < queue.expected <= queue.submitted
@@ -109,7 +111,7 @@ class Committer:
         for queue in self._queues.values():
             if queue.timer is not None:
                 queue.timer.cancel()
-            for staged, done in queue.pending:
+            for staged, _, done in queue.pending:
                 _remove(staged)
                 if not done.done():
                     done.cancel()
@@ -126,23 +128,30 @@ class Committer:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def _commit(self, queue: _Queue, group: list[tuple[Staged, asyncio.Future]]) -> None:
-        parts = [staged for staged, _ in group]
+    async def _commit(self, queue: _Queue, group: list[tuple[Staged, Arrivals, asyncio.Future]]) -> None:
+        parts = [staged for staged, _, _ in group]
+        arrivals = Arrivals()
+        for _, part, _ in group:
+            arrivals.merge(part)
         try:
             async with queue.lock:  # commits of a table in order; its state segment before its next commit
                 windows = Windows.concat(Series(queue.table), [p.windows for p in parts])
-                version, files = await asyncio.to_thread(self._commit_group, queue.table, parts, windows)
+                version, files = await asyncio.to_thread(
+                    self._commit_group, queue.table, parts, windows, arrivals
+                )
                 async with self._state:
-                    await asyncio.to_thread(partial(self.store.commit, windows, mark=(queue.table, version)))
+                    await asyncio.to_thread(
+                        partial(self.store.commit, windows, mark=(queue.table, version), arrivals=arrivals)
+                    )
             landed = Landed(queue.table, version, files, len(parts))
             self.commits += 1
             if self.on_commit is not None:
                 self.on_commit(landed)
-            for _, done in group:
+            for _, _, done in group:
                 if not done.done():
                     done.set_result(landed)
         except BaseException as exc:
-            for _, done in group:
+            for _, _, done in group:
                 if not done.done():
                     done.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
             if not isinstance(exc, Exception):
@@ -151,7 +160,9 @@ class Committer:
             for staged in parts:
                 _remove(staged)
 
-    def _commit_group(self, name: str, parts: list[Staged], windows: Windows) -> tuple[int, list[str]]:
+    def _commit_group(
+        self, name: str, parts: list[Staged], windows: Windows, arrivals: Arrivals
+    ) -> tuple[int, list[str]]:
         """In a thread: the group's rows with its checkpoint, in one commit; for the raw table, the
         quality rows first (their commit runs while the raw files are written, and the raw commit
         becomes visible only after it)."""
@@ -179,7 +190,7 @@ class Committer:
             files = [f for p in parts for f in p.files]
             try:
                 committed = table.commit(
-                    rows, Replace.of(windows), (self.app, self.run, windows), files, ready
+                    rows, Replace.of(windows), (self.app, self.run, windows), files, ready, arrivals
                 )
             finally:
                 if ready is not None:  # the quality commit is over whatever happened to ours

@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from etl.model import Windows
-from etl.state.store import segment, windows_of
+from etl.state.arrivals import Arrivals
+from etl.state.store import arrivals_of, segment, windows_of
 from etl.timeutil import DAY_MS
 
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
@@ -50,11 +51,13 @@ class Checkpoint:
     version: int  # 1, 2, ... per (table, app): the state log records the last one it holds
     run: str
     windows: Windows
+    arrivals: Arrivals | None = None  # what arrived in the windows
 
     def properties(self) -> dict[str, str]:
-        """Commit metadata (Delta) or snapshot summary properties (Iceberg): strings only. The windows are
-        the state log segment, compressed: a group's parameter ids mostly share a few (start, end)."""
-        packed = base64.b64encode(zlib.compress(segment(self.windows), 6)).decode()
+        """Commit metadata (Delta) or snapshot summary properties (Iceberg): strings only. The windows and
+        what arrived in them are the state log segment, compressed: a group's parameter ids mostly share a
+        few (start, end)."""
+        packed = base64.b64encode(zlib.compress(segment(self.windows, arrivals=self.arrivals), 6)).decode()
         return {APP: self.app, VERSION: str(self.version), RUN: self.run, WINDOWS: packed}
 
     @classmethod
@@ -62,8 +65,14 @@ class Checkpoint:
         """From a commit's metadata; None for a commit that is not an etl slab's (compaction, others)."""
         if APP not in properties or WINDOWS not in properties:
             return None
-        windows = windows_of(zlib.decompress(base64.b64decode(properties[WINDOWS])))
-        return cls(str(properties[APP]), int(properties[VERSION]), str(properties.get(RUN, "")), windows)
+        data = zlib.decompress(base64.b64decode(properties[WINDOWS]))
+        return cls(
+            str(properties[APP]),
+            int(properties[VERSION]),
+            str(properties.get(RUN, "")),
+            windows_of(data),
+            arrivals_of(data),
+        )
 
 
 @dataclass(frozen=True)
@@ -314,9 +323,11 @@ class LakeTable(ABC):
         checkpoint: tuple[str, str, Windows] | None = None,
         files: Sequence[Any] = (),
         ready: Callable[[], object] | None = None,
+        arrivals: Arrivals | None = None,
     ) -> Committed:
-        """One commit; with a checkpoint (app, run, windows) it gets the app's next version. `ready`:
-        waited for just before the commit becomes visible (its files may be written meanwhile)."""
+        """One commit; with a checkpoint (app, run, windows) it gets the app's next version, and carries
+        `arrivals`. `ready`: waited for just before the commit becomes visible (its files may be written
+        meanwhile)."""
         with table_lock(self.uri):
             if checkpoint is None:
                 return Committed(None, self._commit(rows, files, replace, None, ready))
@@ -324,7 +335,9 @@ class LakeTable(ABC):
             if app not in self._version:
                 self._version[app] = self.latest(app) if self.exists() else 0
             version = self._version[app] + 1
-            added = self._commit(rows, files, replace, Checkpoint(app, version, run, windows), ready)
+            added = self._commit(
+                rows, files, replace, Checkpoint(app, version, run, windows, arrivals), ready
+            )
             self._version[app] = version
             return Committed(version, added)
 

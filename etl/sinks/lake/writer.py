@@ -107,6 +107,7 @@ class LakeSlabWriter:
                 tracker.rows if tracker else 0,
                 tracker.lowest_completeness if tracker else None,
                 staged,
+                tracker.late() if tracker else None,
             )
         except BaseException:
             self.abort()
@@ -163,7 +164,9 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
             continue
         found = table.history(app, mark)
         for checkpoint in found:
-            store.commit(checkpoint.windows, mark=(table.name, checkpoint.version))
+            store.commit(
+                checkpoint.windows, mark=(table.name, checkpoint.version), arrivals=checkpoint.arrivals
+            )
             coverage.add(checkpoint.windows)
             recovered += 1
         missing = latest - mark - len(found)

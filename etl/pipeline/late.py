@@ -1,0 +1,315 @@
+"""Late and revised data: what a run reads again, besides the new time, so that points that reach the
+platform late land too (docs/late-data.md).
+
+A parameter's points reach the platform in the order of their stamps, some of them late: a slow link, a
+calculation that waits for its inputs, a controller that was offline and uploads its backlog at once.
+So each (parameter, series) is read again from the newest row received (`state.Arrivals.newest`; just
+after it for raw points, from its half-hour for averages and candles, whose last bucket may still
+change) up to its checkpoint, at most `window.late_max` back. A punctual parameter's newest row is
+close to its checkpoint: reading from it costs no request more than the new time does.
+
+- A tail that starts on the checkpoint's UTC day or the day before joins the run's windows as it is.
+- A longer one (a parameter quiet for days) is probed first: one request for its 30-minute averages
+  over the tail, whose buckets say where points have arrived since; only those spans are read, so a
+  quiet parameter costs one small request a run, whatever `late_max`.
+- Calculated parameters are probed over the last `window.revisions` too: each block of that time holds a
+  fingerprint of its averages up to where all their raw points had arrived (`prints`); a block whose
+  averages changed since was revised, and is read again in every series.
+
+A run's probes go out before its slabs are planned. Their findings are work for the plan, and figures
+for the summary: parameters quiet past a day, past `late_max`, and blocks revised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from etl.client import MonitoringClient
+from etl.errors import EtlError
+from etl.model import PARAM_KINDS, ParamKind, Series, Window, union
+from etl.pipeline.clean import clean
+from etl.pipeline.counts import Counts
+from etl.pipeline.fetch import fetch_window
+from etl.state.arrivals import NONE, Arrivals, Rows
+from etl.state.coverage import Coverage
+from etl.timeutil import DAY_MS, MINUTE_MS
+
+log = logging.getLogger(__name__)
+
+BUCKET_MS = 30 * MINUTE_MS  # the platform's averages and candles
+Work = tuple[np.ndarray, np.ndarray, np.ndarray]  # (param_id, start, end)
+_EMPTY = np.empty(0, np.int64)
+_NO_WORK: Work = (_EMPTY, _EMPTY, _EMPTY)
+
+
+@dataclass(frozen=True)
+class LateOptions:
+    start: int  # the run's window: nothing is read before its start...
+    end: int  # ...nor after its end
+    now: int  # the server's clock (less the horizon's margin): late_max and revisions reach back from it
+    late_max: int  # 0: no tail is read
+    revisions: int  # 0: no revision is looked for
+    series: tuple[Series, ...]
+    max_points: int = 10_000
+
+
+def block_of(revisions: int) -> int:
+    """The length of the blocks a revision fingerprint covers: a quarter of `window.revisions` (so a
+    revised block is read again rather than the whole span), in whole half-hours, at least an hour."""
+    return max(2 * BUCKET_MS, revisions // 4 // BUCKET_MS * BUCKET_MS)
+
+
+def tails(
+    coverage: Coverage, arrivals: Arrivals, series: Series, ids: np.ndarray, options: LateOptions
+) -> tuple[Work, Work]:
+    """(short, long) tails of a series: from just after each parameter's newest row to its checkpoint's
+    end, cut at `late_max` before the server's clock and at the run's start. Short ones start on the checkpoint's
+    day or the day before; long ones are probed first."""
+    if not options.late_max or not len(ids):
+        return _NO_WORK, _NO_WORK
+    hw = coverage.high_waters(series, ids)
+    hw = np.where(hw == NONE, NONE, np.minimum(hw, options.end))
+    newest = arrivals.newest_of(series, ids)
+    # Raw: the newest point came already; aggregates: its half-hour may still change.
+    after = newest + 1 if series is Series.RAW else newest // BUCKET_MS * BUCKET_MS
+    lo = np.maximum(np.where(newest == NONE, NONE, after), max(options.start, options.now - options.late_max))
+    has = (hw != NONE) & (lo < hw)
+    short = lo >= (hw - 1) // DAY_MS * DAY_MS - DAY_MS
+    pick_s, pick_l = has & short, has & ~short
+    return (ids[pick_s], lo[pick_s], hw[pick_s]), (ids[pick_l], lo[pick_l], hw[pick_l])
+
+
+@dataclass
+class Probe:
+    """What a run asks of the averages before it plans, per parameter."""
+
+    param_id: np.ndarray
+    kind: np.ndarray  # positions in PARAM_KINDS
+    start: np.ndarray
+    end: np.ndarray
+
+
+@dataclass
+class Findings:
+    """What the probes found: work for the plan, figures for the summary, prints to keep."""
+
+    work: dict[Series, Work] = field(default_factory=dict)
+    quiet: int = 0  # parameters whose raw tail was long enough to be probed
+    beyond: int = 0  # parameters quiet for longer than late_max
+    revised: int = 0  # blocks whose averages changed since they were read
+    probes: int = 0
+    failed: int = 0  # probes that failed (their parameters' tails are read whole instead)
+    buckets: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # for prints
+
+
+def _work(parts: list[Work]) -> Work:
+    if not parts:
+        return _NO_WORK
+    return union(*(np.concatenate([p[i] for p in parts]).astype(np.int64) for i in range(3)))
+
+
+def plan_probes(
+    coverage: Coverage,
+    arrivals: Arrivals,
+    ids: np.ndarray,
+    kinds: np.ndarray,
+    options: LateOptions,
+) -> tuple[dict[Series, Work], dict[Series, Work], Probe]:
+    """The short tails (work as they are), the long ones, and the probes to send."""
+    short, long = {}, {}
+    for series in options.series:
+        short[series], long[series] = tails(coverage, arrivals, series, ids, options)
+    spans: list[Work] = [long[s] for s in options.series]
+    if options.revisions:
+        calculated = ids[kinds == PARAM_KINDS.index(ParamKind.CALCULATED)]
+        block = block_of(options.revisions)
+        first = max(options.start, options.now - options.revisions) // block * block
+        if first < options.end and len(calculated):
+            n = len(calculated)
+            spans.append((calculated, np.full(n, max(first, options.start)), np.full(n, options.end)))
+    pid, start, end = (np.concatenate([s[i] for s in spans]) if spans else _EMPTY for i in range(3))
+    if not len(pid):
+        return short, long, Probe(_EMPTY, np.empty(0, np.int8), _EMPTY, _EMPTY)
+    # One request a parameter: from its earliest need to its latest.
+    order = np.lexsort((start, pid))
+    pid, start, end = pid[order], start[order], end[order]
+    heads = np.flatnonzero(np.r_[True, pid[1:] != pid[:-1]])
+    p = pid[heads]
+    kind = kinds[np.searchsorted(ids, p)]
+    return (
+        short,
+        long,
+        Probe(p, kind, np.minimum.reduceat(start, heads), np.maximum.reduceat(end, heads)),
+    )
+
+
+def hashes(ts: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each (bucket, average) pair: a block's fingerprint is the sum of its buckets'."""
+    x = ts.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    x ^= np.ascontiguousarray(values, np.float64).view(np.uint64)
+    x ^= x >> np.uint64(31)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(29)
+    return x
+
+
+def fingerprint(buckets: tuple[np.ndarray, np.ndarray], lo: int, hi: int) -> int:
+    """The fingerprint of the averages with bucket starts in [lo, hi), as a signed 64-bit int."""
+    ts, h = buckets
+    a, b = np.searchsorted(ts, [lo, hi])
+    return int(np.sum(h[a:b], dtype=np.uint64).astype(np.int64))
+
+
+def revised_blocks(
+    prints: Rows,
+    param_id: int,
+    buckets: tuple[np.ndarray, np.ndarray],
+    block: int,
+    since: int,
+    newest: int,
+) -> tuple[list[tuple[int, int]], int]:
+    """The spans to read again of the parameter's prints from `since` (where the probe began) whose
+    averages changed, and how many of them were revised blocks. A block's print covers its settled
+    half-hours; the half-hour of the newest point has a print of its own (at its start + 1 ms), whose
+    change may be points that came late after that point: only the part up to it (`newest`, the newest
+    point received) is read again, the rest is the tail's."""
+    a, b = np.searchsorted(prints.param_id, [param_id, param_id + 1])
+    spans: list[tuple[int, int]] = []
+    revised = 0
+    for at, cutoff, kept in zip(
+        prints.at[a:b].tolist(), prints.values[0][a:b].tolist(), prints.values[1][a:b].tolist(), strict=True
+    ):
+        edge = at % BUCKET_MS == 1
+        lo = at - 1 if edge else at
+        hi = cutoff if edge else min(at + block, cutoff)
+        if lo < since or fingerprint(buckets, lo, hi) == kept:
+            continue
+        if edge:
+            if newest >= lo:
+                spans.append((lo, min(hi, newest + 1)))
+        else:
+            spans.append((lo, hi))
+            revised += 1
+    return spans, revised
+
+
+def new_prints(
+    buckets: dict[int, tuple[np.ndarray, np.ndarray]],
+    newest: dict[int, int],
+    block: int,
+    since: int,
+    end: int,
+) -> Rows:
+    """Prints of each probed calculated parameter's averages from `since`: one per block up to the
+    half-hour of its newest point (`newest`: the newest raw point received, all earlier half-hours are
+    complete), and one of that half-hour (at its start + 1 ms)."""
+    pids, ats, cutoffs, prints = [], [], [], []
+    for pid, b in buckets.items():
+        last = newest.get(pid)
+        if last is None or last < since:
+            continue
+        settled = min(last // BUCKET_MS * BUCKET_MS, end)
+        for at in range(since // block * block, settled, block):
+            pids.append(pid)
+            ats.append(at)
+            cutoffs.append(settled)
+            prints.append(fingerprint(b, at, min(at + block, settled)))
+        if settled < end:
+            pids.append(pid)
+            ats.append(settled + 1)
+            cutoffs.append(settled + BUCKET_MS)
+            prints.append(fingerprint(b, settled, settled + BUCKET_MS))
+    return Rows(
+        np.array(pids, np.int64),
+        np.array(ats, np.int64),
+        (np.array(cutoffs, np.int64), np.array(prints, np.int64)),
+    )
+
+
+def _spans_with_data(bucket_ts: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The parts of [lo, hi) whose half-hours the probe's buckets say hold points."""
+    spans = [(max(b, lo), min(b + BUCKET_MS, hi)) for b in bucket_ts.tolist()]
+    return [(a, b) for a, b in spans if a < b]
+
+
+async def probe(
+    client: MonitoringClient,
+    coverage: Coverage,
+    arrivals: Arrivals,
+    ids: np.ndarray,
+    kinds: np.ndarray,
+    options: LateOptions,
+    counts: Counts,
+) -> Findings:
+    """Send the run's probes (through the client's own limits) and turn the answers into work."""
+    short, long, probes = plan_probes(coverage, arrivals, ids, kinds, options)
+    findings = Findings()
+    extra: dict[Series, list[Work]] = {s: [short[s]] for s in options.series}
+    raw_long = long.get(Series.RAW, _NO_WORK)
+    findings.quiet = len(np.unique(raw_long[0]))
+    findings.beyond = int(
+        np.count_nonzero(
+            (arrivals.newest_of(Series.RAW, raw_long[0]) < options.now - options.late_max)
+            if options.late_max
+            else np.zeros(0, bool)
+        )
+    )
+    block = block_of(options.revisions) if options.revisions else 0
+
+    async def one(i: int) -> tuple[int, tuple[np.ndarray, np.ndarray] | None]:
+        pid = int(probes.param_id[i])
+        window = Window(
+            pid,
+            0,
+            PARAM_KINDS[int(probes.kind[i])],
+            Series.AVERAGE,
+            int(probes.start[i]) // BUCKET_MS * BUCKET_MS,
+            int(probes.end[i]),
+        )
+        try:
+            data = clean(window, await fetch_window(client, window, options.max_points, counts), counts)
+        except EtlError as exc:
+            if exc.fatal:
+                raise
+            log.debug("probe of %s failed: %s", window.describe(), exc)
+            return pid, None
+        return pid, (data.ts, hashes(data.ts, data.values["value"]))
+
+    answers = await asyncio.gather(*(one(i) for i in range(len(probes.param_id))))
+    findings.probes = len(answers)
+    calculated = PARAM_KINDS.index(ParamKind.CALCULATED)
+    for i, (pid, buckets) in enumerate(answers):
+        for series in options.series:
+            tails_of = long[series]
+            a, b = np.searchsorted(tails_of[0], [pid, pid + 1])
+            for lo, hi in zip(tails_of[1][a:b].tolist(), tails_of[2][a:b].tolist(), strict=True):
+                if buckets is None:  # the probe failed: read the tail whole
+                    extra[series].append((np.array([pid]), np.array([lo]), np.array([hi])))
+                    continue
+                spans = _spans_with_data(buckets[0], lo, hi)
+                if spans:
+                    extra[series].append(
+                        (
+                            np.full(len(spans), pid),
+                            np.array([s for s, _ in spans]),
+                            np.array([e for _, e in spans]),
+                        )
+                    )
+        if buckets is None:
+            findings.failed += 1
+            continue
+        if block and int(probes.kind[i]) == calculated:
+            findings.buckets[pid] = buckets
+            since = int(probes.start[i]) // BUCKET_MS * BUCKET_MS
+            newest = int(arrivals.newest_of(Series.RAW, np.array([pid]))[0])
+            spans, revised = revised_blocks(arrivals.prints, pid, buckets, block, since, newest)
+            findings.revised += revised
+            for lo, hi in spans:
+                for series in options.series:
+                    extra[series].append((np.array([pid]), np.array([lo]), np.array([hi])))
+    findings.work = {s: _work([w for w in parts if len(w[0])]) for s, parts in extra.items()}
+    return findings
