@@ -9,7 +9,9 @@ tables are there), so a report holds a few numbers per parameter, and day by day
   dataset holds);
 - flatlines: parameter-days whose longest run of one value lasts `flatline_after` or more (signal
   parameters hold a value by nature and are left out);
-- below: parameters whose completeness is under `fail_under` (`etl report --fail-under`, exit 9).
+- below: parameters whose completeness is under `fail_under` (`etl report --fail-under`, exit 9);
+- late: parameters whose points reached the platform after a run had read past their stamps, by how
+  late the latest of them came (at least).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class Report:
     flatline_count: int = 0
     below: list[dict] = field(default_factory=list)
     below_count: int = 0
+    late: list[dict] = field(default_factory=list)  # the parameters whose points came latest
+    late_count: int = 0  # parameters with points that reached the platform late
+    late_points: int = 0
     generated: int = field(default_factory=now_ms)
 
     def as_dict(self) -> dict:
@@ -87,6 +92,9 @@ class Report:
             "flatline_count": self.flatline_count,
             "below": self.below,
             "below_count": self.below_count,
+            "late": self.late,
+            "late_count": self.late_count,
+            "late_points": self.late_points,
             "heatmap": self.heatmap,
         }
 
@@ -157,7 +165,9 @@ def build(config: Config, options: ReportOptions) -> Report:
                case when sum(expected_points) > 0 then least(1.0, sum(points) / sum(expected_points))
                     when sum(points) = 0 then 0.0 end as completeness,
                max(longest_gap_seconds) as longest_gap_seconds, max(flatline_seconds) as flatline_seconds,
-               max(last_ts) as last_ts, median(period_seconds) as period_seconds
+               max(last_ts) as last_ts, median(period_seconds) as period_seconds,
+               sum(late_points) as late_points, max(late_seconds) as late_seconds,
+               count(*) filter (where late_points > 0) as late_days
         from rows_ group by object_id, param_id
     """)
     totals = _one(
@@ -224,6 +234,20 @@ def build(config: Config, options: ReportOptions) -> Report:
         )
     ]
 
+    report.late_count, report.late_points = (
+        int(v or 0)
+        for v in _one(con, "select count(*), sum(late_points) from per_param where late_points > 0")
+    )
+    report.late = [
+        _plain(r)
+        for r in _rows(
+            con.sql(
+                "select * from per_param where late_points > 0 "
+                f"order by late_seconds desc, late_points desc, object_id, param_id limit {int(options.top)}"
+            )
+        )
+    ]
+
     if options.fail_under is not None:
         below = f"completeness < {float(options.fail_under)}"
         report.below_count = _one(con, f"select count(*) from per_param where {below}")[0]
@@ -259,6 +283,8 @@ def text(report: Report) -> str:
         f"  stale       {report.stale_count} (no point in the {duration_text(options.stale_after / 1000)} before "
         f"{iso(report.end)})    flatlines {report.flatline_count} (one value for "
         f"{duration_text(options.flatline_after / 1000)} or more)",
+        f"  late        {report.late_points:,} point(s) of {report.late_count} parameter(s) reached the platform "
+        "after a run had read past them",
     ]
     if options.fail_under is not None:
         lines.append(
@@ -291,6 +317,21 @@ def text(report: Report) -> str:
                     ("id", lambda r: str(r["param_id"])),
                     ("silent for", lambda r: duration_text(r["silent_seconds"]) or "the whole span"),
                     ("last point", lambda r: r["last_ts"] or "none"),
+                ],
+            )
+        )
+    if report.late:
+        lines.append("")
+        lines.append(f"late parameters ({report.late_count}), latest first:")
+        lines.extend(
+            _table(
+                report.late,
+                [
+                    ("parameter", label),
+                    ("id", lambda r: str(r["param_id"])),
+                    ("late points", lambda r: f"{r['late_points']:,}"),
+                    ("days", lambda r: str(r["late_days"])),
+                    ("the latest at least", lambda r: duration_text(r["late_seconds"])),
                 ],
             )
         )

@@ -192,6 +192,7 @@ def render(report: Report) -> str:
         ("points", f"{report.points:,} of {report.expected_points:,}", False),
         ("stale", f"{report.stale_count:,}", report.stale_count > 0),
         ("flatlines", f"{report.flatline_count:,}", report.flatline_count > 0),
+        ("late points", f"{report.late_points:,}", False),
     ]
     if options.fail_under is not None:
         cards.append(
@@ -244,6 +245,17 @@ def render(report: Report) -> str:
             ("points that day", lambda r: f"{r['points']:,}", _num("points")),
         ],
     )
+    late = _table(
+        "late",
+        report.late,
+        [
+            parameter,
+            ident,
+            ("late points", lambda r: f"{r['late_points']:,}", _num("late_points")),
+            ("days", lambda r: r["late_days"], _num("late_days")),
+            ("the latest at least", lambda r: duration_text(r["late_seconds"]), _num("late_seconds")),
+        ],
+    )
     shown = len(report.heatmap)
     more = f" (the {shown} least complete of {report.parameters:,})" if report.parameters > shown else ""
     return f"""<!DOCTYPE html>
@@ -273,6 +285,11 @@ report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}<
 <p class="muted">No point in the {escape(duration_text(options.stale_after / 1000))} before the report's end.</p>
 {stale}
 
+<h2>Late parameters ({report.late_count:,})</h2>
+<p class="muted">Points that reached the platform after a run had read past their stamps (fetched by a later
+run), the latest first.</p>
+{late}
+
 <h2>Flatlines ({report.flatline_count:,})</h2>
 <p class="muted">One value for {escape(duration_text(options.flatline_after / 1000))} or more in a day
 (signal parameters, which hold a value by nature, are left out).</p>
@@ -285,6 +302,8 @@ report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}<
 <dt>period</dt><dd>the median spacing of a day's points, refined by the mean of the spacings near it</dd>
 <dt>longest gap</dt><dd>the longest time without a point in a day, its edges included</dd>
 <dt>flatline</dt><dd>the longest run of consecutive points with one value</dd>
+<dt>late</dt><dd>at least the time from a point's stamp to the end of the last run that read past it
+without it</dd>
 </dl>
 <p class="muted">Heatmap rows: at most {HEATMAP_ROWS}; tables: the {options.top} first. Everything is in the
 <code>quality</code> view of <code>etl query</code>.</p>

@@ -163,7 +163,7 @@ def render(found: Findings, choices: Choices) -> str:
         f"  start: {iso(choices.start())[:19]}Z  # the first run fetches from here; later runs continue "
         "from the checkpoints",
         "  end: now",
-        "  overlap: 1h  # re-read this much before each high-water mark, for points that come late",
+        "  late_max: 7d  # points that reach the platform late are fetched up to this long after their stamps",
         "extract:",
         f"  concurrency: {found.suggested_concurrency}  # requests in flight; the median answer took "
         f"{found.latency_ms} ms",

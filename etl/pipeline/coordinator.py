@@ -363,12 +363,16 @@ class Coordinator:
             client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts
         )
         figures = self.summary.late
-        figures.quiet, figures.past_late_max = findings.quiet, findings.beyond
+        figures.quiet, figures.past_late_max, figures.backlog = (
+            findings.quiet,
+            findings.beyond,
+            findings.backlog,
+        )
         figures.revised, figures.probes = findings.revised, findings.probes
         if findings.beyond:
-            log.warning(
-                "%d parameter(s) quiet for longer than window.late_max (%s): points they upload for times "
-                "before %s are not fetched (etl state reset --param ID --from TIME fetches them)",
+            log.info(
+                "%d parameter(s) quiet for longer than window.late_max (%s): what they upload for times before "
+                "%s is looked for once they send again",
                 findings.beyond,
                 duration_text(window.late_max / 1000),
                 iso(now - window.late_max),

@@ -36,7 +36,7 @@ from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.state.arrivals import NONE, Arrivals, Rows
 from etl.state.coverage import Coverage
-from etl.timeutil import DAY_MS, MINUTE_MS
+from etl.timeutil import DAY_MS, MINUTE_MS, iso
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,9 @@ def tails(
     after = newest + 1 if series is Series.RAW else newest // BUCKET_MS * BUCKET_MS
     lo = np.maximum(np.where(newest == NONE, NONE, after), max(options.start, options.now - options.late_max))
     has = (hw != NONE) & (lo < hw)
-    short = lo >= (hw - 1) // DAY_MS * DAY_MS - DAY_MS
+    # Quiet for longer than late_max: probed, so that its coming back is seen (and what it brings older).
+    beyond = newest < options.now - options.late_max
+    short = (lo >= (hw - 1) // DAY_MS * DAY_MS - DAY_MS) & ~beyond
     pick_s, pick_l = has & short, has & ~short
     return (ids[pick_s], lo[pick_s], hw[pick_s]), (ids[pick_l], lo[pick_l], hw[pick_l])
 
@@ -100,6 +102,7 @@ class Findings:
     work: dict[Series, Work] = field(default_factory=dict)
     quiet: int = 0  # parameters whose raw tail was long enough to be probed
     beyond: int = 0  # parameters quiet for longer than late_max
+    backlog: int = 0  # of those, parameters back with points older than late_max (fetched)
     revised: int = 0  # blocks whose averages changed since they were read
     probes: int = 0
     failed: int = 0  # probes that failed (their parameters' tails are read whole instead)
@@ -231,9 +234,50 @@ def new_prints(
 
 
 def _spans_with_data(bucket_ts: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
-    """The parts of [lo, hi) whose half-hours the probe's buckets say hold points."""
-    spans = [(max(b, lo), min(b + BUCKET_MS, hi)) for b in bucket_ts.tolist()]
-    return [(a, b) for a, b in spans if a < b]
+    """The part of [lo, hi) from the first to the last half-hour the probe's buckets say hold points (the
+    time between costs no request more). The half-hour `lo` is in (a raw tail starts just after its
+    newest point, which that half-hour's average holds) counts only when a later one holds points too:
+    a point that came late after the newest in its half-hour is read once the parameter sends anything
+    later."""
+    starts = bucket_ts[(bucket_ts + BUCKET_MS > lo) & (bucket_ts < hi)]
+    if not len(starts) or (len(starts) == 1 and starts[0] <= lo):
+        return []
+    return [(max(int(starts[0]), lo), min(int(starts[-1]) + BUCKET_MS, hi))]
+
+
+class _Averages:
+    """A run's probes: each one request for a parameter's averages over a span, through the client's
+    limits; a probe that fails is None (its parameter's tails are then read whole)."""
+
+    def __init__(self, client: MonitoringClient, options: LateOptions, counts: Counts) -> None:
+        self.client, self.options, self.counts = client, options, counts
+        self.sent = 0
+
+    async def many(self, asks: list[tuple[int, int, int, int]]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """(param_id, kind, start, end) each: the bucket starts and their hashes."""
+        self.sent += len(asks)
+        return list(await asyncio.gather(*(self._one(*ask) for ask in asks)))
+
+    async def _one(self, pid: int, kind: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+        window = Window(pid, 0, PARAM_KINDS[kind], Series.AVERAGE, start // BUCKET_MS * BUCKET_MS, end)
+        try:
+            answer = await fetch_window(self.client, window, self.options.max_points, self.counts)
+            data = clean(window, answer, self.counts)
+        except EtlError as exc:
+            if exc.fatal:
+                raise
+            log.debug("probe of %s failed: %s", window.describe(), exc)
+            return None
+        return data.ts, hashes(data.ts, data.values["value"])
+
+
+def _add_spans(
+    extra: dict[Series, list[Work]], pid: int, spans: list[tuple[int, int]], series: list[Series]
+) -> None:
+    if spans:
+        work = (np.full(len(spans), pid), np.array([a for a, _ in spans]), np.array([b for _, b in spans]))
+        for s in series:
+            extra[s].append(work)
 
 
 async def probe(
@@ -249,67 +293,54 @@ async def probe(
     short, long, probes = plan_probes(coverage, arrivals, ids, kinds, options)
     findings = Findings()
     extra: dict[Series, list[Work]] = {s: [short[s]] for s in options.series}
-    raw_long = long.get(Series.RAW, _NO_WORK)
-    findings.quiet = len(np.unique(raw_long[0]))
-    findings.beyond = int(
-        np.count_nonzero(
-            (arrivals.newest_of(Series.RAW, raw_long[0]) < options.now - options.late_max)
-            if options.late_max
-            else np.zeros(0, bool)
-        )
+    averages = _Averages(client, options, counts)
+    answers = await averages.many(
+        [
+            (int(p), int(k), int(a), int(b))
+            for p, k, a, b in zip(probes.param_id, probes.kind, probes.start, probes.end, strict=True)
+        ]
     )
     block = block_of(options.revisions) if options.revisions else 0
-
-    async def one(i: int) -> tuple[int, tuple[np.ndarray, np.ndarray] | None]:
-        pid = int(probes.param_id[i])
-        window = Window(
-            pid,
-            0,
-            PARAM_KINDS[int(probes.kind[i])],
-            Series.AVERAGE,
-            int(probes.start[i]) // BUCKET_MS * BUCKET_MS,
-            int(probes.end[i]),
-        )
-        try:
-            data = clean(window, await fetch_window(client, window, options.max_points, counts), counts)
-        except EtlError as exc:
-            if exc.fatal:
-                raise
-            log.debug("probe of %s failed: %s", window.describe(), exc)
-            return pid, None
-        return pid, (data.ts, hashes(data.ts, data.values["value"]))
-
-    answers = await asyncio.gather(*(one(i) for i in range(len(probes.param_id))))
-    findings.probes = len(answers)
     calculated = PARAM_KINDS.index(ParamKind.CALCULATED)
-    for i, (pid, buckets) in enumerate(answers):
+    cut = options.now - options.late_max
+    backlog: list[tuple[int, int, int, int]] = []  # quiet for longer than late_max, and back
+    for i, buckets in enumerate(answers):
+        pid, kind = int(probes.param_id[i]), int(probes.kind[i])
         for series in options.series:
             tails_of = long[series]
             a, b = np.searchsorted(tails_of[0], [pid, pid + 1])
             for lo, hi in zip(tails_of[1][a:b].tolist(), tails_of[2][a:b].tolist(), strict=True):
-                if buckets is None:  # the probe failed: read the tail whole
-                    extra[series].append((np.array([pid]), np.array([lo]), np.array([hi])))
-                    continue
-                spans = _spans_with_data(buckets[0], lo, hi)
-                if spans:
-                    extra[series].append(
-                        (
-                            np.full(len(spans), pid),
-                            np.array([s for s, _ in spans]),
-                            np.array([e for _, e in spans]),
-                        )
-                    )
+                # A failed probe's tail is read whole.
+                spans = [(lo, hi)] if buckets is None else _spans_with_data(buckets[0], lo, hi)
+                _add_spans(extra, pid, spans, [series])
         if buckets is None:
             findings.failed += 1
             continue
-        if block and int(probes.kind[i]) == calculated:
+        newest = int(arrivals.newest_of(Series.RAW, np.array([pid]))[0])
+        if options.late_max and newest < cut and len(buckets[0]) and pid in long[Series.RAW][0]:
+            # Back after more than late_max: what it uploads for times before that is looked for once.
+            backlog.append((pid, kind, max(newest + 1, options.start), cut))
+        if block and kind == calculated:
             findings.buckets[pid] = buckets
             since = int(probes.start[i]) // BUCKET_MS * BUCKET_MS
-            newest = int(arrivals.newest_of(Series.RAW, np.array([pid]))[0])
             spans, revised = revised_blocks(arrivals.prints, pid, buckets, block, since, newest)
             findings.revised += revised
-            for lo, hi in spans:
-                for series in options.series:
-                    extra[series].append((np.array([pid]), np.array([lo]), np.array([hi])))
+            _add_spans(extra, pid, spans, list(options.series))
+    raw_long = long.get(Series.RAW, _NO_WORK)[0]
+    findings.quiet = len(np.unique(raw_long))
+    if options.late_max:
+        findings.beyond = int(np.count_nonzero(arrivals.newest_of(Series.RAW, np.unique(raw_long)) < cut))
+    for (pid, _, lo, hi), buckets in zip(backlog, await averages.many(backlog), strict=True):
+        spans = [(lo, hi)] if buckets is None else _spans_with_data(buckets[0], lo, hi)
+        if buckets is not None and len(buckets[0]):
+            findings.backlog += 1
+            log.warning(
+                "param %d came back after more than window.late_max with points from %s to %s: fetched",
+                pid,
+                iso(int(buckets[0][0])),
+                iso(int(buckets[0][-1]) + BUCKET_MS),
+            )
+        _add_spans(extra, pid, spans, list(options.series))
+    findings.probes = averages.sent
     findings.work = {s: _work([w for w in parts if len(w[0])]) for s, parts in extra.items()}
     return findings

@@ -82,8 +82,13 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
     )
     gauge(
         "etl_late_quiet_past_late_max",
-        "Parameters quiet for longer than window.late_max (older points they upload are not fetched)",
+        "Parameters quiet for longer than window.late_max (older points are looked for when they send again)",
         late.get("quiet_past_late_max", 0),
+    )
+    gauge(
+        "etl_late_back_past_late_max",
+        "Parameters back after longer than window.late_max with older points (fetched by the last run)",
+        late.get("back_past_late_max", 0),
     )
     gauge(
         "etl_late_revised_blocks",

@@ -32,6 +32,7 @@ class LateFigures:
     longest_ms: int = 0  # the longest of them took at least this long to reach the platform
     quiet: int = 0  # parameters whose raw tail was long enough to be probed
     past_late_max: int = 0  # parameters quiet for longer than window.late_max
+    backlog: int = 0  # of those, parameters back with points older than late_max (fetched)
     revised: int = 0  # blocks of calculated parameters' averages that changed since they were read
     probes: int = 0  # requests for averages sent to find them
 
@@ -41,6 +42,7 @@ class LateFigures:
             "longest_seconds": round(self.longest_ms / 1000, 3),
             "quiet_parameters": self.quiet,
             "quiet_past_late_max": self.past_late_max,
+            "back_past_late_max": self.backlog,
             "revised_blocks": self.revised,
             "probes": self.probes,
         }

@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from etl.cli import main
@@ -27,6 +30,7 @@ from etl.timeutil import DAY_MS, HOUR_MS, now_ms, to_ms
 from etl_emulator.server import run_emulator
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import emulator_config
+from tests.support.output import read
 
 NOT_RAW = ["average", "candles"]
 
@@ -170,8 +174,9 @@ def test_checkpoints_past_now(baseline, tmp_path):
 
 def test_checkpoints_ahead_of_the_source(tmp_path, capsys):
     """The server's clock is behind and it sends no Date header, so a run cannot know: it checkpoints up
-    to its window's end, the server has data only up to its clock; once the server catches up, the points
-    behind the checkpoints are missing. (A server that tells its clock never gets there: test_future_end.)"""
+    to its window's end, the server has data only up to its clock; once the server catches up (past
+    window.late_max), the points behind the checkpoints are missing and no run reads them again. (A server
+    that tells its clock never gets there: test_future_end; one within late_max: test_late_data.)"""
     with run_emulator(emulator_config(now_ms=to_ms("2026-11-02T12:00:00Z"), date_header=False)) as emulator:
         data = config_dict(emulator.base_url, tmp_path / "out", series=["raw"])
         path = write_config(tmp_path / "c.yaml", data)
@@ -182,6 +187,38 @@ def test_checkpoints_ahead_of_the_source(tmp_path, capsys):
     assert statuses(found)["checkpoints.source"] == {"fail"}
     message, fix = found["checkpoints.source"][0]["message"], found["checkpoints.source"][0]["fix"]
     assert "the output lacks" in message and "--full-refresh --from 2026-11-02" in fix
+
+
+def _drop(out: Path, pid: int, start: int, end: int) -> None:
+    """Take a parameter's raw rows in [start, end) out of the files, as if they had never been served."""
+    for file in (out / "raw").rglob("*.parquet"):
+        table = pq.read_table(file)
+        ts = pc.cast(table.column("ts"), pa.int64())
+        gone = pc.and_(
+            pc.equal(table.column("param_id"), pid), pc.and_(pc.greater_equal(ts, start), pc.less(ts, end))
+        )
+        if pc.any(gone).as_py():
+            pq.write_table(table.filter(pc.invert(gone)), file)
+
+
+def test_points_out_of_order_are_caught_by_the_source_check(tmp_path, capsys):
+    """A point that reaches the server before a newer one already read (out of order) is behind the
+    newest point: no run reads it again without window.overlap, and the source check says so."""
+    with run_emulator(emulator_config()) as emulator:
+        data = config_dict(emulator.base_url, tmp_path / "out", series=["raw"])
+        path = write_config(tmp_path / "c.yaml", data)
+        assert etl(capsys, "-q", "run", "-c", str(path), "--no-progress")[0] == 0
+        # a point that was not there: into the last checkpointed day, well before the newest point
+        pid = 1001
+        out = tmp_path / "out"
+        raw = read(out, "raw")
+        stamps = pc.cast(raw.filter(pc.equal(raw.column("param_id"), pid)).column("ts"), pa.int64())
+        last_day = int(stamps[-1].as_py()) // DAY_MS * DAY_MS
+        _drop(out, pid, last_day + HOUR_MS, last_day + 2 * HOUR_MS)
+        found = checks(path, skip=("runs",))
+    assert statuses(found)["checkpoints.source"] == {"fail"}
+    message, fix = found["checkpoints.source"][0]["message"], found["checkpoints.source"][0]["fix"]
+    assert "out of order" in message and "--full-refresh --from" in fix and "window.overlap" in fix
 
 
 def _record(out: Path, **changes) -> dict:

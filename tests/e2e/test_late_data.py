@@ -3,18 +3,37 @@ controller offline whose backlog comes at once, calculated values revised after 
 
 from __future__ import annotations
 
-import numpy as np
+import logging
+import random
+import time
+
 import pytest
 
+from etl.config import parse_config
+from etl.ops.doctor import diagnose
 from etl.timeutil import DAY_MS, HOUR_MS
+from etl_emulator.lateness import Lateness
 from etl_emulator.server import run_emulator
-from tests.support.output import read
-from tests.support.schedule import T0, assert_exact, config_for, late_emulator, run_schedule
+from tests.support.cli import etl_process
+from tests.support.configs import write_config
+from tests.support.output import read_quality
+from tests.support.pipeline import run
+from tests.support.schedule import (
+    FIRST_RUN,
+    T0,
+    Schedule,
+    assert_exact,
+    config_data,
+    config_for,
+    late_emulator,
+    run_schedule,
+)
 
-HOURS = 30  # past the offline controller's upload (20:00 on the second day) and the revisions after it
+HOURS = 48  # past the offline controller's upload (20:00 on the second day) and a day more
+FORMATS = ["parquet", "delta", "iceberg"]
 
 
-@pytest.mark.parametrize("fmt", ["parquet"])
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt):
     config = late_emulator()
     with run_emulator(config) as emulator:
@@ -26,8 +45,95 @@ def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt):
     assert sum(f.points for f in late) > 0
     assert max(f.longest_ms for f in late) >= 10 * HOUR_MS  # the offline controller's backlog
     assert sum(f.revised for f in late) > 0
-    quality = read(tmp_path, "quality").to_pydict()
+    quality = read_quality(tmp_path).to_pydict()
     by_param = {}
     for pid, points in zip(quality["param_id"], quality["late_points"], strict=True):
         by_param[pid] = by_param.get(pid, 0) + (points or 0)
     assert by_param[1001] > 0 and by_param[2001] > 0 and by_param[1002] == 0
+
+
+def killed_schedule(emulator, tmp_path, fmt: str, hours: int, seed: int) -> Schedule:
+    """The schedule, each hourly run first SIGKILLed at a random moment (a subprocess), then run again."""
+    data = config_data(emulator, tmp_path / "out", fmt, extract={"concurrency": 2})
+    path = write_config(tmp_path / "c.yaml", data)
+    rnd = random.Random(seed)
+
+    killed: list[int] = []
+
+    def kill_one(_: int) -> None:
+        proc = etl_process("run", "-c", str(path), "--no-progress")
+        time.sleep(rnd.uniform(0.3, 1.5))
+        proc.kill()
+        proc.communicate()
+        killed.append(proc.returncode == -9)
+
+    # From 17:07 on the second day: past the offline controller's upload at 20:00.
+    schedule = run_schedule(emulator, parse_config(data), hours, kill_one, FIRST_RUN + 17 * HOUR_MS)
+    assert sum(killed) * 2 >= len(killed), killed  # most runs were killed, not let finish
+    return schedule
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_killed_at_random_moments_a_late_schedule_still_ends_exact(tmp_path, fmt):
+    config = late_emulator()
+    with run_emulator(config) as emulator:
+        emulator.set_faults(latency=0.02)
+        schedule = killed_schedule(emulator, tmp_path, fmt, 6, seed=3)
+    final = type(config)(**{**config.__dict__, "now_ms": schedule.last_end + 60_000})
+    assert_exact(tmp_path / "out", final, schedule.last_end, fmt)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_killed_at_random_moments_the_whole_late_schedule_still_ends_exact(tmp_path, fmt):
+    config = late_emulator()
+    with run_emulator(config) as emulator:
+        emulator.set_faults(latency=0.02)
+        schedule = killed_schedule(emulator, tmp_path, fmt, HOURS, seed=11)
+    final = type(config)(**{**config.__dict__, "now_ms": schedule.last_end + 60_000})
+    assert_exact(tmp_path / "out", final, schedule.last_end, fmt)
+
+
+def test_a_controller_offline_for_days_costs_a_probe_a_run_and_its_whole_backlog_lands(tmp_path, caplog):
+    """Controller 21 (2001, 2003, 2501) offline for three days, window.late_max two: while it is quiet
+    each run sends one small probe for each of its parameters; when it is back, its backlog older than
+    late_max is looked for once, fetched, and said."""
+    day = T0 + DAY_MS  # the second day: offline from 06:00 to 06:00 on the fifth
+    config = late_emulator(Lateness(offline=[(21, day + 6 * HOUR_MS, day + 3 * DAY_MS + 6 * HOUR_MS)]))
+    clocks = [
+        day + 7 * 60_000,
+        day + 12 * HOUR_MS,
+        day + 2 * DAY_MS + HOUR_MS,
+        day + 2 * DAY_MS + 2 * HOUR_MS,
+    ]
+    clocks.append(day + 3 * DAY_MS + 7 * HOUR_MS)  # back, its backlog uploaded
+    summaries = []
+    with run_emulator(config) as emulator:
+        settings = config_for(emulator, tmp_path, window={"late_max": "2d", "revisions": "off"})
+        for clock in clocks:
+            emulator.set_clock(clock)
+            emulator.clear_requests()
+            with caplog.at_level(logging.WARNING, logger="etl"):
+                summaries.append(run(settings))
+            if clock == clocks[3]:  # quiet since the second day: its tails are probed, nothing more is read
+                assert summaries[-1].late.quiet == 3 and summaries[-1].late.probes == 3, summaries[-1].late
+                starts = [
+                    int(r["path"].split("/")[-2])
+                    for r in emulator.requests()
+                    if r.get("param_id") == 2001 and "/average/" not in r["path"]
+                ]
+                assert starts and min(starts) >= clocks[2] - HOUR_MS, starts  # raw and candles: the new hour
+    last = summaries[-1].late
+    assert last.backlog == 3 and last.past_late_max == 3, last
+    assert "came back after more than window.late_max" in caplog.text
+    final = type(config)(**{**config.__dict__, "now_ms": clocks[-1]})
+    assert summaries[-1].window is not None
+    assert_exact(tmp_path, final, summaries[-1].window[1])
+    # at least from its stamp to the end of the run before, which read past it without it
+    assert max(s.late.longest_ms for s in summaries) >= 40 * HOUR_MS
+    quality = read_quality(tmp_path).to_pylist()
+    backlog = [r for r in quality if r["param_id"] == 2001 and r["day"].day == 11]
+    assert backlog and backlog[0]["late_points"] > 0 and backlog[0]["late_seconds"] >= 40 * 3600
+    doctor = diagnose(settings, "c.yaml", server=False, now=clocks[-1])
+    [finding] = [f for f in doctor.findings if f.check == "runs.late"]
+    assert finding.status == "warn" and "came back after more than window.late_max" in finding.message

@@ -11,7 +11,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from etl.config import Config
+from etl.config import Config, parse_config
 from etl.errors import EtlError
 from etl.pipeline.plan import horizon
 from etl.pipeline.summary import RunSummary
@@ -19,7 +19,7 @@ from etl.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, to_ms
 from etl_emulator.config import EmulatorConfig
 from etl_emulator.lateness import Lateness
 from etl_emulator.server import RunningEmulator
-from tests.support.configs import make_config
+from tests.support.configs import config_dict
 from tests.support.emulator import emulator_config
 from tests.support.expected import SERIES, expected_table
 from tests.support.output import read
@@ -58,8 +58,11 @@ class Schedule:
     last_end: int  # where the last run's window ended (the server's clock, less the horizon's margin)
 
 
-def config_for(emulator: RunningEmulator, out: Path, fmt: str = "parquet", **sections: Any) -> Config:
-    return make_config(
+def config_data(
+    emulator: RunningEmulator, out: Path, fmt: str = "parquet", **sections: Any
+) -> dict[str, Any]:
+    """The schedule's config as YAML would hold it: from START to now, into `out` as `fmt`."""
+    return config_dict(
         emulator.base_url,
         out,
         window={"start": START, "end": "now", "overlap": "0s", **sections.pop("window", {})},
@@ -68,17 +71,22 @@ def config_for(emulator: RunningEmulator, out: Path, fmt: str = "parquet", **sec
     )
 
 
+def config_for(emulator: RunningEmulator, out: Path, fmt: str = "parquet", **sections: Any) -> Config:
+    return parse_config(config_data(emulator, out, fmt, **sections))
+
+
 def run_schedule(
     emulator: RunningEmulator,
     config: Config,
     hours: int,
     between: Callable[[int], None] | None = None,
+    first: int = FIRST_RUN,
 ) -> Schedule:
-    """A first run at FIRST_RUN, then `hours` hourly runs, the clock moved an hour before each;
+    """A first run at `first`, then `hours` hourly runs, the clock moved an hour before each;
     `between(i)` is called before run i (to kill, to change faults)."""
     summaries: list[RunSummary] = []
     requests = size = 0
-    clock = FIRST_RUN
+    clock = first
     for i in range(hours + 1):
         emulator.set_clock(clock)
         emulator.clear_requests()

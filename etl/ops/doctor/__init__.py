@@ -7,6 +7,7 @@ server as `etl init` does.
     checkpoints.source   the last checkpointed day of a few parameters, stored vs what the server has now
     runs.last            the last runs' outcome and failed windows, from _runs/*.json
     runs.age             the age of the last successful run, against --max-age
+    runs.late            how late the last runs found points to be; parameters quiet past window.late_max
     locks                a state lock held by a run that is gone
     leftovers.temp       temp files of killed runs in the output; leftovers.spool: spools in the temp folder
     files                Parquet/CSV partitions holding more files than sink.buckets

@@ -76,21 +76,24 @@ def compare(config: Config, found: Findings) -> list[Finding]:
 
 
 async def checkpoints_ahead_of_source(client: MonitoringClient, d: Deployment) -> list[Finding]:
-    """The last checkpointed day (up to the overlap, which the next run re-reads anyway) of a few raw
-    parameters: the server must not hold points there that the output lacks. If it does, the checkpoint ran
-    ahead of the source: points came late, or the server's clock is behind ours."""
+    """The last checkpointed day of a few raw parameters, up to where the next run reads again (from
+    just after their newest point, at most window.late_max back, less the overlap): the server must not
+    hold points there that the output lacks. If it does, they reached it after a run had read past them
+    and the next run will not: out of order, later than late_max, or its clock is behind ours."""
     check = "checkpoints.source"
-    overlap = d.config.window.overlap
+    overlap, late_max = d.config.window.overlap, d.config.window.late_max
     candidates: list[tuple[int, int, int]] = []
-    for _store, coverage in d.stores:
+    for store, coverage in d.stores:
         ids, starts, ends = coverage.of_series(Series.RAW)
         if not len(ids):
             continue
         last = np.r_[ids[1:] != ids[:-1], True]  # each parameter's last interval
-        for pid, start, end in zip(
-            ids[last].tolist(), starts[last].tolist(), ends[last].tolist(), strict=True
+        newest = store.arrivals.newest_of(Series.RAW, ids[last])
+        for pid, start, end, seen in zip(
+            ids[last].tolist(), starts[last].tolist(), ends[last].tolist(), newest.tolist(), strict=True
         ):
-            low, high = max(start, end - DAY_MS), min(end, d.now) - overlap
+            again = max(seen + 1, d.now - late_max) if late_max else end  # the next run reads from here
+            low, high = max(start, end - DAY_MS), min(end, d.now, again) - overlap
             if high - low >= MINUTE_MS:
                 candidates.append((pid, low, high))
     if not candidates or "raw" not in d.views():
@@ -113,10 +116,10 @@ async def checkpoints_ahead_of_source(client: MonitoringClient, d: Deployment) -
                 fail(
                     check,
                     f"param {pid}: the server has {server - stored} point(s) in {iso(low)}..{iso(high)} that the "
-                    "output lacks, inside the checkpointed span: the checkpoint ran ahead of the source (points "
-                    "came late, or the server's clock is behind)",
-                    f"etl run {d.cmd} --full-refresh --from {iso(low)} --to {iso(high)}; "
-                    "raise window.overlap above the lateness",
+                    "output lacks and no run will read again: they reached the server after a run had read past "
+                    "them (out of order, later than window.late_max), or its clock is behind",
+                    f"etl run {d.cmd} --full-refresh --from {iso(low)} --to {iso(high)}; then set "
+                    "window.overlap (out of order) or window.late_max (late) to cover how late they come",
                 )
             )
         elif server < stored:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 import orjson
@@ -105,7 +106,38 @@ def runs(d: Deployment) -> list[Finding]:
         last = records[-1]
         out.append(ok("runs.last", f"the last run {last['run_id']} was ok ({len(records)} run(s) read)"))
     out.append(_age(d, records))
+    out.append(_late(d, records))
     return out
+
+
+def _late(d: Deployment, records: list[dict[str, Any]]) -> Finding:
+    """How late the last runs found points to be, and parameters quiet for longer than late_max."""
+    late = [r.get("late") or {} for r in records]
+    points = sum(int(f.get("points") or 0) for f in late)
+    longest = max((float(f.get("longest_seconds") or 0) for f in late), default=0.0)
+    back = sum(int(f.get("back_past_late_max") or 0) for f in late)
+    quiet = int(late[-1].get("quiet_past_late_max") or 0)
+    late_max = d.config.window.late_max
+    text = (
+        f"{points} point(s) reached the platform late in the last {len(records)} run(s), the longest "
+        f"{human(int(longest * 1000))} after its stamp"
+        if points
+        else f"no point reached the platform late in the last {len(records)} run(s)"
+    )
+    if back:
+        return warn(
+            "runs.late",
+            f"{text}; {back} time(s) a parameter came back after more than window.late_max "
+            f"({human(late_max)}) with older points (fetched once, when it came back)",
+            f"if parameters often stay quiet that long, raise window.late_max above {human(int(longest * 1000))}",
+        )
+    if quiet:
+        return warn(
+            "runs.late",
+            f"{text}; {quiet} parameter(s) quiet for longer than window.late_max ({human(late_max)})",
+            "what they upload for older times is fetched once they send again; check the devices",
+        )
+    return ok("runs.late", text)
 
 
 def _failing_again(records: list[dict], shard: str | None, failed: set[str]) -> int:

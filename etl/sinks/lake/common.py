@@ -43,6 +43,13 @@ SMALL_FILE = 32 * 2**20  # bytes: files under this are worth merging
 COMPACT_BYTES = 256 * 2**20  # bytes of small files merged per partition at most (their rows are held)
 
 
+def missing_columns(have: Sequence[str], schema: pa.Schema) -> pa.Schema | None:
+    """The fields of `schema` a table made by an older version lacks (None: none): added, nullable,
+    before rows that carry them are committed (older rows read as null there)."""
+    missing = [f.with_nullable(True) for f in schema if f.name not in set(have)]
+    return pa.schema(missing) if missing else None
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     """The checkpoint of the slabs one commit holds, as it rides in that commit."""

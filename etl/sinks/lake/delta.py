@@ -44,6 +44,7 @@ from etl.sinks.lake.common import (
     LakeTable,
     Policy,
     Replace,
+    missing_columns,
 )
 from etl.sinks.lake.delta_files import partition_text, write_files, write_part
 from etl.storage.files import Storage
@@ -223,6 +224,8 @@ class DeltaTable(LakeTable):
         try:
             if not self.exists():
                 return self._create(rows, checkpoint)
+            if rows is not None:
+                self._add_columns(rows.schema)
             for attempt in range(CONFLICT_ATTEMPTS):
                 dt = self._handle()
                 before = _paths(dt)
@@ -279,7 +282,15 @@ class DeltaTable(LakeTable):
         self._exists = True
         return sorted(_paths(self._handle()))
 
+    def _add_columns(self, schema: pa.Schema) -> None:
+        dt = self._handle()
+        missing = missing_columns(dt.schema().to_arrow().names, schema)
+        if missing is not None:
+            dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
+
     def prepare(self, schema: pa.Schema) -> None:
+        if self.exists():
+            self._add_columns(schema)
         if not self.exists():
             with contextlib.suppress(self.deltalake.exceptions.DeltaError):  # made meanwhile: fine
                 self.deltalake.DeltaTable.create(

@@ -45,6 +45,7 @@ from etl.sinks.lake.common import (
     LakeTable,
     Policy,
     Replace,
+    missing_columns,
     table_lock,
 )
 from etl.storage.files import Storage
@@ -444,6 +445,11 @@ class IcebergTable(LakeTable):
             if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
                 with _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
+        if schema is not None:
+            missing = missing_columns([f.name for f in self._table.schema().fields], schema)
+            if missing is not None:
+                with self._table.update_schema() as update:
+                    update.union_by_name(missing)
         return self._table
 
     def prepare(self, schema: pa.Schema) -> None:
