@@ -317,9 +317,10 @@ async def probe(
             findings.failed += 1
             continue
         newest = int(arrivals.newest_of(Series.RAW, np.array([pid]))[0])
-        if options.late_max and newest < cut and len(buckets[0]) and pid in long[Series.RAW][0]:
+        since = max(newest + 1, options.start)
+        if options.late_max and since < cut and len(buckets[0]) and pid in long[Series.RAW][0]:
             # Back after more than late_max: what it uploads for times before that is looked for once.
-            backlog.append((pid, kind, max(newest + 1, options.start), cut))
+            backlog.append((pid, kind, since, cut))
         if block and kind == calculated:
             findings.buckets[pid] = buckets
             since = int(probes.start[i]) // BUCKET_MS * BUCKET_MS
