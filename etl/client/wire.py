@@ -30,6 +30,7 @@ import httptools
 import httpx
 
 from etl.client.limits import AnswerBody, answer_encoding, decoded_headers
+from etl.errors import EtlError, without_frames
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class _Exchange:
         self.last = now  # when bytes last arrived
 
     def fail(self, error: BaseException) -> None:
+        # The body read so far goes at once: the exchange lives on in the frames of its error's traceback.
+        self.body = None
         if not self.done.done():
             self.error = error
             self.done.set_result(None)
@@ -106,8 +109,11 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            # A callback's own error (over the answer limit, a corrupt compressed body) comes wrapped.
+            # A callback's own error (over the answer limit, a corrupt compressed body) comes wrapped;
+            # etl's own errors without the frames they were raised in, which hold the answer's pieces.
             failure, self.failure = self.failure, None
+            if isinstance(failure, EtlError):
+                failure = without_frames(failure)
             exchange.fail(failure or httpx.RemoteProtocolError(f"malformed answer: {exc}"))
             self.close()
 

@@ -167,3 +167,25 @@ def test_a_refused_connection_is_httpx_s_connect_error():
 
     with pytest.raises(httpx.ConnectError):
         asyncio.run(go())
+
+
+def test_a_failed_answer_lets_go_of_its_body_at_once():
+    """What a failed answer read so far is freed as it fails, not when the error that it failed with is
+    (a failed window keeps its error for the run's summary) nor when the cyclic GC comes by."""
+    import gc
+    import tracemalloc
+    import zlib
+
+    bomb = zlib.compress(b" " * 64 * 1024**2, 9)  # 64 MiB of spaces in about 64 kB
+    answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: %d\r\n\r\n" % len(bomb) + bomb
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        (error,), _ = exchange(answering(answer), max_answer_bytes=8 * 1024**2)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert isinstance(error, AnswerTooLarge)
+    assert held < 2 * 1024**2, held  # the 8 MiB decompressed before the limit are gone
