@@ -19,10 +19,24 @@ from etl.errors import AnswerTooLarge, InvalidResponse
 
 ACCEPT_ENCODING = "gzip, deflate"  # the encodings decoded here (httpx would also offer br and zstd)
 PIECE = 256 * 1024  # bytes decompressed at a time
+# An answer's status line and headers, at most (httpx's cap: the buffer httpcore gives h11); they count
+# against the answer limit as well.
+MAX_HEAD = 100 * 1024
 
 
 def _too_large(max_bytes: int, where: str) -> AnswerTooLarge:
     return AnswerTooLarge(f"answer over {max_bytes / 1024**2:g} MiB (source.max_answer_mb) {where}")
+
+
+def head_limit(max_bytes: int) -> int:
+    """The bytes an answer's head may take within an answer limit of `max_bytes`."""
+    return min(MAX_HEAD, max_bytes)
+
+
+def head_too_large(max_bytes: int) -> AnswerTooLarge:
+    if max_bytes < MAX_HEAD:
+        return _too_large(max_bytes, "in its headers")
+    return AnswerTooLarge(f"answer headers over {MAX_HEAD // 1024} KiB")
 
 
 class _Inflate:
@@ -83,18 +97,20 @@ class AnswerBody:
 
     __slots__ = ("inflate", "max_bytes", "parts", "produced", "received")
 
-    def __init__(self, encoding: str | None, max_bytes: int) -> None:
+    def __init__(self, encoding: str | None, max_bytes: int, head: int = 0) -> None:
+        """`head`: the bytes of the answer's headers, counted on the wire with the body's."""
         self.inflate = _Inflate(encoding) if encoding else None
         self.max_bytes = max_bytes
         self.parts: list[bytes] = []
-        self.received = self.produced = 0
+        self.received = head
+        self.produced = 0
 
     def feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self.max_bytes:
             raise _too_large(self.max_bytes, "on the wire")
         if self.inflate is None:
-            self.produced = self.received
+            self.produced += len(chunk)
             self.parts.append(chunk)
             return
         for piece in self.inflate.decode(chunk):
@@ -119,6 +135,9 @@ def decoded_headers(raw: list[tuple[bytes, bytes]], encoding: str | None) -> lis
     return [(k, v) for k, v in raw if k.lower() not in (b"content-encoding", b"content-length")]
 
 
+_H11_HEAD_OVER = "Receive buffer too long"  # h11's words for a head over its buffer (tests/unit pin them)
+
+
 class BoundedTransport(httpx.AsyncBaseTransport):
     """Answers of another transport (a test's, say) with their bodies read and decoded here, within
     `max_bytes` (etl's own transport, etl/client/wire.py, does this as the bytes arrive)."""
@@ -127,10 +146,18 @@ class BoundedTransport(httpx.AsyncBaseTransport):
         self.inner, self.max_bytes = inner, max_bytes
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self.inner.handle_async_request(request)
         try:
+            response = await self.inner.handle_async_request(request)
+        except httpx.RemoteProtocolError as exc:
+            if str(exc) == _H11_HEAD_OVER:  # httpcore's h11 refused a head over MAX_HEAD
+                raise head_too_large(self.max_bytes) from None
+            raise
+        try:
+            head = sum(len(name) + len(value) + 4 for name, value in response.headers.raw)
+            if head > head_limit(self.max_bytes):
+                raise head_too_large(self.max_bytes)
             encoding = answer_encoding(response.headers, self.max_bytes)
-            body = AnswerBody(encoding, self.max_bytes)
+            body = AnswerBody(encoding, self.max_bytes, head)
             assert isinstance(response.stream, httpx.AsyncByteStream)
             async for chunk in response.stream:  # as sent, also when made from bytes (read already)
                 body.feed(chunk)

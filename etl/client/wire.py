@@ -29,7 +29,7 @@ from typing import cast
 import httptools
 import httpx
 
-from etl.client.limits import AnswerBody, answer_encoding, decoded_headers
+from etl.client.limits import AnswerBody, answer_encoding, decoded_headers, head_limit, head_too_large
 from etl.errors import EtlError, without_frames
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,8 @@ class _Exchange:
         "done",
         "encoding",
         "error",
+        "head",
+        "head_left",
         "head_only",
         "headers",
         "keep_alive",
@@ -68,6 +70,8 @@ class _Exchange:
         self.encoding: str | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head = 0  # bytes of the headers, counted against max_bytes with the body
+        self.head_left = head_limit(max_bytes)  # bytes the head may still take (fed while body is None)
         self.body: AnswerBody | None = None
         self.keep_alive = False
         self.until_eof = False  # neither a length nor chunks: the body ends with the connection
@@ -107,6 +111,15 @@ class _Connection(asyncio.Protocol):
             return
         exchange.last = self.loop.time()
         try:
+            if exchange.body is None:  # the head: fed no further than its cap, within which it must end
+                if len(data) > exchange.head_left:
+                    fits, data = data[: exchange.head_left], data[exchange.head_left :]
+                    self.parser.feed_data(fits)
+                    if exchange.body is None and not exchange.done.done():
+                        exchange.fail(head_too_large(exchange.max_bytes))
+                        self.close()
+                        return
+                exchange.head_left -= len(data)
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             # A callback's own error (over the answer limit, a corrupt compressed body) comes wrapped;
@@ -139,6 +152,7 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.exchange is not None
         self.exchange.headers.append((name, value))
+        self.exchange.head += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
         exchange = self.exchange
@@ -150,7 +164,7 @@ class _Connection(asyncio.Protocol):
         exchange.status = status
         headers = httpx.Headers(exchange.headers)
         if exchange.head_only:  # httptools cannot be told that no body follows: done, and not kept
-            exchange.body = AnswerBody(None, exchange.max_bytes)
+            exchange.body = AnswerBody(None, exchange.max_bytes, exchange.head)
             self._complete(exchange)
             return
         exchange.keep_alive = self.parser.should_keep_alive()
@@ -160,7 +174,7 @@ class _Connection(asyncio.Protocol):
         except BaseException as exc:
             self.failure = exc
             raise
-        exchange.body = AnswerBody(exchange.encoding, exchange.max_bytes)
+        exchange.body = AnswerBody(exchange.encoding, exchange.max_bytes, exchange.head)
 
     def on_body(self, body: bytes) -> None:
         assert self.exchange is not None and self.exchange.body is not None
