@@ -29,6 +29,7 @@ from typing import cast
 import httptools
 import httpx
 
+from etl.client.connect import open_socket
 from etl.client.limits import AnswerBody, answer_encoding, decoded_headers, head_limit, head_too_large
 from etl.errors import EtlError, without_frames
 
@@ -354,9 +355,14 @@ class WireTransport(httpx.AsyncBaseTransport):
         factory: Callable[[], _Connection] = lambda: _Connection(loop)  # noqa: E731
         try:
             async with asyncio.timeout(timeout):
-                _, connection = await loop.create_connection(
-                    factory, host, port, ssl=tls, server_hostname=host if tls else None
-                )
+                sock = await open_socket(loop, host, port)
+                try:
+                    _, connection = await loop.create_connection(
+                        factory, sock=sock, ssl=tls, server_hostname=host if tls else None
+                    )
+                except BaseException:  # a failed TLS handshake, the timeout
+                    sock.close()
+                    raise
         except TimeoutError:
             raise httpx.ConnectTimeout(f"no connection to {host}:{port} within {timeout:g}s") from None
         except OSError as exc:  # refused, unreachable, a name that does not resolve, a TLS handshake

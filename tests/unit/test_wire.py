@@ -13,6 +13,7 @@ import pytest
 from etl.client.limits import BoundedTransport
 from etl.client.wire import WireTransport
 from etl.errors import AnswerTooLarge, InvalidResponse
+from tests.support.network import LOOPS, blackhole, free_port_on_both, loop_resolving
 
 Peer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -233,3 +234,44 @@ def test_header_bytes_count_against_the_answer_limit(make):
     assert isinstance(error, AnswerTooLarge) and "on the wire" in str(error)
     (error,), _ = exchange(answering(head % 300 + b"x" * 300), make=make, max_answer_bytes=500)
     assert isinstance(error, AnswerTooLarge) and "in its headers" in str(error)
+
+
+# -- connecting: every address of a name, raced (etl/client/connect.py) ------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_an_address_that_drops_packets_gives_way_to_the_next_one(kind):
+    """A name whose first address never answers (a broken IPv6 route): its next address is tried a
+    quarter of a second later, on either event loop, and the request is answered well within a connect
+    timeout that the first address alone would have used up."""
+    port = free_port_on_both()
+
+    async def go() -> httpx.Response:
+        server = await asyncio.start_server(answering(OK), "127.0.0.1", port)
+        async with server, httpx.AsyncClient(transport=WireTransport(), timeout=30) as client:
+            return await client.get(f"http://platform.test:{port}/x")
+
+    loop = loop_resolving(kind, {"platform.test": ["::1", "127.0.0.1"]})
+    with blackhole("::1", port):
+        try:
+            answer = loop.run_until_complete(asyncio.wait_for(go(), 10))  # a guard only: 30 s would fail it
+        finally:
+            loop.close()
+    assert answer.content == b"hello"
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_every_address_refusing_is_one_connect_error_naming_each(kind):
+    port = free_port_on_both()
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=WireTransport(), timeout=5) as client:
+            await client.get(f"http://platform.test:{port}/x")
+
+    loop = loop_resolving(kind, {"platform.test": ["::1", "127.0.0.1"]})
+    try:
+        with pytest.raises(httpx.ConnectError) as raised:
+            loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert "::1" in str(raised.value) and "127.0.0.1" in str(raised.value)
