@@ -253,19 +253,25 @@ _H11_HEAD_OVER = "Receive buffer too long"  # h11's words for a head over its bu
 
 
 class BoundedTransport(httpx.AsyncBaseTransport):
-    """Answers of another transport (a test's, say) with their bodies read and decoded here, within
-    `max_bytes` (etl's own transport, etl/client/wire.py, does this as the bytes arrive)."""
+    """Answers of another transport (httpx's, a test's) with their bodies read and decoded here, within
+    `max_bytes` (etl's own transport, etl/client/wire.py, does this as the bytes arrive). `via`: the proxy
+    the inner transport goes through, named in its errors."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, max_bytes: int) -> None:
-        self.inner, self.max_bytes = inner, max_bytes
+    def __init__(self, inner: httpx.AsyncBaseTransport, max_bytes: int, via: str | None = None) -> None:
+        self.inner, self.max_bytes, self.via = inner, max_bytes, via
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         try:
             response = await self.inner.handle_async_request(request)
-        except httpx.RemoteProtocolError as exc:
-            if str(exc) == _H11_HEAD_OVER:  # httpcore's h11 refused a head over MAX_HEAD
-                raise head_too_large(self.max_bytes) from None
-            raise
+        except httpx.TransportError as exc:
+            if isinstance(exc, httpx.RemoteProtocolError) and str(exc) == _H11_HEAD_OVER:
+                raise head_too_large(self.max_bytes) from None  # httpcore's h11 refused a head over MAX_HEAD
+            if self.via is None:
+                raise
+            # The cause stays: a TLS failure is told apart by it (client/classify.py).
+            raise type(exc)(
+                f"through the proxy {self.via}: {exc or type(exc).__name__}", request=request
+            ) from exc
         try:
             head = sum(len(name) + len(value) + 4 for name, value in response.headers.raw)
             if head > head_limit(self.max_bytes):
