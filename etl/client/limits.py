@@ -222,16 +222,21 @@ class AnswerBody:
     def feed(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self.max_bytes:
+            self.parts = []
             raise _too_large(self.max_bytes, "on the wire")
         if self.decoder is None:
             self.produced += len(chunk)
             self.parts.append(chunk)
             return
-        for piece in self.decoder.decode(chunk):
-            self.produced += len(piece)
-            if self.produced > self.max_bytes:
-                raise _too_large(self.max_bytes, "decompressed")
-            self.parts.append(piece)
+        try:
+            for piece in self.decoder.decode(chunk):
+                self.produced += len(piece)
+                if self.produced > self.max_bytes:
+                    raise _too_large(self.max_bytes, "decompressed")
+                self.parts.append(piece)
+        except InvalidResponse:  # over the limit, or corrupt: what came so far goes at once, not with
+            self.parts = []  # the traceback's frames (this one among them) when the error is freed
+            raise
 
     def result(self) -> bytes:
         if self.decoder is not None and (rest := self.decoder.flush()):

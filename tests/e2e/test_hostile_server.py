@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from tests.support.expected import expected_table
 from tests.support.output import checkpoints, read
 
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
+SIX_DAYS_END = iso(to_ms(START) + 6 * DAY_MS)  # 48 raw windows: 8 parameters x 6 days
 GUARD = 90.0  # seconds: only a hang comes near it
 
 
@@ -208,13 +209,25 @@ LIMIT_MB = 16
 
 
 @pytest.fixture(scope="module")
-def baseline_rss_mb(server: RunningEmulator, tmp_path_factory) -> float:
-    """Peak RSS of the same one-day run against a well-behaved server."""
-    server.set_faults(reset=True)
-    tmp = tmp_path_factory.mktemp("baseline")
-    outcome = etl_run(config(server, tmp / "out", extract={"concurrency": 2}), tmp)
-    assert outcome.code == 0, outcome.stderr
-    return outcome.peak_rss_mb
+def healthy_rss_mb(server: RunningEmulator, tmp_path_factory) -> Callable[[int], float]:
+    """Peak RSS of the same one-day run against a well-behaved server, at a concurrency (measured once)."""
+    measured: dict[int, float] = {}
+
+    def at(concurrency: int) -> float:
+        if concurrency not in measured:
+            server.set_faults(reset=True)
+            tmp = tmp_path_factory.mktemp("baseline")
+            outcome = etl_run(config(server, tmp / "out", extract={"concurrency": concurrency}), tmp)
+            assert outcome.code == 0, outcome.stderr
+            measured[concurrency] = outcome.peak_rss_mb
+        return measured[concurrency]
+
+    return at
+
+
+@pytest.fixture(scope="module")
+def baseline_rss_mb(healthy_rss_mb: Callable[[int], float]) -> float:
+    return healthy_rss_mb(2)
 
 
 @pytest.mark.parametrize("kind", ["gzip_bomb", "endless", "huge"])
@@ -233,3 +246,46 @@ def test_an_answer_over_the_size_limit_fails_its_window_within_the_memory_bound(
     # Two answers at once, each held up to the limit (and once more while it is joined), over what the
     # same run takes from a well-behaved server.
     assert outcome.peak_rss_mb < baseline_rss_mb + 2 * 2 * limit + 64, (outcome.peak_rss_mb, baseline_rss_mb)
+
+
+@pytest.mark.parametrize(
+    "concurrency, transport", [(4, "etl"), (16, "etl"), (16, "httpx")], ids=["4", "16", "16-httpx"]
+)
+def test_every_answer_a_gzip_bomb_stays_within_concurrency_times_the_answer_limit(
+    hostile, tmp_path, concurrency, transport
+):
+    """48 answers, every one a bomb: each is read up to source.max_answer_mb and freed as it fails (a
+    failed window keeps its error, not its data), so memory follows the answers in flight, not the
+    failed ones."""
+    hostile.set_faults(hostile=["gzip_bomb"], hostile_rate=1, bomb_mb=1024)
+    out = tmp_path / "out"
+    data = config(
+        hostile,
+        out,
+        window={"end": SIX_DAYS_END},
+        extract={"concurrency": concurrency},
+        source={"transport": transport},
+    )
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "48 window(s) failed", "answer over 32 MiB (source.max_answer_mb)")
+    assert sum(r.get("fault") == "hostile_gzip_bomb" for r in hostile.requests()) == 48
+    assert outcome.peak_rss_mb <= concurrency * 32 + 150, outcome.peak_rss_mb
+
+
+@pytest.mark.parametrize("transport", ["etl", "httpx"])
+def test_20_mib_of_headers_at_16_in_flight_are_refused_within_the_answer_limit(
+    healthy_rss_mb, hostile, tmp_path, transport
+):
+    """Every series answer with 20 MiB of headers: each refused at 100 KiB of head (httpx's cap, counted
+    against the answer limit as well), not retried; memory as a healthy run's plus what 16 answers may
+    hold."""
+    hostile.set_faults(hostile=["huge_headers"], hostile_rate=1)
+    out = tmp_path / "out"
+    limit = 8
+    data = config(
+        hostile, out, extract={"concurrency": 16}, source={"max_answer_mb": limit, "transport": transport}
+    )
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "window(s) failed", "answer headers over 100 KiB")
+    assert outcome.summary["retries"] == 0 and not len(checkpoints(out))
+    assert outcome.peak_rss_mb <= healthy_rss_mb(16) + limit * 16, (outcome.peak_rss_mb, healthy_rss_mb(16))

@@ -4,6 +4,7 @@ HTTP/1.1 answer may come in, and every way it may go wrong. Against the emulator
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 from collections.abc import Awaitable, Callable
 
@@ -246,8 +247,13 @@ def test_an_address_that_drops_packets_gives_way_to_the_next_one(kind):
     timeout that the first address alone would have used up."""
     port = free_port_on_both()
 
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await answering(OK)(reader, writer)
+        writer.close()
+
     async def go() -> httpx.Response:
-        server = await asyncio.start_server(answering(OK), "127.0.0.1", port)
+        server = await asyncio.start_server(peer, "127.0.0.1", port)
         async with server, httpx.AsyncClient(transport=WireTransport(), timeout=30) as client:
             return await client.get(f"http://platform.test:{port}/x")
 
