@@ -75,3 +75,22 @@ def test_a_proxy_s_password_is_redacted_and_a_scheme_etl_cannot_speak_is_one_lin
     with pytest.raises(ConfigError, match="http:// and https:// proxies only") as raised:
         Proxies.of(None)
     assert "s0cks-Secret" not in str(raised.value)
+
+
+def test_the_transport_is_etl_s_or_httpx_s_and_proxied_schemes_go_to_httpx_s_proxy_transport(environ):
+    import httpx
+
+    from etl.client import ClientOptions
+    from etl.client.limits import BoundedTransport
+    from etl.client.routes import transports
+    from etl.client.wire import WireTransport
+
+    assert isinstance(transports(ClientOptions()).direct, WireTransport)
+    direct = transports(ClientOptions(http_transport="httpx")).direct
+    assert isinstance(direct, BoundedTransport) and isinstance(direct.inner, httpx.AsyncHTTPTransport)
+    environ.setenv("NO_PROXY", "platform.test")
+    carried = transports(ClientOptions(proxy="http://proxy:3128", max_answer_bytes=1000))
+    assert isinstance(carried.direct, WireTransport)
+    via = carried.mounts["https://"]
+    assert isinstance(via, BoundedTransport) and via.via == "http://proxy:3128" and via.max_bytes == 1000
+    assert carried.mounts["http://"] is via and carried.mounts["all://*platform.test"] is None
