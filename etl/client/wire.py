@@ -5,16 +5,19 @@ coroutines, and parsed by h11 in Python, with locks and cancel scopes at every s
 that was about 0.5 ms of event-loop CPU a request, most of an answer's cost to the client
 (`python benchmarks/client_cpu.py`). Here a connection is an `asyncio.Protocol`: the loop hands it the
 bytes as they come, httptools' C parser calls back once per header and body piece, and the request's
-coroutine wakes once, when its answer is complete. The body is counted and decompressed as it arrives,
-within the answer limit (etl/client/limits.py).
+coroutine wakes once, when its answer is complete. The head is fed to the parser no further than its cap
+and the body is counted and decompressed as it arrives, both within the answer limit
+(etl/client/limits.py); a failed answer lets go of what it read at once.
 
 `WireTransport` is an `httpx.AsyncBaseTransport`, so httpx's client stays on top: the auth flow, event
-hooks, exceptions, and the proxies of the environment (httpx mounts its own transports for those).
-Connections: the most recently used idle one is taken (the least likely to have been closed by the
-server), one that has been idle past the keep-alive expiry is closed instead, and one whose answer said
-so (`Connection: close`, HTTP/1.0) is not kept. A request sent on a kept connection that the server had
-closed meanwhile (it dropped without a byte of answer) is sent once more on a new one, as a browser
-does. Timeouts are httpx's: `connect` for the connection and TLS handshake, `read` between two pieces
+hooks, exceptions. It carries the direct requests only: a proxied one goes to httpx's proxy transport,
+mounted beside it (etl/client/routes.py). It speaks HTTP/1.1 over TCP or TLS to the origin, nothing
+else: no HTTP/2, no proxy, no upgrade. A connection is made to the first of the host's addresses that
+answers (etl/client/connect.py). Connections: the most recently used idle one is taken (the least
+likely to have been closed by the server), one that has been idle past the keep-alive expiry is closed
+instead, and one whose answer said so (`Connection: close`, HTTP/1.0) is not kept. A request sent on a
+kept connection that the server had closed meanwhile (it dropped without a byte of answer) is sent once
+more on a new one, as a browser does. Timeouts are httpx's: `connect` for the connection and TLS handshake, `read` between two pieces
 of an answer; the whole exchange is bounded by the caller (etl/client/session.py).
 """
 
