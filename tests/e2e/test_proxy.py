@@ -5,7 +5,6 @@ stands for a server only the proxy can reach; its access log tells that no reque
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
 from tests.support.cli import etl
 from tests.support.configs import config_dict, write_config
+from tests.support.debian import require
 from tests.support.emulator import START, emulator_config
 from tests.support.expected import SOURCE, expected_table
 from tests.support.output import read
@@ -34,12 +34,7 @@ NO_PROXY_ENV: dict[str, str | None] = {
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[RunningProxy]:
-    try:
-        binary()
-    except Missing as exc:
-        if shutil.which("apt-get") is None:
-            pytest.skip(f"squid is not installed and this machine has no apt to install it: {exc}")
-        pytest.fail(f"squid is not installed ({exc}): `make proxy` installs Debian's squid")
+    require(binary, Missing, "squid", "proxy")
     with running_proxy({NAME: "127.0.0.1"}) as running:
         yield running
 
