@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ import pytest
 from etl.timeutil import DAY_MS, iso, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
-from tests.support.cli import etl_process
+from tests.support.cli import ETL_COMMAND, environment, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import START, emulator_config, series_requests
 from tests.support.expected import expected_table
@@ -29,6 +30,7 @@ from tests.support.output import checkpoints, read
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
 SIX_DAYS_END = iso(to_ms(START) + 6 * DAY_MS)  # 48 raw windows: 8 parameters x 6 days
 GUARD = 90.0  # seconds: only a hang comes near it
+ROOT = Path(__file__).resolve().parents[2]  # where `python -m tests.support.peak` is found
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +52,9 @@ class Outcome:
     code: int
     stderr: str
     summary: dict  # the run's own record, _runs/*.json
-    peak_rss_mb: float  # the process's high-water mark, from its own accounting (getrusage)
+    peak_rss_mb: (
+        float  # the run's high-water mark, from its own accounting (getrusage, tests/support/peak.py)
+    )
 
     @property
     def errors(self) -> list[str]:
@@ -72,10 +76,22 @@ def config(emulator: RunningEmulator, out: Path, **sections) -> dict:
     return data
 
 
-def start(data: dict, tmp_path: Path) -> subprocess.Popen:
+def start(data: dict, tmp_path: Path, measured: bool = False) -> subprocess.Popen:
+    """`etl run` of `data`; `measured`: under tests/support/peak.py, which writes the run's own peak RSS
+    to tmp_path/peak (in a session of its own, so that a hang kills both)."""
     path = write_config(tmp_path / "c.yaml", data)
+    args = ("run", "-c", str(path), "--no-progress")
     with open(tmp_path / "stderr", "wb") as stderr:  # the child keeps its own descriptor
-        return etl_process("run", "-c", str(path), "--no-progress", stdout=subprocess.DEVNULL, stderr=stderr)
+        if not measured:
+            return etl_process(*args, stdout=subprocess.DEVNULL, stderr=stderr)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.peak", str(tmp_path / "peak"), *ETL_COMMAND, *args],
+            env=environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=ROOT,
+            start_new_session=True,
+        )
 
 
 def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUARD) -> Outcome:
@@ -87,21 +103,25 @@ def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUA
             proc.returncode = os.waitstatus_to_exitcode(status)
             break
         if time.monotonic() > deadline:
-            proc.kill()
+            if os.getpgid(proc.pid) == proc.pid:  # a measured run: its launcher and the run itself
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
             proc.wait()
             pytest.fail(f"etl run still running after {guard:.0f}s:\n{(tmp_path / 'stderr').read_text()}")
         time.sleep(0.02)
     summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
+    peak = tmp_path / "peak"
     return Outcome(
         proc.returncode,
         (tmp_path / "stderr").read_text(),
         summaries[0] if summaries else {},
-        usage.ru_maxrss / 1024,
+        float(peak.read_text()) if peak.exists() else usage.ru_maxrss / 1024,
     )
 
 
 def etl_run(data: dict, tmp_path: Path, guard: float = GUARD) -> Outcome:
-    return finish(start(data, tmp_path), tmp_path, Path(data["sink"]["path"]), guard)
+    return finish(start(data, tmp_path, measured=True), tmp_path, Path(data["sink"]["path"]), guard)
 
 
 def assert_one_line(outcome: Outcome, code: int, *phrases: str) -> None:
