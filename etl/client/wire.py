@@ -17,8 +17,9 @@ answers (etl/client/connect.py). Connections: the most recently used idle one is
 likely to have been closed by the server), one that has been idle past the keep-alive expiry is closed
 instead, and one whose answer said so (`Connection: close`, HTTP/1.0) is not kept. A request sent on a
 kept connection that the server had closed meanwhile (it dropped without a byte of answer) is sent once
-more on a new one, as a browser does. Timeouts are httpx's: `connect` for the connection and TLS handshake, `read` between two pieces
-of an answer; the whole exchange is bounded by the caller (etl/client/session.py).
+more on a new one, as a browser does. Timeouts are httpx's: `connect` for the connection and TLS
+handshake, `read` between two pieces of an answer; the whole exchange is bounded by the caller
+(etl/client/session.py).
 """
 
 from __future__ import annotations
