@@ -18,7 +18,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
 .PHONY: run test test-fast lint emulator bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
-	postgres
+	postgres proxy
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
 # set, every `etl` process would otherwise compile etl's modules anew (0.1-0.3 CPU-s each).
@@ -63,7 +63,15 @@ postgres:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends postgresql >/dev/null; }
 
-test: $(STAMP) browser postgres bench-tools
+# The proxy tests go through a real forward proxy: Debian's squid, started by the tests on a free loopback
+# port with a config of their own (tests/support/proxy.py), not Debian's service; installed here when it is
+# missing (as root, or through sudo).
+proxy:
+	@command -v squid >/dev/null 2>&1 || [ -x /usr/sbin/squid ] || { echo "installing Debian's squid for the proxy tests"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	  --no-install-recommends squid >/dev/null; }
+
+test: $(STAMP) browser postgres bench-tools proxy
 	$(BIN)/python -m pytest -q
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.

@@ -71,6 +71,14 @@ class SourceConfig(Strict):
     max_answer_mb: float = Field(
         32.0, gt=0, description="MiB an answer may hold, on the wire or decompressed (a raw day is ~5 MB)"
     )
+    proxy: str | None = Field(
+        None,
+        description="the forward proxy of every request, http://[user:password@]host:port (https:// too); "
+        "default: HTTPS_PROXY, HTTP_PROXY, ALL_PROXY of the environment; NO_PROXY is honoured either way",
+    )
+    transport: Literal["etl", "httpx"] = Field(
+        "etl", description="etl's own HTTP/1.1 transport, or httpx's (httpcore): the same limits and errors"
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -78,6 +86,13 @@ class SourceConfig(Strict):
         if not re.match(r"^https?://[^/\s]+", value):
             raise ValueError("must start with http:// or https:// and name a host")
         return value.rstrip("/")
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^/\s]+/?$", value.strip()):
+            raise ValueError("give the proxy's URL, http://[user:password@]host:port (or https://)")
+        return value.strip() if value is not None else None
 
     @model_validator(mode="after")
     def _one_password(self) -> SourceConfig:
@@ -481,6 +496,9 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     )
     raw_catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
     data = _substitute(data, "", offline)
+    proxy = (data.get("source") or {}).get("proxy") if isinstance(data.get("source"), dict) else None
+    if isinstance(proxy, str):  # before validation: no message may show its password
+        redact.register(*redact.url_passwords(proxy))
     catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
     if isinstance(catalog, str):  # before validation: no message may show it
         redact.register(*redact.url_passwords(catalog))

@@ -229,3 +229,19 @@ def error_from(message: str, exit_code: int) -> EtlError:
     error = _BY_CODE.get(exit_code, EtlError)(message)
     error.exit_code = exit_code
     return error
+
+
+def without_frames(error: EtlError) -> EtlError:
+    """`error` (changed in place) with the tracebacks of it and of what it wraps cleared: the frames an
+    error was raised through keep their locals alive, an answer's body among them, for as long as the
+    error is kept."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        each = stack.pop()
+        if each is None or id(each) in seen:
+            continue
+        seen.add(id(each))
+        each.__traceback__ = None
+        stack += [each.__cause__, each.__context__, getattr(each, "last", None)]
+    return error

@@ -41,6 +41,7 @@ HOSTILE_KINDS = (
     "drip",
     "endless",
     "gzip_bomb",
+    "huge_headers",
     "gzip_corrupt",
 )
 # Odd records in the object listing and the parameter lists (every answer, not drawn), see hostile.py.

@@ -63,6 +63,8 @@ def hostile_body(
         return Answer(b"", content_type=content_type, stream=functools.partial(_endless, body))
     if kind == "gzip_bomb":
         return Answer(gzip_bomb(bomb_mb), content_type=content_type, headers=[(b"content-encoding", b"gzip")])
+    if kind == "huge_headers":
+        return Answer(body, content_type=content_type, headers=huge_headers())
     if kind == "gzip_corrupt":
         packed = bytearray(gzip.compress(body))
         middle = len(packed) // 2
@@ -84,6 +86,16 @@ async def _endless(body: bytes) -> AsyncIterator[bytes]:
     for _ in range(ENDLESS_MAX // ENDLESS_CHUNK):
         yield pad
         await asyncio.sleep(0)
+
+
+HUGE_HEADERS_BYTES = 20 * 1024**2  # of a `huge_headers` answer's headers
+
+
+@functools.cache
+def huge_headers() -> list[tuple[bytes, bytes]]:
+    """Headers of HUGE_HEADERS_BYTES in all, a kilobyte each (made once; every such answer shares them)."""
+    value = b"a" * (1024 - len(b"x-padding-00000: \r\n"))
+    return [(b"x-padding-%05d" % i, value) for i in range(HUGE_HEADERS_BYTES // 1024)]
 
 
 @functools.lru_cache(maxsize=2)

@@ -9,6 +9,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -33,7 +34,9 @@ class ClientOptions:
     form-encoded body ("form"). `timeout` bounds each connect and read, `request_timeout` a whole exchange
     (seconds; None: no bound); an answer over `max_answer_bytes` (on the wire or decompressed) is refused.
     `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight, `verify` is the
-    TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes."""
+    TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes.
+    `proxy`: the forward proxy of every request (None: the environment's, client/routes.py);
+    `http_transport`: etl's own HTTP/1.1 transport or httpx's."""
 
     sign_in: SignIn = "query"
     timeout: httpx.Timeout | float = 30.0
@@ -43,6 +46,8 @@ class ClientOptions:
     max_in_flight: int = 16
     verify: bool | ssl.SSLContext = True
     on_answer: AnswerHook | None = None
+    proxy: str | None = None
+    http_transport: Literal["etl", "httpx"] = "etl"
 
     @classmethod
     def from_config(cls, config: Config) -> ClientOptions:
@@ -57,6 +62,8 @@ class ClientOptions:
             retry=RetryPolicy(**config.retry.model_dump()),
             max_in_flight=config.extract.concurrency,
             verify=trust(source),
+            proxy=source.proxy,
+            http_transport=source.transport,
         )
 
     @property

@@ -20,14 +20,13 @@ from typing import Any
 
 import httpx
 
-from etl.client import classify
+from etl.client import classify, routes
 from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
-from etl.client.wire import WireTransport
 from etl.errors import InvalidResponse, NetworkError, ServerError
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
@@ -95,8 +94,8 @@ class Session:
         transport: httpx.AsyncBaseTransport | None = None,
         stats: ClientStats | None = None,
     ) -> None:
-        """`transport` replaces the network (tests, recorded answers); its answers are read within the
-        options' `max_answer_bytes` too."""
+        """`transport` replaces the network (tests, recorded answers; no proxy then); its answers are read
+        within the options' `max_answer_bytes` too."""
         self.base_url = base_url.rstrip("/")
         self.options = options
         # `timeout` bounds each read; this, the whole exchange (a body that drips in never ends a read).
@@ -109,13 +108,17 @@ class Session:
         self.max_in_flight = options.max_in_flight
         self._queue: deque[_Job] = deque()
         self._senders: set[asyncio.Task[None]] = set()
+        carriers = (
+            routes.transports(options)
+            if transport is None
+            else routes.Transports(BoundedTransport(transport, options.max_answer_bytes), {})
+        )
         self._http = _Client(
             auth=self.auth,
             timeout=options.timeout,
             verify=options.verify,
-            transport=WireTransport(options.verify, options.limits, options.max_answer_bytes)
-            if transport is None
-            else BoundedTransport(transport, options.max_answer_bytes),
+            transport=carriers.direct,
+            mounts=carriers.mounts,
             limits=options.limits,
             headers={"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
             follow_redirects=False,  # a redirect means "not signed in" here (the auth flow)

@@ -5,17 +5,21 @@ coroutines, and parsed by h11 in Python, with locks and cancel scopes at every s
 that was about 0.5 ms of event-loop CPU a request, most of an answer's cost to the client
 (`python benchmarks/client_cpu.py`). Here a connection is an `asyncio.Protocol`: the loop hands it the
 bytes as they come, httptools' C parser calls back once per header and body piece, and the request's
-coroutine wakes once, when its answer is complete. The body is counted and decompressed as it arrives,
-within the answer limit (etl/client/limits.py).
+coroutine wakes once, when its answer is complete. The head is fed to the parser no further than its cap
+and the body is counted and decompressed as it arrives, both within the answer limit
+(etl/client/limits.py); a failed answer lets go of what it read at once.
 
 `WireTransport` is an `httpx.AsyncBaseTransport`, so httpx's client stays on top: the auth flow, event
-hooks, exceptions, and the proxies of the environment (httpx mounts its own transports for those).
-Connections: the most recently used idle one is taken (the least likely to have been closed by the
-server), one that has been idle past the keep-alive expiry is closed instead, and one whose answer said
-so (`Connection: close`, HTTP/1.0) is not kept. A request sent on a kept connection that the server had
-closed meanwhile (it dropped without a byte of answer) is sent once more on a new one, as a browser
-does. Timeouts are httpx's: `connect` for the connection and TLS handshake, `read` between two pieces
-of an answer; the whole exchange is bounded by the caller (etl/client/session.py).
+hooks, exceptions. It carries the direct requests only: a proxied one goes to httpx's proxy transport,
+mounted beside it (etl/client/routes.py). It speaks HTTP/1.1 over TCP or TLS to the origin, nothing
+else: no HTTP/2, no proxy, no upgrade. A connection is made to the first of the host's addresses that
+answers (etl/client/connect.py). Connections: the most recently used idle one is taken (the least
+likely to have been closed by the server), one that has been idle past the keep-alive expiry is closed
+instead, and one whose answer said so (`Connection: close`, HTTP/1.0) is not kept. A request sent on a
+kept connection that the server had closed meanwhile (it dropped without a byte of answer) is sent once
+more on a new one, as a browser does. Timeouts are httpx's: `connect` for the connection and TLS
+handshake, `read` between two pieces of an answer; the whole exchange is bounded by the caller
+(etl/client/session.py).
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from typing import cast
 import httptools
 import httpx
 
-from etl.client.limits import AnswerBody, answer_encoding, decoded_headers
+from etl.client.connect import open_socket
+from etl.client.limits import AnswerBody, answer_encoding, decoded_headers, head_limit, head_too_large
+from etl.errors import EtlError, without_frames
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,8 @@ class _Exchange:
         "done",
         "encoding",
         "error",
+        "head",
+        "head_left",
         "head_only",
         "headers",
         "keep_alive",
@@ -67,6 +75,8 @@ class _Exchange:
         self.encoding: str | None = None
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
+        self.head = 0  # bytes of the headers, counted against max_bytes with the body
+        self.head_left = head_limit(max_bytes)  # bytes the head may still take (fed while body is None)
         self.body: AnswerBody | None = None
         self.keep_alive = False
         self.until_eof = False  # neither a length nor chunks: the body ends with the connection
@@ -74,6 +84,8 @@ class _Exchange:
         self.last = now  # when bytes last arrived
 
     def fail(self, error: BaseException) -> None:
+        # The body read so far goes at once: the exchange lives on in the frames of its error's traceback.
+        self.body = None
         if not self.done.done():
             self.error = error
             self.done.set_result(None)
@@ -104,10 +116,22 @@ class _Connection(asyncio.Protocol):
             return
         exchange.last = self.loop.time()
         try:
+            if exchange.body is None:  # the head: fed no further than its cap, within which it must end
+                if len(data) > exchange.head_left:
+                    fits, data = data[: exchange.head_left], data[exchange.head_left :]
+                    self.parser.feed_data(fits)
+                    if exchange.body is None and not exchange.done.done():
+                        exchange.fail(head_too_large(exchange.max_bytes))
+                        self.close()
+                        return
+                exchange.head_left -= len(data)
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            # A callback's own error (over the answer limit, a corrupt compressed body) comes wrapped.
+            # A callback's own error (over the answer limit, a corrupt compressed body) comes wrapped;
+            # etl's own errors without the frames they were raised in, which hold the answer's pieces.
             failure, self.failure = self.failure, None
+            if isinstance(failure, EtlError):
+                failure = without_frames(failure)
             exchange.fail(failure or httpx.RemoteProtocolError(f"malformed answer: {exc}"))
             self.close()
 
@@ -133,6 +157,7 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self.exchange is not None
         self.exchange.headers.append((name, value))
+        self.exchange.head += len(name) + len(value) + 4
 
     def on_headers_complete(self) -> None:
         exchange = self.exchange
@@ -144,7 +169,7 @@ class _Connection(asyncio.Protocol):
         exchange.status = status
         headers = httpx.Headers(exchange.headers)
         if exchange.head_only:  # httptools cannot be told that no body follows: done, and not kept
-            exchange.body = AnswerBody(None, exchange.max_bytes)
+            exchange.body = AnswerBody(None, exchange.max_bytes, exchange.head)
             self._complete(exchange)
             return
         exchange.keep_alive = self.parser.should_keep_alive()
@@ -154,7 +179,7 @@ class _Connection(asyncio.Protocol):
         except BaseException as exc:
             self.failure = exc
             raise
-        exchange.body = AnswerBody(exchange.encoding, exchange.max_bytes)
+        exchange.body = AnswerBody(exchange.encoding, exchange.max_bytes, exchange.head)
 
     def on_body(self, body: bytes) -> None:
         assert self.exchange is not None and self.exchange.body is not None
@@ -334,9 +359,14 @@ class WireTransport(httpx.AsyncBaseTransport):
         factory: Callable[[], _Connection] = lambda: _Connection(loop)  # noqa: E731
         try:
             async with asyncio.timeout(timeout):
-                _, connection = await loop.create_connection(
-                    factory, host, port, ssl=tls, server_hostname=host if tls else None
-                )
+                sock = await open_socket(loop, host, port)
+                try:
+                    _, connection = await loop.create_connection(
+                        factory, sock=sock, ssl=tls, server_hostname=host if tls else None
+                    )
+                except BaseException:  # a failed TLS handshake, the timeout
+                    sock.close()
+                    raise
         except TimeoutError:
             raise httpx.ConnectTimeout(f"no connection to {host}:{port} within {timeout:g}s") from None
         except OSError as exc:  # refused, unreachable, a name that does not resolve, a TLS handshake

@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from etl.client import ClientStats, MonitoringClient
 from etl.config import Config
-from etl.errors import EtlError, ExitCode
+from etl.errors import EtlError, ExitCode, without_frames
 from etl.model import Series, Shard, Window, Windows, batches
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
@@ -215,7 +215,8 @@ async def process_slab(
                         str(outcome),
                         outcome.exit_code if isinstance(outcome, EtlError) else ExitCode.INTERNAL,
                         outcome.fatal if isinstance(outcome, EtlError) else True,
-                        outcome,
+                        # The error, not the data its frames hold; a bug keeps its traceback (it stops the run).
+                        without_frames(outcome) if isinstance(outcome, EtlError) else outcome,
                     )
                     result.failures.append(failure)
                     if failure.fatal:

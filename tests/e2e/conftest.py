@@ -87,15 +87,9 @@ def dask_cluster():
 def postgres():
     """A throwaway PostgreSQL cluster (Debian's `postgresql`, installed by `make postgres`, part of
     `make test`) on a free loopback port, for the Iceberg SQL catalog."""
-    import shutil
-
+    from tests.support.debian import require
     from tests.support.postgres import Missing, binaries, running_postgres
 
-    try:
-        binaries()
-    except Missing as exc:
-        if shutil.which("apt-get") is None:
-            pytest.skip(f"PostgreSQL is not installed and this machine has no apt to install it: {exc}")
-        pytest.fail(f"PostgreSQL is not installed ({exc}): `make postgres` installs Debian's postgresql")
+    require(binaries, Missing, "postgresql", "postgres")
     with running_postgres() as running:
         yield running

@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 
-from etl.client import MonitoringClient, RetryPolicy
+from etl.client import ClientOptions, MonitoringClient, RetryPolicy, SyncMonitoringClient
 from etl.client.models import Candles, Points
 from etl.errors import AuthError, InvalidArgument, NotFound, RequestRejected, RetriesExhausted
 from etl.timeutil import DAY_MS
@@ -142,6 +142,7 @@ def test_concurrent_rejections_sign_in_once(fresh_emulator):
     assert asyncio.run(go()) == 1
 
 
+@pytest.mark.parametrize("transport", ["etl", "httpx"])
 @pytest.mark.parametrize(
     "faults, reason",
     [
@@ -151,9 +152,11 @@ def test_concurrent_rejections_sign_in_once(fresh_emulator):
         ({"drop_rate": 0.5}, "connection"),
     ],
 )
-def test_each_fault_is_retried_and_counted(fresh_emulator, faults, reason):
+def test_each_fault_is_retried_and_counted(fresh_emulator, faults, reason, transport):
+    """The same errors, retried the same way, through etl's transport and httpx's (source.transport)."""
     fresh_emulator.set_faults(seed=3, **faults)
-    with client_for(fresh_emulator) as c:
+    options = ClientOptions(retry=FAST, http_transport=transport)
+    with SyncMonitoringClient(fresh_emulator.base_url, "demo", "demo", options=options) as c:
         c.sign_in()
         for _ in range(12):
             assert len(c.measure_raw(1001, T0, T0 + DAY_MS)) > 0

@@ -520,7 +520,7 @@ def hostile_emu() -> Iterator[RunningEmulator]:
         yield running
 
 
-TRANSPORT_KINDS = ("stuck", "drip", "endless", "gzip_bomb", "gzip_corrupt")
+TRANSPORT_KINDS = ("stuck", "drip", "endless", "gzip_bomb", "gzip_corrupt", "huge_headers")
 
 
 @pytest.mark.parametrize("kind", TRANSPORT_KINDS)
@@ -539,6 +539,9 @@ def test_hostile_transport(hostile_emu, kind):
                 assert got_ts.tolist() == midnight_ts.tolist() != want_ts.tolist()
             elif kind == "gzip_corrupt":
                 with pytest.raises(httpx.DecodingError):
+                    c.get(path)
+            elif kind == "huge_headers":  # over httpx's cap of 100 KiB
+                with pytest.raises(httpx.RemoteProtocolError, match="Receive buffer too long"):
                     c.get(path)
             else:
                 with c.stream("GET", path) as response:

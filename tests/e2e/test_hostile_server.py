@@ -10,8 +10,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,14 +21,16 @@ import pytest
 from etl.timeutil import DAY_MS, iso, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
-from tests.support.cli import etl_process
+from tests.support.cli import ETL_COMMAND, environment, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import START, emulator_config, series_requests
 from tests.support.expected import expected_table
 from tests.support.output import checkpoints, read
 
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
+SIX_DAYS_END = iso(to_ms(START) + 6 * DAY_MS)  # 48 raw windows: 8 parameters x 6 days
 GUARD = 90.0  # seconds: only a hang comes near it
+ROOT = Path(__file__).resolve().parents[2]  # where `python -m tests.support.peak` is found
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +52,9 @@ class Outcome:
     code: int
     stderr: str
     summary: dict  # the run's own record, _runs/*.json
-    peak_rss_mb: float  # the process's high-water mark, from its own accounting (getrusage)
+    peak_rss_mb: (
+        float  # the run's high-water mark, from its own accounting (getrusage, tests/support/peak.py)
+    )
 
     @property
     def errors(self) -> list[str]:
@@ -71,10 +76,22 @@ def config(emulator: RunningEmulator, out: Path, **sections) -> dict:
     return data
 
 
-def start(data: dict, tmp_path: Path) -> subprocess.Popen:
+def start(data: dict, tmp_path: Path, measured: bool = False) -> subprocess.Popen:
+    """`etl run` of `data`; `measured`: under tests/support/peak.py, which writes the run's own peak RSS
+    to tmp_path/peak (in a session of its own, so that a hang kills both)."""
     path = write_config(tmp_path / "c.yaml", data)
+    args = ("run", "-c", str(path), "--no-progress")
     with open(tmp_path / "stderr", "wb") as stderr:  # the child keeps its own descriptor
-        return etl_process("run", "-c", str(path), "--no-progress", stdout=subprocess.DEVNULL, stderr=stderr)
+        if not measured:
+            return etl_process(*args, stdout=subprocess.DEVNULL, stderr=stderr)
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.support.peak", str(tmp_path / "peak"), *ETL_COMMAND, *args],
+            env=environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd=ROOT,
+            start_new_session=True,
+        )
 
 
 def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUARD) -> Outcome:
@@ -86,21 +103,25 @@ def finish(proc: subprocess.Popen, tmp_path: Path, out: Path, guard: float = GUA
             proc.returncode = os.waitstatus_to_exitcode(status)
             break
         if time.monotonic() > deadline:
-            proc.kill()
+            if os.getpgid(proc.pid) == proc.pid:  # a measured run: its launcher and the run itself
+                os.killpg(proc.pid, signal.SIGKILL)
+            else:
+                proc.kill()
             proc.wait()
             pytest.fail(f"etl run still running after {guard:.0f}s:\n{(tmp_path / 'stderr').read_text()}")
         time.sleep(0.02)
     summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
+    peak = tmp_path / "peak"
     return Outcome(
         proc.returncode,
         (tmp_path / "stderr").read_text(),
         summaries[0] if summaries else {},
-        usage.ru_maxrss / 1024,
+        float(peak.read_text()) if peak.exists() else usage.ru_maxrss / 1024,
     )
 
 
 def etl_run(data: dict, tmp_path: Path, guard: float = GUARD) -> Outcome:
-    return finish(start(data, tmp_path), tmp_path, Path(data["sink"]["path"]), guard)
+    return finish(start(data, tmp_path, measured=True), tmp_path, Path(data["sink"]["path"]), guard)
 
 
 def assert_one_line(outcome: Outcome, code: int, *phrases: str) -> None:
@@ -208,13 +229,25 @@ LIMIT_MB = 16
 
 
 @pytest.fixture(scope="module")
-def baseline_rss_mb(server: RunningEmulator, tmp_path_factory) -> float:
-    """Peak RSS of the same one-day run against a well-behaved server."""
-    server.set_faults(reset=True)
-    tmp = tmp_path_factory.mktemp("baseline")
-    outcome = etl_run(config(server, tmp / "out", extract={"concurrency": 2}), tmp)
-    assert outcome.code == 0, outcome.stderr
-    return outcome.peak_rss_mb
+def healthy_rss_mb(server: RunningEmulator, tmp_path_factory) -> Callable[[int], float]:
+    """Peak RSS of the same one-day run against a well-behaved server, at a concurrency (measured once)."""
+    measured: dict[int, float] = {}
+
+    def at(concurrency: int) -> float:
+        if concurrency not in measured:
+            server.set_faults(reset=True)
+            tmp = tmp_path_factory.mktemp("baseline")
+            outcome = etl_run(config(server, tmp / "out", extract={"concurrency": concurrency}), tmp)
+            assert outcome.code == 0, outcome.stderr
+            measured[concurrency] = outcome.peak_rss_mb
+        return measured[concurrency]
+
+    return at
+
+
+@pytest.fixture(scope="module")
+def baseline_rss_mb(healthy_rss_mb: Callable[[int], float]) -> float:
+    return healthy_rss_mb(2)
 
 
 @pytest.mark.parametrize("kind", ["gzip_bomb", "endless", "huge"])
@@ -233,3 +266,46 @@ def test_an_answer_over_the_size_limit_fails_its_window_within_the_memory_bound(
     # Two answers at once, each held up to the limit (and once more while it is joined), over what the
     # same run takes from a well-behaved server.
     assert outcome.peak_rss_mb < baseline_rss_mb + 2 * 2 * limit + 64, (outcome.peak_rss_mb, baseline_rss_mb)
+
+
+@pytest.mark.parametrize(
+    "concurrency, transport", [(4, "etl"), (16, "etl"), (16, "httpx")], ids=["4", "16", "16-httpx"]
+)
+def test_every_answer_a_gzip_bomb_stays_within_concurrency_times_the_answer_limit(
+    hostile, tmp_path, concurrency, transport
+):
+    """48 answers, every one a bomb: each is read up to source.max_answer_mb and freed as it fails (a
+    failed window keeps its error, not its data), so memory follows the answers in flight, not the
+    failed ones."""
+    hostile.set_faults(hostile=["gzip_bomb"], hostile_rate=1, bomb_mb=1024)
+    out = tmp_path / "out"
+    data = config(
+        hostile,
+        out,
+        window={"end": SIX_DAYS_END},
+        extract={"concurrency": concurrency},
+        source={"transport": transport},
+    )
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "48 window(s) failed", "answer over 32 MiB (source.max_answer_mb)")
+    assert sum(r.get("fault") == "hostile_gzip_bomb" for r in hostile.requests()) == 48
+    assert outcome.peak_rss_mb <= concurrency * 32 + 150, outcome.peak_rss_mb
+
+
+@pytest.mark.parametrize("transport", ["etl", "httpx"])
+def test_20_mib_of_headers_at_16_in_flight_are_refused_within_the_answer_limit(
+    healthy_rss_mb, hostile, tmp_path, transport
+):
+    """Every series answer with 20 MiB of headers: each refused at 100 KiB of head (httpx's cap, counted
+    against the answer limit as well), not retried; memory as a healthy run's plus what 16 answers may
+    hold."""
+    hostile.set_faults(hostile=["huge_headers"], hostile_rate=1)
+    out = tmp_path / "out"
+    limit = 8
+    data = config(
+        hostile, out, extract={"concurrency": 16}, source={"max_answer_mb": limit, "transport": transport}
+    )
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 6, "window(s) failed", "answer headers over 100 KiB")
+    assert outcome.summary["retries"] == 0 and not len(checkpoints(out))
+    assert outcome.peak_rss_mb <= healthy_rss_mb(16) + limit * 16, (outcome.peak_rss_mb, healthy_rss_mb(16))

@@ -20,8 +20,10 @@ from tests.support.output import data_files, read
 from tests.support.pipeline import run
 
 
-def test_full_run_writes_exactly_the_source_points(emulator, tmp_path):
-    summary = run(make_config(emulator.base_url, tmp_path))
+@pytest.mark.parametrize("transport", ["etl", "httpx"])
+def test_full_run_writes_exactly_the_source_points(emulator, tmp_path, transport):
+    """With etl's own HTTP transport and with httpx's (source.transport), the same exact output."""
+    summary = run(make_config(emulator.base_url, tmp_path, source={"transport": transport}))
     assert_exact(tmp_path)
     body = summary.as_dict()
     assert body["status"] == "ok" and body["objects"] == 2 and body["parameters"] == 8

@@ -3,18 +3,12 @@ anywhere (debug logs included), TLS verification, and what a restricted login ca
 
 from __future__ import annotations
 
-import datetime as dt
-import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import duckdb
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
@@ -22,6 +16,7 @@ from tests.support.cli import etl, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.credentials import PASSWORD, USERS, etl_user_config, leaks
 from tests.support.emulator import emulator_config
+from tests.support.tls import self_signed
 
 PLAIN_WARNING = "source.password is written in the config file"
 
@@ -85,35 +80,7 @@ def test_debug_run_leaks_neither_password_nor_cookies(private_emulator, tmp_path
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 (its own CA) and its key, as PEM files."""
-    folder = tmp_path_factory.mktemp("tls")
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "etl test emulator")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert_file, key_file
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture(scope="module")

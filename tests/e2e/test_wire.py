@@ -4,10 +4,22 @@ Against scripted peers (framings, failures, timeouts): tests/unit/test_wire.py."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 import httpx
+import uvloop
 
 from etl.client.wire import WireTransport
+from etl_emulator.server import run_emulator
+from tests.support.checks import assert_exact
+from tests.support.configs import make_config
+from tests.support.emulator import emulator_config
+from tests.support.expected import SOURCE
+from tests.support.network import blackhole, free_port_on_both, loop_resolving
+from tests.support.pipeline import run
+
+T = TypeVar("T")
 
 
 class Counted(WireTransport):
@@ -80,3 +92,28 @@ def test_an_answer_left_unread_gives_its_slot_back(emulator):
 
     asyncio.run(go())
     assert transport.busy == 0
+
+
+def test_a_run_to_a_host_whose_first_address_drops_packets_is_exact_without_a_retry(tmp_path, monkeypatch):
+    """`etl run` on its own event loop (uvloop), to a name the resolver gives a blackholed IPv6 address
+    first and the emulator's IPv4 address second: every connection is made on the second address a
+    quarter of a second later, none waits out the connect timeout (that would be retried), and the run is
+    exact."""
+    port = free_port_on_both()
+    names = {"platform.test": ["::1", "127.0.0.1"]}
+    monkeypatch.setattr(uvloop, "run", lambda work: _run_on(loop_resolving("uvloop", names), work))
+    with run_emulator(emulator_config(), port=port) as emulator, blackhole("::1", port):
+        base_url = emulator.base_url.replace("127.0.0.1", "platform.test")
+        config = make_config(
+            base_url, tmp_path, source={"name": SOURCE}, series=["raw"], extract={"concurrency": 4}
+        )
+        summary = run(config).as_dict()
+    assert summary["status"] == "ok" and summary["retries"] == 0, summary
+    assert_exact(tmp_path, series=["raw"])
+
+
+def _run_on(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    try:
+        return loop.run_until_complete(work)
+    finally:
+        loop.close()

@@ -7,8 +7,14 @@ import gzip
 import random
 import zlib
 
+import brotli
 import httpx
 import pytest
+
+try:
+    from compression import zstd  # Python 3.14's
+except ImportError:
+    from backports import zstd
 
 from etl.client.limits import BoundedTransport
 from etl.errors import AnswerTooLarge, InvalidResponse
@@ -45,17 +51,39 @@ def fetch(body: bytes, headers: dict[str, str], max_bytes: int = 64 * 1024, chun
         ("deflate", zlib.compress(BODY)),  # as the RFC says
         ("deflate", zlib.compress(BODY)[2:-4]),  # raw, as some servers send it
         ("identity", BODY),
+        ("br", brotli.compress(BODY)),
+        ("zstd", zstd.compress(BODY)),
+        ("zstd", zstd.compress(BODY[:5000]) + zstd.compress(BODY[5000:])),  # frames one after another
     ],
-    ids=["gzip", "deflate-zlib", "deflate-raw", "identity"],
+    ids=["gzip", "deflate-zlib", "deflate-raw", "identity", "br", "zstd", "zstd-frames"],
 )
 def test_bodies_are_decoded_whole_below_the_limit(encoding, packed):
     assert fetch(packed, {"content-encoding": encoding}, chunks=7) == BODY
 
 
-def test_a_gzip_bomb_stops_at_the_limit_decompressed():
-    bomb = gzip.compress(b" " * 50 * 1024**2)  # 50 MiB in ~50 kB
+@pytest.mark.parametrize(
+    "encoding, pack", [("gzip", gzip.compress), ("br", brotli.compress), ("zstd", zstd.compress)]
+)
+def test_a_bomb_stops_at_the_limit_decompressed(encoding, pack):
+    bomb = pack(b" " * 50 * 1024**2)  # 50 MiB in at most ~50 kB
     with pytest.raises(AnswerTooLarge, match="answer over 1 MiB .* decompressed"):
-        fetch(bomb, {"content-encoding": "gzip"}, max_bytes=1024**2, chunks=20)
+        fetch(bomb, {"content-encoding": encoding}, max_bytes=1024**2, chunks=3)
+
+
+def test_a_zstd_frame_that_asks_for_a_window_over_8_mib_is_refused():
+    """A frame may ask its decoder to hold a window of up to 2 GiB; HTTP's zstd is bound to 8 MiB."""
+    packer = zstd.ZstdCompressor(options={zstd.CompressionParameter.window_log: 27})
+    wide = packer.compress(b"x" * 1024) + packer.flush()  # streamed: the frame names its window, not its size
+    with pytest.raises(InvalidResponse, match="corrupt zstd body"):
+        fetch(wide, {"content-encoding": "zstd"})
+
+
+def test_an_encoding_whose_module_is_missing_says_which_arrived_and_what_reads_it(monkeypatch):
+    import etl.client.limits as limits
+
+    monkeypatch.setattr(limits, "_module", lambda encoding: None)
+    with pytest.raises(InvalidResponse, match=r"encoding not asked for \(br\); etl reads it with brotli"):
+        fetch(brotli.compress(BODY), {"content-encoding": "br"})
 
 
 def test_a_long_body_stops_at_the_limit_on_the_wire_or_at_its_content_length():
@@ -70,9 +98,13 @@ def test_a_long_body_stops_at_the_limit_on_the_wire_or_at_its_content_length():
     [
         (PACKED[:5000] + b"\xff" * 64 + PACKED[5064:], {"content-encoding": "gzip"}, "corrupt|ended early"),
         (PACKED[:-12], {"content-encoding": "gzip"}, "ended early"),
-        (BODY, {"content-encoding": "br"}, "encoding not asked for"),
+        (BODY, {"content-encoding": "br"}, "corrupt br body"),
+        (brotli.compress(BODY)[:-8], {"content-encoding": "br"}, "br body ended early"),
+        (zstd.compress(BODY)[:-8], {"content-encoding": "zstd"}, "zstd body ended early"),
+        (BODY, {"content-encoding": "compress"}, r"encoding not asked for \(compress\)"),
+        (BODY, {"content-encoding": "gzip, br"}, r"several encodings at once \(gzip, br\), not asked for"),
     ],
-    ids=["corrupt", "truncated", "unasked"],
+    ids=["corrupt", "truncated", "br-corrupt", "br-truncated", "zstd-truncated", "unasked", "stacked"],
 )
 def test_unreadable_encodings_are_invalid_answers(packed, headers, problem):
     with pytest.raises(InvalidResponse, match=problem) as raised:

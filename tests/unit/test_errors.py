@@ -40,3 +40,38 @@ def test_the_exception_tree_drawn_in_errors_is_the_one_in_the_code():
     assert {name: (cls.exit_code, cls.retryable, cls.fatal) for name, cls in classes.items()} == drawn
     exhausted = errors.RetriesExhausted("gave up", errors.InvalidResponse("cut short"), 3)
     assert (exhausted.exit_code, exhausted.retryable, exhausted.fatal) == (6, False, False)
+
+
+def test_without_frames_lets_go_of_what_the_frames_an_error_went_through_held():
+    """A failed window keeps its error: not the locals (an answer's body) of the frames it was raised in."""
+    import gc
+    import weakref
+
+    from etl.errors import InvalidResponse, without_frames
+
+    class Body(bytearray):
+        pass
+
+    held: list[weakref.ref[Body]] = []
+
+    def attempt() -> None:
+        body = Body(1024)  # held by this frame while the error keeps its traceback
+        held.append(weakref.ref(body))
+        raise InvalidResponse("unreadable")
+
+    def retried() -> RetriesExhausted:
+        try:
+            attempt()
+        except InvalidResponse as exc:
+            return RetriesExhausted("gave up", exc, 2)
+        raise AssertionError
+
+    gc.disable()  # the error must free it, not a collection of cycles
+    try:
+        error = retried()
+        assert held[0]() is not None
+        assert without_frames(error) is error and error.last.__traceback__ is None
+        assert held[0]() is None
+        assert str(error) == "gave up" and error.exit_code == 6
+    finally:
+        gc.enable()

@@ -4,14 +4,17 @@ HTTP/1.1 answer may come in, and every way it may go wrong. Against the emulator
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
 
+from etl.client.limits import BoundedTransport
 from etl.client.wire import WireTransport
 from etl.errors import AnswerTooLarge, InvalidResponse
+from tests.support.network import LOOPS, blackhole, free_port_on_both, loop_resolving
 
 Peer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -20,9 +23,11 @@ async def _head(reader: asyncio.StreamReader) -> bytes:
     return await reader.readuntil(b"\r\n\r\n")
 
 
-def exchange(peer: Peer, requests: int = 1, **transport) -> tuple[list[httpx.Response | BaseException], int]:
-    """`requests` GETs in turn through one WireTransport to `peer`; the answers (or errors) and how many
-    connections the peer saw."""
+def exchange(
+    peer: Peer, requests: int = 1, make: Callable[..., httpx.AsyncBaseTransport] = WireTransport, **transport
+) -> tuple[list[httpx.Response | BaseException], int]:
+    """`requests` GETs in turn through one transport (`make(**transport)`, a WireTransport by default) to
+    `peer`; the answers (or errors) and how many connections the peer saw."""
     connections = 0
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -39,7 +44,7 @@ def exchange(peer: Peer, requests: int = 1, **transport) -> tuple[list[httpx.Res
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         out: list[httpx.Response | BaseException] = []
-        async with server, httpx.AsyncClient(transport=WireTransport(**transport), timeout=2) as client:
+        async with server, httpx.AsyncClient(transport=make(**transport), timeout=2) as client:
             for _ in range(requests):
                 try:
                     out.append(await client.get(f"http://127.0.0.1:{port}/x?count=5"))
@@ -167,3 +172,112 @@ def test_a_refused_connection_is_httpx_s_connect_error():
 
     with pytest.raises(httpx.ConnectError):
         asyncio.run(go())
+
+
+def test_a_failed_answer_lets_go_of_its_body_at_once():
+    """What a failed answer read so far is freed as it fails, not when the error that it failed with is
+    (a failed window keeps its error for the run's summary) nor when the cyclic GC comes by."""
+    import gc
+    import tracemalloc
+    import zlib
+
+    bomb = zlib.compress(b" " * 64 * 1024**2, 9)  # 64 MiB of spaces in about 64 kB
+    answer = b"HTTP/1.1 200 OK\r\nContent-Encoding: deflate\r\nContent-Length: %d\r\n\r\n" % len(bomb) + bomb
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        (error,), _ = exchange(answering(answer), max_answer_bytes=8 * 1024**2)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert isinstance(error, AnswerTooLarge)
+    assert held < 2 * 1024**2, held  # the 8 MiB decompressed before the limit are gone
+
+
+def httpx_own(max_answer_bytes: int = 32 * 1024**2) -> httpx.AsyncBaseTransport:
+    """httpx's own transport under etl's answer limit, as `source.transport: httpx` has it."""
+    return BoundedTransport(httpx.AsyncHTTPTransport(), max_answer_bytes)
+
+
+@pytest.mark.parametrize("make", [WireTransport, httpx_own], ids=["etl", "httpx"])
+def test_headers_over_the_cap_are_refused_after_reading_no_more_than_it(make):
+    """200 KiB of headers, or one header that never ends: refused once the head passes 100 KiB (httpx's
+    cap), as too large an answer, by either transport."""
+    many = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-Pad-%d: %s\r\n" % (i, b"v" * 1000) for i in range(200))
+    (error,), _ = exchange(answering(many + b"Content-Length: 5\r\n\r\nhello"), make=make)
+    assert isinstance(error, AnswerTooLarge) and str(error) == "answer headers over 100 KiB"
+
+    read = 0
+
+    async def endless(reader, writer):
+        nonlocal read
+        await _head(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+        while True:  # until the client goes away
+            writer.write(b"v" * 65536)
+            await writer.drain()
+            read += 65536
+
+    (error,), _ = exchange(endless, make=make)
+    assert isinstance(error, AnswerTooLarge) and str(error) == "answer headers over 100 KiB"
+    assert read < 8 * 1024**2  # the client stopped reading (what the sockets buffer is in flight)
+
+
+@pytest.mark.parametrize("make", [WireTransport, httpx_own], ids=["etl", "httpx"])
+def test_header_bytes_count_against_the_answer_limit(make):
+    head = b"HTTP/1.1 200 OK\r\nX-Pad: " + b"v" * 600 + b"\r\nContent-Length: %d\r\n\r\n"
+    (fits,), _ = exchange(answering(head % 300 + b"x" * 300), make=make, max_answer_bytes=1000)
+    assert isinstance(fits, httpx.Response) and fits.content == b"x" * 300
+    over = head.replace(b"Content-Length: %d", b"Transfer-Encoding: chunked") + b"1f4\r\n" + b"x" * 500
+    (error,), _ = exchange(answering(over + b"\r\n0\r\n\r\n"), make=make, max_answer_bytes=1000)
+    assert isinstance(error, AnswerTooLarge) and "on the wire" in str(error)
+    (error,), _ = exchange(answering(head % 300 + b"x" * 300), make=make, max_answer_bytes=500)
+    assert isinstance(error, AnswerTooLarge) and "in its headers" in str(error)
+
+
+# -- connecting: every address of a name, raced (etl/client/connect.py) ------------------------------
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_an_address_that_drops_packets_gives_way_to_the_next_one(kind):
+    """A name whose first address never answers (a broken IPv6 route): its next address is tried a
+    quarter of a second later, on either event loop, and the request is answered well within a connect
+    timeout that the first address alone would have used up."""
+    port = free_port_on_both()
+
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            await answering(OK)(reader, writer)
+        writer.close()
+
+    async def go() -> httpx.Response:
+        server = await asyncio.start_server(peer, "127.0.0.1", port)
+        async with server, httpx.AsyncClient(transport=WireTransport(), timeout=30) as client:
+            return await client.get(f"http://platform.test:{port}/x")
+
+    loop = loop_resolving(kind, {"platform.test": ["::1", "127.0.0.1"]})
+    with blackhole("::1", port):
+        try:
+            answer = loop.run_until_complete(asyncio.wait_for(go(), 10))  # a guard only: 30 s would fail it
+        finally:
+            loop.close()
+    assert answer.content == b"hello"
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_every_address_refusing_is_one_connect_error_naming_each(kind):
+    port = free_port_on_both()
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=WireTransport(), timeout=5) as client:
+            await client.get(f"http://platform.test:{port}/x")
+
+    loop = loop_resolving(kind, {"platform.test": ["::1", "127.0.0.1"]})
+    try:
+        with pytest.raises(httpx.ConnectError) as raised:
+            loop.run_until_complete(go())
+    finally:
+        loop.close()
+    assert "::1" in str(raised.value) and "127.0.0.1" in str(raised.value)
