@@ -115,41 +115,6 @@ def series_rows(data: Points | Candles) -> list[dict]:
     return [{"ts": iso(int(t)), "value": float(v)} for t, v in zip(data.ts, data.value, strict=True)]
 
 
-def summary_text(summary: dict) -> str:
-    lines = [
-        f"run {summary['run_id']}: {summary['status']} in {summary['seconds']:.1f}s",
-        f"  window      {summary['window']['start']} .. {summary['window']['end']}"
-        if summary["window"]
-        else "",
-        f"  objects     {summary['objects']}    parameters {summary['parameters']}"
-        + (f"    shard {summary['shard']}" if summary.get("shard") else ""),
-        f"  executor    {summary['executor']}" if summary.get("executor", "local") != "local" else "",
-    ]
-    for name, s in summary["series"].items():
-        lines.append(
-            f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"
-        )
-    if not summary["series"] and summary["status"] == "ok":
-        lines.append("  series      nothing new: the checkpoints already cover this window")
-    lines.append(
-        f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
-        f"    splits {summary['splits']}    continuations {summary['continuations']}"
-    )
-    quality = summary.get("quality") or {}
-    if quality.get("rows"):
-        lowest = quality.get("lowest_completeness")
-        lines.append(
-            f"  quality     {quality['rows']} parameter-days"
-            + (f"    lowest completeness {lowest:.3f}" if lowest is not None else "")
-        )
-    if summary["warnings"]:
-        lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
-    if summary["failed_window_count"]:
-        lines.append(f"  failed      {summary['failed_window_count']} windows (see the run summary JSON)")
-    lines.append(f"  output      {summary['output']}")
-    return "\n".join(line for line in lines if line)
-
-
 def plan_text(summary: dict) -> str:
     lines = [
         f"window      {summary['window']['start']} .. {summary['window']['end']}",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from etl.cli.params import SERIES_CHOICE, SHARD, TIME, config_option, window_options
-from etl.cli.render import echo_json, echo_table, plan_text, summary_text
+from etl.cli.render import echo_json, echo_table, plan_text
 from etl.config import load_config
 from etl.errors import EtlError, Interrupted
 from etl.model import Shard
@@ -90,13 +90,13 @@ def run(
             echo_json(
                 {**done, "status": status, "error": done.get("error") or str(exc), "exit_code": exc.exit_code}
             )
-        elif done.get("series") or done.get("failed_window_count"):
-            click.echo(summary_text(done), err=True)  # what got done; else the error says it
+        elif exc.summary is not None and (done.get("series") or done.get("failed_window_count")):
+            click.echo(exc.summary.text(), err=True)  # what got done; else the error says it
         raise
     if as_json:
         echo_json({**summary.as_dict(), "exit_code": 0})
     else:
-        click.echo(summary_text(summary.as_dict()))
+        click.echo(summary.text())
 
 
 class _PandasForEtlOnly(MetaPathFinder):
