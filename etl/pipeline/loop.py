@@ -1,9 +1,13 @@
 """The event loop a run goes on (uvloop where it exists; a thread of its own inside a notebook's loop),
-its pool of worker threads, and SIGINT/SIGTERM heard through it."""
+its pool of worker threads, and SIGINT/SIGTERM heard through it (in a notebook, the kernel's interrupt
+passed on from the thread that waits for the run)."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
 import signal
 import threading
 from collections.abc import Callable, Coroutine
@@ -25,8 +29,7 @@ def in_a_loop(work: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         start = asyncio.run
     if _loop_running():
-        with ThreadPoolExecutor(1, thread_name_prefix="etl-run") as pool:
-            return pool.submit(start, work).result()
+        return _beside_the_loop(start, work)
     if threading.current_thread() is not threading.main_thread():
         return start(work)
     # SIGTERM stops like Ctrl-C: while windows are fetched, after those in flight (the coordinator's own
@@ -41,9 +44,11 @@ def in_a_loop(work: Coroutine[Any, Any, T]) -> T:
 def handle_signals(on_signal: Callable[[int], None]) -> Callable[[], None]:
     """SIGINT and SIGTERM handled by `on_signal(signum)` through the running loop (a KeyboardInterrupt
     raised inside one of the loop's callbacks can be lost). Returns what puts the previous handlers back."""
-    # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner.
+    # Signal handlers belong to the main thread; a run driven from another thread is stopped by its owner:
+    # by the thread that waits for it in a notebook (`_beside_the_loop`), else not at all.
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None
+        relay = _run_thread.relay
+        return relay.attach(asyncio.get_running_loop(), on_signal) if relay else lambda: None
     loop = asyncio.get_running_loop()
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     for signum in previous:
@@ -55,6 +60,74 @@ def handle_signals(on_signal: Callable[[int], None]) -> Callable[[], None]:
             signal.signal(signum, handler)  # asyncio would leave SIG_DFL: keep the CLI's handlers
 
     return restore
+
+
+class _Relay:
+    """A KeyboardInterrupt of the thread that waits for a run, passed to the run's loop as a SIGINT: signals
+    reach only the main thread, where a notebook's kernel waits while the run goes on in another."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._target: tuple[asyncio.AbstractEventLoop, Callable[[int], None]] | None = None
+        self._missed = False  # an interrupt before the run handled signals: passed on when it does
+
+    def attach(self, loop: asyncio.AbstractEventLoop, on_signal: Callable[[int], None]) -> Callable[[], None]:
+        with self._guard:
+            self._target, missed, self._missed = (loop, on_signal), self._missed, False
+        if missed:
+            loop.call_soon(on_signal, signal.SIGINT)
+
+        def detach() -> None:
+            with self._guard:
+                self._target = None
+
+        return detach
+
+    def interrupt(self) -> None:
+        with self._guard:
+            if self._target is None:
+                self._missed = True
+                return
+            loop, on_signal = self._target
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: the run is over
+            loop.call_soon_threadsafe(on_signal, signal.SIGINT)
+
+
+class _RunThread(threading.local):
+    relay: _Relay | None = None  # in the thread a notebook's run goes on
+
+
+_run_thread = _RunThread()
+
+
+def _beside_the_loop(start: Callable[[Coroutine[Any, Any, T]], T], work: Coroutine[Any, Any, T]) -> T:
+    """The run in a thread of its own, for a caller whose thread runs a loop already (a notebook's kernel).
+    A KeyboardInterrupt here (the kernel's interrupt) stops the run as Ctrl-C stops `etl run`: the caller
+    gets the run's own outcome once it has stopped, `Interrupted` or, when it had finished, its result."""
+    relay = _Relay()
+    outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def go() -> None:
+        _run_thread.relay = relay
+        try:
+            outcome.set_result(start(work))
+        except BaseException as exc:  # the run's outcome, raised in the caller's thread
+            outcome.set_exception(exc)
+
+    # In the caller's context: a notebook's kernel tells which cell output belongs to by context variables.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(go,), name="etl-run")
+    thread.start()
+    interrupts = 0
+    while True:
+        try:
+            if interrupts:  # passed on out here: a second interrupt may come while this one is
+                relay.interrupt()
+                interrupts = 0
+            concurrent.futures.wait([outcome])
+            break
+        except KeyboardInterrupt:
+            interrupts += 1
+    return outcome.result()  # the thread ends right after setting it: no join an interrupt could break
 
 
 def workers() -> ThreadPoolExecutor:
