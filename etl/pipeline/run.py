@@ -31,7 +31,7 @@ def run(
     shard: Shard | str | None = None,
     executor: Literal["local", "dask"] | None = None,
     scheduler: str | None = None,
-    progress: bool | None = False,
+    progress: bool | None = None,
     metrics_file: str | PathLike[str] | None = None,
     dry_run: bool = False,
 ) -> RunSummary:
@@ -40,9 +40,12 @@ def run(
     `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
     datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
     a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
-    "dask" with a `scheduler` address runs slabs on a cluster; `metrics_file` receives the run's figures
-    in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
+    "dask" with a `scheduler` address runs slabs on a cluster; `progress` None shows a line that updates
+    itself in a Jupyter notebook and a bar on a terminal (True: a bar on stderr anywhere, False: none);
+    `metrics_file` receives the run's figures in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
     or is interrupted (its `summary`, the same `RunSummary`, holds what got done); never exits the process.
+    In a notebook, the kernel's interrupt stops the run as Ctrl-C stops `etl run`: the windows in flight
+    are finished and checkpointed, and `Interrupted` is raised once the run has stopped.
     """
     config = config if isinstance(config, Config) else load_config(config)
     options = RunOptions(
