@@ -1,9 +1,11 @@
 """What a run did: `RunSummary`, the same object whether the run succeeded (`etl.run` returns it) or not
-(the error it raises carries it), and its JSON form (`as_dict`: `etl run --json`, `_runs/{run_id}.json`
-and the metrics file read it)."""
+(the error it raises carries it), its JSON form (`as_dict`: `etl run --json`, `_runs/{run_id}.json`
+and the metrics file read it) and its forms for people (`text`, what `etl run` prints; a one-line repr
+and an HTML table for notebooks)."""
 
 from __future__ import annotations
 
+import html
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -133,38 +135,72 @@ class RunSummary:
             ),
         }
 
-    def text(self) -> str:
-        """The summary for people: what `etl run` prints."""
+    def record(self) -> str:
+        """Where the run's record (`as_dict` as JSON) is written: `_runs/` in the output."""
+        return f"{self.output.rstrip('/')}/_runs/{self.run_id}.json"
+
+    def headline(self) -> str:
+        return f"run {self.run_id}: {self.status} in {self.seconds:.1f}s"
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(what, figures) lines of the summary for people, in the order `etl run` prints them."""
         summary = self.as_dict()
-        lines = [
-            f"run {summary['run_id']}: {summary['status']} in {summary['seconds']:.1f}s",
-            f"  window      {summary['window']['start']} .. {summary['window']['end']}"
-            if summary["window"]
-            else "",
-            f"  objects     {summary['objects']}    parameters {summary['parameters']}"
-            + (f"    shard {summary['shard']}" if summary.get("shard") else ""),
-            f"  executor    {summary['executor']}" if summary.get("executor", "local") != "local" else "",
-        ]
-        for name, s in summary["series"].items():
-            lines.append(
-                f"  {name:<11} {s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"
+        rows: list[tuple[str, str]] = []
+        if summary["window"]:
+            rows.append(("window", f"{summary['window']['start']} .. {summary['window']['end']}"))
+        rows.append(
+            (
+                "objects",
+                f"{summary['objects']}    parameters {summary['parameters']}"
+                + (f"    shard {summary['shard']}" if summary["shard"] else ""),
             )
-        if not summary["series"] and summary["status"] == "ok":
-            lines.append("  series      nothing new: the checkpoints already cover this window")
-        lines.append(
-            f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
-            f"    splits {summary['splits']}    continuations {summary['continuations']}"
         )
-        quality = summary.get("quality") or {}
-        if quality.get("rows"):
-            lowest = quality.get("lowest_completeness")
-            lines.append(
-                f"  quality     {quality['rows']} parameter-days"
-                + (f"    lowest completeness {lowest:.3f}" if lowest is not None else "")
+        if summary["executor"] != "local":
+            rows.append(("executor", summary["executor"]))
+        for name, s in summary["series"].items():
+            rows.append((name, f"{s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"))
+        if not summary["series"] and summary["status"] == "ok":
+            rows.append(("series", "nothing new: the checkpoints already cover this window"))
+        rows.append(
+            (
+                "requests",
+                f"{summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
+                f"    splits {summary['splits']}    continuations {summary['continuations']}",
+            )
+        )
+        if self.quality_rows:
+            lowest = self.lowest_completeness
+            rows.append(
+                (
+                    "quality",
+                    f"{self.quality_rows} parameter-days"
+                    + (f"    lowest completeness {lowest:.3f}" if lowest is not None else ""),
+                )
             )
         if summary["warnings"]:
-            lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
-        if summary["failed_window_count"]:
-            lines.append(f"  failed      {summary['failed_window_count']} windows (see the run summary JSON)")
-        lines.append(f"  output      {summary['output']}")
-        return "\n".join(line for line in lines if line)
+            rows.append(("warnings", ", ".join(f"{k}={v}" for k, v in summary["warnings"].items())))
+        if self.failed_windows:
+            rows.append(("failed", f"{len(self.failed_windows)} windows (listed in {self.record()})"))
+        rows.append(("output", self.output))
+        return rows
+
+    def text(self) -> str:
+        """The summary for people: what `etl run` prints."""
+        return "\n".join([self.headline(), *(f"  {what:<11} {figures}" for what, figures in self.rows())])
+
+    def __repr__(self) -> str:
+        points = sum(t.points for t in self.series.values())
+        failed = f", failed_windows={len(self.failed_windows)}" if self.failed_windows else ""
+        return (
+            f"RunSummary(run_id={self.run_id!r}, status={self.status!r}, points={points}{failed}, "
+            f"seconds={self.seconds:.1f}, output={self.output!r})"
+        )
+
+    def _repr_html_(self) -> str:
+        """A notebook's view of the summary: the lines of `text()` as a table."""
+        cells = "".join(
+            f"<tr><th style='text-align: left'>{html.escape(what)}</th>"
+            f"<td style='text-align: left'><code>{html.escape(' '.join(figures.split()))}</code></td></tr>"
+            for what, figures in self.rows()
+        )
+        return f"<p><b>{html.escape(self.headline())}</b></p><table>{cells}</table>"
