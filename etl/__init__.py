@@ -9,7 +9,8 @@
     with etl.SyncMonitoringClient(base_url, username, password) as client:
         client.objects()                                   # the platform's interface, one method an endpoint
 
-Every failure is an `EtlError` subclass whose `exit_code` is what the CLI exits with.
+Every failure is an `EtlError` subclass whose `exit_code` is what the CLI exits with. In IPython and
+Jupyter it shows as its one line; `etl.debug()` shows the traceback too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
         NetworkError,
         ServerError,
         StorageError,
+        debug,
     )
     from etl.pipeline.run import RunSummary, run
 
@@ -69,6 +71,7 @@ _EXPORTS = {
     "StorageError": "etl.errors",
     "LockedError": "etl.errors",
     "Interrupted": "etl.errors",
+    "debug": "etl.errors",
 }
 
 __all__ = [
@@ -88,6 +91,7 @@ __all__ = [
     "SyncMonitoringClient",
     "__version__",
     "connect",
+    "debug",
     "load_config",
     "read",
     "run",

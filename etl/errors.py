@@ -29,6 +29,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
 
 from __future__ import annotations
 
+import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a type only: the run's summary is made far above this module
@@ -50,6 +51,16 @@ class ExitCode:
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
 
+_tracebacks = False  # debug(): IPython shows an EtlError's traceback, not only its line
+
+
+def debug(on: bool = True) -> None:
+    """Show the full traceback of etl's errors in IPython and Jupyter (what `etl --debug` does for the
+    command); `debug(False)`: one line again. Errors raised elsewhere keep their traceback regardless."""
+    global _tracebacks
+    _tracebacks = on
+
+
 class EtlError(Exception):
     """Base of every error the tool reports as one line."""
 
@@ -58,6 +69,13 @@ class EtlError(Exception):
     fatal = True
     # Raised by a run (etl.run): what got done before it stopped, the same `RunSummary` a good run returns.
     summary: RunSummary | None = None
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows for the error when a cell raises it (its protocol for exceptions that render
+        themselves): the line the command prints, not the frames of etl's internals."""
+        if _tracebacks:
+            return "".join(traceback.format_exception(self)).splitlines()
+        return [f"{type(self).__name__}: {self}", "(etl.debug() shows the traceback)"]
 
 
 class ConfigError(EtlError, ValueError):

@@ -25,6 +25,7 @@ EXPORTED = [
     "SyncMonitoringClient",
     "__version__",
     "connect",
+    "debug",
     "load_config",
     "read",
     "run",
@@ -47,3 +48,19 @@ def test_a_failed_run_raises_an_etl_error_with_its_summary(tmp_path):
         etl.run(write_config(tmp_path / "etl.yaml", config))
     assert caught.value.exit_code == 4
     assert isinstance(caught.value.summary, etl.RunSummary) and caught.value.summary.status == "failed"
+
+
+def test_errors_render_as_their_line_in_ipython_and_as_a_traceback_after_debug():
+    """IPython asks an exception for `_render_traceback_` before formatting its frames (its protocol)."""
+    try:
+        raise etl.AuthError("sign-in refused for user 'demo'")
+    except etl.AuthError as exc:
+        error = exc
+    assert error._render_traceback_()[0] == "AuthError: sign-in refused for user 'demo'"
+    assert not any("Traceback" in line for line in error._render_traceback_())
+    etl.debug()
+    try:
+        shown = error._render_traceback_()
+    finally:
+        etl.debug(False)
+    assert shown[0] == "Traceback (most recent call last):" and shown[-1].startswith("etl.errors.AuthError")
