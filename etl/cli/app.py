@@ -85,18 +85,23 @@ class LazyGroup(click.Group):
 @click.option("-q", "--quiet", is_flag=True, help="Only warnings and errors on stderr.")
 @click.version_option(package_name="etl")
 def cli(debug: bool, quiet: bool) -> None:
-    """Export time series from the monitoring platform into partitioned Parquet/CSV datasets.
+    """Export time series from the monitoring platform into Parquet or CSV datasets, Delta or Iceberg
+    tables, with checkpoints: each run fetches only what is new.
 
     \b
-    Start here:
-      etl emulator serve            a local platform to try everything against
-      etl plan -c configs/demo.yaml what a run would fetch
-      etl run  -c configs/demo.yaml fetch, write, checkpoint
+    Start here, with your instance:
+      etl init --base-url https://HOST --username NAME -o site.yaml
+      etl plan -c site.yaml      what a run would fetch
+      etl run -c site.yaml       fetch, write, checkpoint
+      etl doctor -c site.yaml    is the deployment healthy
+    Without one: etl emulator serve, then etl run -c configs/demo.yaml.
+
     Times (TIME) are ISO 8601 with a UTC offset, e.g. 2026-11-01T00:00:00Z, or epoch numbers: seconds,
     milliseconds or microseconds told apart by size, or with their unit (1793491200s, 1793491200000ms).
-    Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data,
-    7 output, 8 locked, 9 quality below 'etl report --fail-under', 10 'etl doctor' found something
-    to fix, 70 internal, 130 interrupted.
+
+    Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data, 7 output, 8 locked,
+    9 quality below 'etl report --fail-under', 10 'etl doctor' found something to fix, 70 internal, 130
+    interrupted.
     """
     global _debug
     _debug = debug

@@ -62,7 +62,6 @@ def init_cmd(
 ) -> None:
     """Find out how an instance behaves, politely (a few dozen requests), and write a config for it.
 
-    \b
     Probes: the base path, how sign-in takes the credentials, the objects and parameters, whether
     the paged search agrees with the lists, the silent cap and the default of `count`, the format of
     stamps, the latency (and a concurrency for it), how an ended session and errors are answered.
