@@ -7,7 +7,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import date, datetime
 from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +28,7 @@ from pydantic_core import ErrorDetails
 from etl.errors import ConfigError
 from etl.model import ParamKind, Series, slug
 from etl.support import redact
-from etl.timeutil import DAY_MS, parse_duration_ms, to_ms
+from etl.timeutil import DAY_MS, iso_text, parse_duration_ms, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +163,10 @@ class WindowConfig(Strict):
     def _aware(cls, value: Any) -> Any:
         if isinstance(value, datetime) and value.tzinfo is None:
             raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
-        if isinstance(value, str) and value != "now" and not re.search(r"(Z|[+-]\d\d:?\d\d)$", value.strip()):
-            raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
+        if isinstance(value, date) and not isinstance(value, datetime):  # YAML reads 2026-11-25 as a date
+            raise ValueError(f"needs a time and a UTC offset, e.g. {value.isoformat()}T00:00:00Z")
+        if isinstance(value, str) and value != "now":
+            iso_text(value, offset=True)  # a format problem is named as one, before a missing offset
         return value
 
     @field_validator("overlap", mode="before")

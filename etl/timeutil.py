@@ -24,12 +24,27 @@ def to_ms(value: datetime | int | float | str) -> int:
     if isinstance(value, int | float):
         return int(value)
     if isinstance(value, str):
-        value = datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        value = datetime.fromisoformat(iso_text(value).replace("Z", "+00:00").replace("z", "+00:00"))
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ValueError(f"time {value.isoformat()} has no UTC offset; write it as ...Z or ...+00:00")
         return int(value.timestamp() * 1000)
     raise TypeError(f"cannot read a time from {type(value).__name__}")
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d\d-\d\d(?:[Tt ]|$)")  # ISO 8601's date first: 2026-11-25...
+_OFFSET = re.compile(r"(?:[Zz]|[+-]\d\d(?::?\d\d)?)$")
+
+
+def iso_text(text: str, offset: bool = False) -> str:
+    """`text` stripped, if it is written as ISO 8601 (and ends with a UTC offset, when `offset`); else a
+    ValueError that says which of the two is wrong (a format problem is not a missing offset)."""
+    text = text.strip()
+    if not _ISO_DATE.match(text):
+        raise ValueError(f"{text!r} is not an ISO 8601 time: write it like 2026-11-01T00:00:00Z")
+    if offset and not _OFFSET.search(text[10:]):  # after the date: 2026-11-25 ends in no offset
+        raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
+    return text
 
 
 # Epoch numbers a person gives, told apart by their count of digits: seconds, milliseconds and

@@ -35,10 +35,10 @@ class TimeType(click.ParamType):
         try:
             return parse_time(text)
         except ValueError as exc:
-            if re.fullmatch(r"[+-]?\d+\s*[a-zµ]*", text):
-                self.fail(str(exc), param, ctx)
+            if re.fullmatch(r"[+-]?\d+\s*[a-zµ]*", text) or re.match(r"\d{4}-\d\d-\d\d", text):
+                self.fail(str(exc), param, ctx)  # an epoch number, or ISO 8601 with a problem it names
             self.fail(
-                f"{text!r} is not a time with a UTC offset: use ISO 8601 like 2026-11-01T00:00:00Z or "
+                f"{text!r} is not a time: write ISO 8601 like 2026-11-01T00:00:00Z or "
                 "2026-11-01T03:00:00+03:00, or an epoch number (1793491200s, 1793491200000ms)",
                 param,
                 ctx,
