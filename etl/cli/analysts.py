@@ -55,6 +55,13 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
         return
     try:
         relation = con.sql(sql)
+    except duckdb.CatalogException as exc:
+        present = views(con)
+        if not present:  # DuckDB would only say that the table does not exist
+            raise ConfigError(
+                f"query failed: no output yet in {config.sink.path}: etl run -c {config_path} writes it"
+            ) from None
+        raise ConfigError(f"query failed: {str(exc).splitlines()[0]} (views: {', '.join(present)})") from None
     except duckdb.Error as exc:
         raise ConfigError(f"query failed: {str(exc).splitlines()[0]}") from None
     if relation is None:
