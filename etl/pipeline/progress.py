@@ -63,6 +63,7 @@ def in_a_notebook() -> bool:
 
 class _TerminalBar:
     def __init__(self, total: int) -> None:
+        from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as Bar
 
@@ -73,6 +74,7 @@ class _TerminalBar:
             TextColumn("{task.fields[points]} points"),
             TimeRemainingColumn(),
             transient=True,
+            console=Console(stderr=True),  # stdout is the command's output (its summary, JSON)
         )
         self._task = self._bar.add_task("", total=total, points=0)
         self._bar.start()

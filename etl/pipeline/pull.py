@@ -14,6 +14,7 @@ from etl.model import Param, Series, Window, cut
 from etl.pipeline.clean import WindowData, clean, to_table
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
+from etl.pipeline.progress import Progress
 from etl.sinks import CsvFormat
 from etl.timeutil import DAY_MS
 
@@ -25,10 +26,17 @@ async def pull(
     step = DAY_MS if series is Series.RAW else 30 * DAY_MS
     windows = [Window(param.id, param.object_id, param.kind, series, s, e) for s, e in cut(start, end, step)]
 
-    async def one(window: Window) -> WindowData:
-        return clean(window, await fetch_window(client, window, max_points, counts), counts)
+    progress = Progress(len(windows))
 
-    pieces = await asyncio.gather(*(one(w) for w in windows))
+    async def one(window: Window) -> WindowData:
+        data = clean(window, await fetch_window(client, window, max_points, counts), counts)
+        progress.advance(1, len(data))
+        return data
+
+    try:
+        pieces = await asyncio.gather(*(one(w) for w in windows))
+    finally:
+        progress.close()
     # The series endpoints do not say which object or instance a parameter belongs to: no such columns.
     return to_table(series, list(pieces), "").drop_columns(["source", "object_id"]), counts
 
