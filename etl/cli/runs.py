@@ -15,7 +15,7 @@ import click
 from etl.cli.params import SERIES_CHOICE, SHARD, TIME, config_option, window_options
 from etl.cli.render import echo_json, echo_table, plan_text
 from etl.config import load_config
-from etl.errors import EtlError, Interrupted
+from etl.errors import ConfigError, EtlError, Interrupted
 from etl.model import Shard
 from etl.support import startup
 
@@ -186,7 +186,6 @@ def compact_cmd(config_path: str) -> None:
 )
 def vacuum_cmd(config_path: str, retain: str) -> None:
     """Lake tables: expire old versions and delete the files only they reference; holds the state lock."""
-    from etl.errors import ConfigError
     from etl.pipeline import maintenance
     from etl.timeutil import parse_duration_ms
 
@@ -253,8 +252,10 @@ def state_reset(
     """Forget checkpoints; the next run re-fetches (and replaces, never duplicates) that data."""
     store = _store(config_path, shard)
     if not yes:
+        if not sys.stdin.isatty():  # a prompt nobody can answer would only say "aborted"
+            raise ConfigError("etl state reset asks for confirmation and there is no terminal: add --yes")
         click.confirm("Forget these checkpoints?", abort=True)
-    with store.lock():
+    with store.lock("state reset"):
         current = store.load()
         removed = current.reset(set(params) or None, set(series) or None, since)
         store.replace(current)

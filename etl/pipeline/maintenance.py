@@ -62,7 +62,7 @@ def compact(config: Config) -> Maintenance:
     with ExitStack() as locks:
         stores = output.state_stores()
         for store in stores:  # every shard's too: none may write meanwhile
-            locks.enter_context(store.lock())
+            locks.enter_context(store.lock("compact"))
         if config.sink.buckets is not None and output.lake is None:  # a count set anew: kept from now on
             output.decide_buckets(stores[0], 0, existing=True)
         if output.lake is not None:
@@ -82,7 +82,7 @@ def vacuum(config: Config, retain_ms: int) -> Maintenance:
     """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted."""
     output = Output(config)
     out = Maintenance()
-    with output.state_store().lock():
+    with output.state_store().lock("vacuum"):
         for table in _lake_tables(output):
             out.files[table.name] = table.vacuum(retain_ms)
     return out

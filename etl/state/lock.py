@@ -43,19 +43,25 @@ class RunLock:
             raise LockedError(self.lost)
 
     @contextmanager
-    def held(self) -> Iterator[None]:
+    def held(self, command: str = "run") -> Iterator[None]:
+        """The lock, its holder written in it: pid, host, since and the `command` that took it."""
         if self.storage.local:
-            with self._flock():
+            with self._flock(command):
                 yield
         else:
-            with self._lease():
+            with self._lease(command):
                 yield
 
-    def _owner(self) -> dict:
-        return {"pid": os.getpid(), "host": socket.gethostname(), "since": iso(int(time.time() * 1000))}
+    def _owner(self, command: str) -> dict[str, str | int]:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": iso(int(time.time() * 1000)),
+            "command": command,
+        }
 
     @contextmanager
-    def _flock(self) -> Iterator[None]:
+    def _flock(self, command: str) -> Iterator[None]:
         path = self.storage.full(LOCK_FILE)
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -71,7 +77,7 @@ class RunLock:
                     f"another run holds the state lock {path} ({holder}); wait for it to finish"
                 ) from None
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(self._owner()).encode(), 0)
+            os.pwrite(fd, json.dumps(self._owner(command)).encode(), 0)
             yield
         finally:
             os.close(fd)  # closing drops the flock
@@ -85,10 +91,10 @@ class RunLock:
         return held if isinstance(held, dict) else {}
 
     @contextmanager
-    def _lease(self) -> Iterator[None]:
+    def _lease(self, command: str) -> Iterator[None]:
         token = uuid.uuid4().hex
         where = self.storage.display(LOCK_FILE)
-        owner = self._owner()
+        owner = self._owner(command)
 
         def take(current: bytes | None) -> bytes:
             held = self._held(current)

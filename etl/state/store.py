@@ -177,8 +177,10 @@ class StateStore:
         self._legacy = False  # loaded from checkpoints written before arrivals were kept
 
     @contextmanager
-    def lock(self) -> Iterator[None]:
-        with self.run_lock.held():
+    def lock(self, command: str = "run") -> Iterator[None]:
+        """Held by one command at a time; `command` is written with the holder (etl doctor tells a run
+        that left no record, killed, from a state reset or compact)."""
+        with self.run_lock.held(command):
             yield
 
     def _damaged(self, rel: str, exc: BaseException) -> StorageError:

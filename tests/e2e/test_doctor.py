@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +29,7 @@ from etl.ops.doctor import Deployment, Limits, diagnose, locks
 from etl.pipeline.build import Build
 from etl.timeutil import DAY_MS, HOUR_MS, now_ms, to_ms
 from etl_emulator.server import run_emulator
+from tests.support.cli import etl as etl_cli
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import emulator_config
 from tests.support.output import read
@@ -344,3 +346,38 @@ def test_lake_tables_that_need_maintenance(emulator, tmp_path, capsys, fmt):
     tight = Limits(files_per_partition=0, metadata_bytes=1, retain_ms=0)
     found = statuses(checks(path, tight, server=False, now=now_ms() + 1000))
     assert found["lake.files"] == found["lake.metadata"] == found["lake.versions"] == {"warn"}
+
+
+def test_after_a_sigkill_a_run_was_killed_and_its_spools_are_not_called_old(tmp_path, private_temp):
+    """Issue 43: a killed run leaves no record; its lock says which run it was. A dead run's spool folder is
+    a killed run's whatever its age."""
+    with run_emulator(emulator_config()) as slow:
+        slow.set_faults(latency=0.2)
+        path = write_config(tmp_path / "c.yaml", config_dict(slow.base_url, tmp_path / "out"))
+        lock = tmp_path / "out" / "_state" / "127.0.0.1" / "lock"
+        run = subprocess.Popen(
+            [sys.executable, "-m", "etl", "run", "-c", str(path), "--no-progress"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while not (lock.exists() and f'"pid": {run.pid}' in lock.read_text()):  # the run holds its lock
+                assert run.poll() is None
+                time.sleep(0.01)
+        finally:
+            run.kill()
+            run.wait()
+    spool = Path(private_temp) / "etl-spools" / "4242-0badc0de"
+    spool.mkdir(parents=True)
+    (spool / "lock").write_bytes(b"")  # nobody holds it: its process is gone
+    found = checks(path, server=False)
+    message = found["runs.last"][0]["message"]
+    assert statuses(found)["runs.last"] == {"warn"} and "was killed before it finished" in message, message
+    assert f"pid {run.pid}" in message and "no run recorded" not in message
+    spools = found["leftovers.spool"][0]
+    assert spools["status"] == "warn" and "1 spool folder(s) of killed runs" in spools["message"]
+    assert "older than" not in spools["message"] and str(spool) in spools["fix"]
+
+    # A state reset holds the same lock: it is not taken for a killed run.
+    assert etl_cli("state", "reset", "-c", str(path), "--yes").returncode == 0
+    assert "no run recorded" in checks(path, server=False)["runs.last"][0]["message"]

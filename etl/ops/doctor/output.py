@@ -49,24 +49,28 @@ def temp_files(d: Deployment) -> list[Finding]:
 
 def spools(d: Deployment) -> list[Finding]:
     """Local spools of killed runs (lake slabs, object-store rewrites, dimension pages) in the temp folder of
-    this machine: nothing else ever removes them."""
+    this machine: a run's own folder, told dead by its lock whatever its age, and older versions' loose
+    spools, told by their age."""
     folder = d.limits.spool_dir or tempfile.gettempdir()
     cutoff = d.now / 1000 - d.limits.spool_age_ms / 1000
-    left = [
+    old = [
         path
         for pattern in SPOOLS
         for path in glob.glob(os.path.join(folder, pattern))
         if _mtime(path) < cutoff
-    ] + spool_folders.dead(folder)  # a killed run's spool folder (the next run removes it)
-    if not left:
-        return [ok("leftovers.spool", f"no old spool in {folder}")]
-    size = sum(_size(p) for p in left)
+    ]
+    dead = spool_folders.dead(folder)  # a killed run's spool folder (the next run removes it)
+    if not old and not dead:
+        return [ok("leftovers.spool", f"no spool of a killed run in {folder}")]
+    size = sum(_size(p) for p in old + dead)
+    found = [f"{len(dead)} spool folder(s) of killed runs"] if dead else []
+    found += [f"{len(old)} spool(s) older than {human(d.limits.spool_age_ms)}"] if old else []
     return [
         warn(
             "leftovers.spool",
-            f"{len(left)} spool(s) of killed runs in {folder}, older than {human(d.limits.spool_age_ms)} "
-            f"({size / 1e6:.1f} MB)",
-            "the next etl run removes them; or: rm -r " + " ".join(os.path.join(folder, p) for p in SPOOLS),
+            f"{' and '.join(found)} in {folder} ({size / 1e6:.1f} MB)",
+            "the next etl run removes them; or: rm -r "
+            + " ".join([*dead, *(os.path.join(folder, p) for p in SPOOLS if old)]),
         )
     ]
 

@@ -65,8 +65,11 @@ def runs(d: Deployment) -> list[Finding]:
             and record.get("source") in (None, d.config.source.name)
         ):
             records.append(record)
+    killed = _killed(d, records)
     if not records:
         status = fail if limits.max_age_ms else warn
+        if killed:
+            return [status("runs.last", *_killed_finding(d, *next(iter(killed.items()))))]
         return [status("runs.last", f"no run recorded in {storage.display('_runs')}", f"etl run {d.cmd}")]
     out = []
     latest: dict[str | None, dict] = {}
@@ -74,6 +77,9 @@ def runs(d: Deployment) -> list[Finding]:
         latest[record.get("shard")] = record
     for shard, record in sorted(latest.items(), key=lambda kv: str(kv[0])):
         where = f" (shard {shard})" if shard else ""
+        if shard in killed:  # after this record, a run that left none
+            out.append(warn("runs.last", *_killed_finding(d, shard, killed[shard])))
+            continue
         path = storage.display(f"_runs/{record.get('run_id')}.json")
         failed = int(record.get("failed_window_count") or 0)
         if failed:
@@ -138,6 +144,42 @@ def _late(d: Deployment, records: list[dict[str, Any]]) -> Finding:
             "what they upload for older times is fetched once they send again; check the devices",
         )
     return ok("runs.late", text)
+
+
+def _killed(d: Deployment, records: list[dict]) -> dict[str | None, dict]:
+    """Per shard, the holder of a local state lock that is free now, written by a run that left no record:
+    a run killed before it could write one (SIGKILL, out of memory, a reboot). A run's record spans the
+    moment it took the lock; the lock keeps its last holder."""
+    killed: dict[str | None, dict] = {}
+    for store, _ in d.stores:
+        storage = store.storage
+        if not storage.local or _flocked(storage.full(LOCK_FILE)):
+            continue  # object stores: a lease left behind is the locks check's
+        holder = _holder(storage.read(LOCK_FILE))
+        took = _ms(str(holder.get("since") or ""))
+        if holder.get("command") != "run" or not took:
+            continue
+        shard = shard_of(store)
+        name = str(shard) if shard else None
+        spans = [
+            (_ms(r["started"]), _ms(r["started"]) + int(float(r.get("seconds") or 0) * 1000))
+            for r in records
+            if r.get("shard") == name and r.get("started")
+        ]
+        # `started` is written to the second: a record may start up to a second after the lock's stamp.
+        if not any(start - 1000 <= took <= end + 1000 for start, end in spans):
+            killed[name] = holder
+    return killed
+
+
+def _killed_finding(d: Deployment, shard: str | None, holder: dict) -> tuple[str, str]:
+    where = f" (shard {shard})" if shard else ""
+    return (
+        f"a run{where} that started at {holder.get('since')} (pid {holder.get('pid')} on {holder.get('host')}) "
+        "was killed before it finished: it left no record (SIGKILL, out of memory, a reboot?)",
+        f"etl run {d.cmd} resumes from its checkpoints; if runs keep dying, look at the scheduler's "
+        "logs and the machine's memory",
+    )
 
 
 def _failing_again(records: list[dict], shard: str | None, failed: set[str]) -> int:
