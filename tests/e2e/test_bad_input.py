@@ -289,6 +289,32 @@ CASES = [
         ["object 99 does not exist or is not visible to this login"],
         argv=lambda t, c: ["api", "object", "99"],
     ),
+    # issue 43: the first hour
+    Case(
+        "query before any run",
+        2,
+        ["query failed: no output yet in", "empty: etl run -c"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["query", "-c", c, "select count(*) from raw"],
+    ),
+    Case(
+        "a date in another format",
+        2,
+        ["window.start: '25.11.2026' is not an ISO 8601 time"],
+        lambda d, t: d["window"].update(start="25.11.2026"),
+    ),
+    Case(
+        "--from in another format",
+        2,
+        ["--from", "'25.11.2026' is not a time: write ISO 8601"],
+        argv=lambda t, c: ["run", "-c", c, "--from", "25.11.2026"],
+    ),
+    Case(
+        "state reset without a terminal",
+        2,
+        ["state reset asks for confirmation and there is no terminal: add --yes"],
+        argv=lambda t, c: ["state", "reset", "-c", c],
+    ),
 ]
 
 
@@ -308,7 +334,7 @@ def launched(emulator, golden, tmp_path_factory) -> dict[str, tuple[subprocess.P
         config.write_text(case.text(yaml.safe_dump(data)))
         argv = case.argv(folder, str(config)) if case.argv else ["run", "-c", str(config)]
         env = {"ETL_WRONG_PASSWORD": "not-the-password-123", **connection_env(emulator.base_url)}
-        runs[case.name] = (etl_process(*argv, env=env), out, snapshot(out))
+        runs[case.name] = (etl_process(*argv, env=env, stdin=subprocess.DEVNULL), out, snapshot(out))
     yield runs
     for proc, _, _ in runs.values():
         if proc.poll() is None:
