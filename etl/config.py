@@ -10,12 +10,13 @@ from collections.abc import Iterator
 from datetime import date, datetime
 from os import PathLike
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -44,27 +45,47 @@ def _duration(value: Any) -> int:
         raise ValueError(str(exc)) from None
 
 
+# Milliseconds, written as 30s, 15m, 1h, 7d (or a number of seconds); the config reference names it.
+Duration = Annotated[int, BeforeValidator(_duration)]
+
+
 class RetryConfig(Strict):
-    attempts: int = Field(6, ge=1, le=50)
-    backoff_initial: float = Field(0.5, gt=0)
-    backoff_max: float = Field(30.0, gt=0)
+    """How a request that failed in a way worth retrying (5xx, 429, timeouts, unreadable answers) is sent
+    again: exponential backoff with jitter, within a deadline."""
+
+    attempts: int = Field(6, ge=1, le=50, description="tries of one request, the first included")
+    backoff_initial: float = Field(0.5, gt=0, description="seconds before the first retry; doubled each time")
+    backoff_max: float = Field(30.0, gt=0, description="seconds between two tries at most")
     deadline: float | None = Field(
         300.0, gt=0, description="seconds per window (or request), all requests and attempts together"
     )
-    retry_after_max: float = Field(120.0, gt=0)
+    retry_after_max: float = Field(
+        120.0, gt=0, description="seconds of a server's Retry-After honoured at most"
+    )
 
 
 class SourceConfig(Strict):
-    base_url: str
-    name: str = Field("", description="labels this instance in the data (default: the host)")
-    username: str
-    password: SecretStr | None = None  # SecretStr: shown as ****** wherever the config is printed
-    password_file: Path | None = None
-    sign_in: Literal["query", "form"] = "query"  # credentials as query parameters or a form body
-    verify_tls: bool = True
-    ca_bundle: Path | None = None
-    connect_timeout: float = Field(10.0, gt=0)
-    read_timeout: float = Field(60.0, gt=0)
+    """The platform's instance and the login."""
+
+    base_url: str = Field(description="host and base path, e.g. https://HOST/sem-restservices")
+    name: str = Field(
+        "",
+        description="labels this instance: the source column, its own checkpoints",
+        json_schema_extra={"default_written": "the host of `base_url`"},
+    )
+    username: str = Field(description="the login")
+    # SecretStr: shown as ****** wherever the config is printed
+    password: SecretStr | None = Field(
+        None, description="${ETL_PASSWORD} (a password written in the file is warned about)"
+    )
+    password_file: Path | None = Field(None, description="a file holding the password, instead of password")
+    sign_in: Literal["query", "form"] = Field(
+        "query", description="credentials as query parameters (as the document shows) or a form body"
+    )
+    verify_tls: bool = Field(True, description="verify the server's TLS certificate")
+    ca_bundle: Path | None = Field(None, description="a private CA's PEM file to verify the server with")
+    connect_timeout: float = Field(10.0, gt=0, description="seconds to connect")
+    read_timeout: float = Field(60.0, gt=0, description="seconds between two reads of an answer")
     request_timeout: float = Field(
         120.0, gt=0, description="seconds for a whole answer, however it trickles in"
     )
@@ -128,31 +149,41 @@ class SourceConfig(Strict):
 
 
 class ParameterSelect(Strict):
-    kinds: list[ParamKind] = list(ParamKind)
-    ids: list[int] | None = None
-    exclude_ids: list[int] = []
+    """Which parameters of the selected objects are exported."""
+
+    kinds: list[ParamKind] = Field(list(ParamKind), description="parameter kinds to export")
+    ids: list[int] | None = Field(None, description="only these parameter ids (one not found is an error)")
+    exclude_ids: list[int] = Field([], description="never these parameter ids")
     tags: list[str] | None = Field(None, description="keep parameters with any of these tags")
 
 
 class SelectConfig(Strict):
-    objects: Literal["all"] | list[int] = "all"
-    object_states: list[int] | None = None
+    """Which objects are exported."""
+
+    objects: Literal["all"] | list[int] = Field(
+        "all", description="all objects the login sees, or their ids (one not visible is an error)"
+    )
+    object_states: list[int] | None = Field(None, description="only objects in these state ids")
     parameters: ParameterSelect = ParameterSelect()
 
 
 class WindowConfig(Strict):
-    start: datetime
-    end: datetime | Literal["now"] = "now"
-    overlap: int = Field(
+    """The span a run keeps exported, half-open: [start, end)."""
+
+    start: datetime = Field(description="the first instant exported, with a UTC offset")
+    end: datetime | Literal["now"] = Field(
+        "now", description="the instant the export ends (excluded); now: the server's clock less a minute"
+    )
+    overlap: Duration = Field(
         0,
         description="re-read this much before each high-water mark, for a server that inserts points out of order",
     )
-    late_max: int = Field(
+    late_max: Duration = Field(
         7 * DAY_MS,
         description="a parameter's points that reach the platform late are read again from its newest "
         "point back to this far (off: never)",
     )
-    revisions: int = Field(
+    revisions: Duration = Field(
         6 * 3_600_000,
         description="calculated parameters: values revised this long after a run read them are fetched "
         "again (off: never)",
@@ -169,15 +200,10 @@ class WindowConfig(Strict):
             iso_text(value, offset=True)  # a format problem is named as one, before a missing offset
         return value
 
-    @field_validator("overlap", mode="before")
-    @classmethod
-    def _overlap(cls, value: Any) -> int:
-        return _duration(value)
-
     @field_validator("late_max", "revisions", mode="before")
     @classmethod
-    def _or_off(cls, value: Any) -> int:
-        return 0 if value in ("off", False, None) else _duration(value)
+    def _or_off(cls, value: Any) -> Any:
+        return 0 if value in ("off", False, None) else value
 
     @model_validator(mode="after")
     def _ordered(self) -> WindowConfig:
@@ -196,17 +222,14 @@ class WindowConfig(Strict):
 
 
 class ExtractConfig(Strict):
+    """How the series are fetched."""
+
     concurrency: int = Field(16, ge=1, le=256, description="requests in flight, whole run")
     max_points: int = Field(10_000, ge=2, description="count sent with each request; a full answer is split")
-    raw_window: int = Field(DAY_MS, description="raw windows; at most 24h, aligned to UTC midnight")
-    aggregate_window: int = Field(7 * DAY_MS, description="average and candle windows")
+    raw_window: Duration = Field(DAY_MS, description="raw windows; at most 24h, aligned to UTC midnight")
+    aggregate_window: Duration = Field(7 * DAY_MS, description="average and candle windows")
     slabs_in_flight: int = Field(2, ge=1, le=16, description="slabs worked on at once")
     batch_windows: int = Field(64, ge=1, le=100_000, description="windows handed to the writer at a time")
-
-    @field_validator("raw_window", "aggregate_window", mode="before")
-    @classmethod
-    def _windows(cls, value: Any) -> int:
-        return _duration(value)
 
     @model_validator(mode="after")
     def _limits(self) -> ExtractConfig:
@@ -232,61 +255,65 @@ def parse_size(value: Any) -> int:
     return int(float(match.group(1)) * _SIZE_UNITS[(match.group(2) or "b").lower()])
 
 
+# Bytes, written as 64MB, 1GiB (or a number of bytes); the config reference names it.
+Size = Annotated[int, BeforeValidator(parse_size)]
+
+
 class CommitConfig(Strict):
     """Lake tables: the slabs of a run are committed to each table in groups, each group one commit
     carrying every slab's checkpoint. A group is committed when it reaches `slabs` or `size`, when its
     first slab has waited `interval`, and when the run ends or is stopped."""
 
     slabs: int = Field(64, ge=1, le=100_000, description="slabs in one table commit at most")
-    size: int = Field(128 * 2**20, ge=1, description="spooled rows in one table commit at most, e.g. 128MiB")
-    interval: int = Field(60_000, description="a group waits this long at most for more slabs, e.g. 60s")
-
-    @field_validator("size", mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> int:
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            raise ValueError(str(exc)) from None
-
-    @field_validator("interval", mode="before")
-    @classmethod
-    def _interval(cls, value: Any) -> int:
-        return _duration(value)
+    size: Size = Field(128 * 2**20, ge=1, description="spooled rows in one table commit at most")
+    interval: Duration = Field(60_000, description="a group waits this long at most for more slabs")
 
 
 class SinkConfig(Strict):
-    format: Literal["parquet", "csv", "delta", "iceberg"] = "parquet"
-    path: str
+    """Where and how the data is written."""
+
+    format: Literal["parquet", "csv", "delta", "iceberg"] = Field(
+        "parquet", description="files (Parquet, CSV) or lake tables (Delta, Iceberg: pip install 'etl[lake]')"
+    )
+    path: str = Field(description="a folder, or an fsspec URL: s3://bucket/prefix, gs://, az://")
     catalog: str | None = Field(
         None,
-        description="iceberg: a REST catalog URI or a SQL database URL; default (local paths): SQLite at "
-        "{path}/catalog.db",
+        description="iceberg: a REST catalog URI or a SQL database URL",
+        json_schema_extra={"default_written": "SQLite at `{sink.path}/catalog.db` (local paths)"},
     )
-    partition_by: list[Literal["source", "date", "object_id"]] = ["date"]
+    partition_by: list[Literal["source", "date", "object_id"]] = Field(
+        ["date"], description="folders of the files: date (UTC day), and source or object_id"
+    )
     buckets: int | None = Field(
         None,
         ge=1,
         le=4096,
-        description="files per partition; auto (the default): 1 for a new Parquet/CSV dataset of fewer than "
-        "800 parameters, else 4, decided at its first run and kept",
+        description="files per partition, or auto: 1 for a new Parquet/CSV dataset of fewer than 800 "
+        "parameters, else 4, decided at its first run and kept",
+        json_schema_extra={"default_written": "`auto`"},
     )
-    compression: Literal["zstd", "snappy", "gzip", "none"] = "zstd"
-    storage_options: dict[str, Any] = {}
+    compression: Literal["zstd", "snappy", "gzip", "none"] = Field("zstd", description="Parquet's codec")
+    storage_options: dict[str, Any] = Field(
+        {}, description="passed to fsspec, e.g. {endpoint_url: http://127.0.0.1:9000}"
+    )
     # Lake tables only (docs/lake.md): grouped commits, and the upkeep each run does.
     commit: CommitConfig = CommitConfig()
-    retention: int | None = Field(
-        7 * DAY_MS, description="old versions' files are deleted after this long, e.g. 7d; off: kept"
+    retention: Duration | None = Field(
+        7 * DAY_MS, description="lake tables: old versions' files are deleted after this long; off: kept"
     )
-    versions: int = Field(50, ge=2, le=10_000, description="table versions kept for time travel at most")
-    compact: int = Field(4, ge=0, le=10_000, description="day partitions compacted per table and run at most")
+    versions: int = Field(
+        50, ge=2, le=10_000, description="lake tables: versions kept for time travel at most"
+    )
+    compact: int = Field(
+        4, ge=0, le=10_000, description="lake tables: day partitions compacted per table and run at most"
+    )
 
     @field_validator("retention", mode="before")
     @classmethod
     def _retention(cls, value: Any) -> int | None:
         if value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off"):
             return None
-        return _duration(value)
+        return value
 
     @field_validator("buckets", mode="before")
     @classmethod
@@ -333,20 +360,29 @@ class SinkConfig(Strict):
 
 
 class StateConfig(Strict):
-    path: str | None = Field(None, description="default: {sink.path}/_state")
-    lease: int = Field(120_000, description="object stores: a dead run's lock may be taken after this long")
+    """The checkpoints and the run lock."""
 
-    @field_validator("lease", mode="before")
+    path: str | None = Field(
+        None,
+        description="where the checkpoints live",
+        json_schema_extra={"default_written": "`{sink.path}/_state`"},
+    )
+    lease: Duration = Field(
+        120_000, description="object stores: a dead run's lock may be taken after this long (1s at least)"
+    )
+
+    @field_validator("lease")
     @classmethod
-    def _lease(cls, value: Any) -> int:
-        ms = _duration(value)
-        if ms < 1000:
+    def _lease(cls, value: int) -> int:
+        if value < 1000:
             raise ValueError("must be at least 1s")
-        return ms
+        return value
 
 
 class ExecutorConfig(Strict):
-    kind: Literal["local", "dask"] = "local"
+    """Where slabs run."""
+
+    kind: Literal["local", "dask"] = Field("local", description="here, or on a Dask cluster")
     address: str | None = Field(None, description="dask scheduler, e.g. tcp://10.0.0.5:8786")
 
     @model_validator(mode="after")
@@ -357,11 +393,14 @@ class ExecutorConfig(Strict):
 
 
 class DimensionsConfig(Strict):
+    """The reference tables (objects, parameters, units, zones, rooms...) written beside the series;
+    `dimensions: false` is short for enabled: false."""
+
     enabled: bool = Field(True, description="snapshot objects, parameters and the reference tables")
-    refresh: int = Field(
+    refresh: Duration = Field(
         86_400_000,
-        description="units, commands and lookups are fetched again when their snapshot is older, e.g. "
-        "1d; 0: every run (objects and parameters are written every run, from discovery)",
+        description="units, commands and lookups are fetched again when their snapshot is older; 0: every "
+        "run (objects and parameters are written every run, from discovery)",
     )
 
     @model_validator(mode="before")
@@ -369,16 +408,11 @@ class DimensionsConfig(Strict):
     def _shorthand(cls, value: Any) -> Any:
         return {"enabled": value} if isinstance(value, bool) else value
 
-    @field_validator("refresh", mode="before")
-    @classmethod
-    def _refresh(cls, value: Any) -> int:
-        return _duration(value)
-
 
 class Config(Strict):
     source: SourceConfig
     select: SelectConfig = SelectConfig()
-    series: list[Series] = list(Series)
+    series: list[Series] = Field(list(Series), description="the series exported, each at most once")
     window: WindowConfig
     extract: ExtractConfig = ExtractConfig()
     retry: RetryConfig = RetryConfig()
