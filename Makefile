@@ -17,7 +17,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast lint emulator bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast lint emulator docs-config bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres proxy
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -85,6 +85,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check etl etl_emulator tests benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## make docs-config: docs/config.md, the config reference, generated again from etl/config.py's models (a
+## test fails when it is out of date).
+docs-config: $(STAMP)
+	$(BIN)/python -m tools.config_reference
 
 ## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
 docs: $(STAMP)
