@@ -1,8 +1,10 @@
-# Two commands do all the set-up on a fresh machine: `make run` and `make test`.
+# Two commands do all the set-up on a fresh machine: `make run` (etl and the emulator: what the demo
+# needs) and `make test` (and `make lint`: the test, lint and lake tools on top).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ETL := $(BIN)/etl
+RUN_STAMP := $(VENV)/.run-installed
 STAMP := $(VENV)/.installed
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_ARGS ?=
@@ -24,10 +26,15 @@ WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --ti
 # set, every `etl` process would otherwise compile etl's modules anew (0.1-0.3 CPU-s each).
 COMPILE = $(BIN)/python -m compileall -q etl etl_emulator
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[emulator]'
 	$(COMPILE)
+	touch $(RUN_STAMP)
+
+# The dev extras (tests, lint, lake formats, Dask, S3, notebooks) over what `make run` installs.
+$(STAMP): $(RUN_STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,8 +44,9 @@ $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-## make run: start the emulator, run configs/demo.yaml into output/demo, print the summary, stop.
-run: $(STAMP)
+## make run: start the emulator, run configs/demo.yaml into output/demo, print the summary, stop. It installs
+## etl and the emulator only; make test and make lint add their tools.
+run: $(RUN_STAMP)
 	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)); \
 	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & pid=$$!; \
 	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null' EXIT; \
@@ -88,7 +96,7 @@ lint: $(STAMP)
 
 ## make docs-config: docs/config.md, the config reference, generated again from etl/config.py's models (a
 ## test fails when it is out of date).
-docs-config: $(STAMP)
+docs-config: $(RUN_STAMP)
 	$(BIN)/python -m tools.config_reference
 
 ## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
@@ -157,7 +165,7 @@ bench-schedule: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
 
-emulator: $(STAMP)
+emulator: $(RUN_STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)
 
 ## make soak: the long crash and fault runs (many SIGKILLs at random moments).
