@@ -10,7 +10,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
                                    just before its base
     {store}/log/{seq}.json         one slab's windows and what arrived in them, committed after its files
                                    are durable (lake formats: and the table commit that holds them, see
-                                   docs/lake.md)
+                                   docs/lake-internals.md)
     {store}/lock                   the run lock (etl/lock.py)
     {store}/dimensions.json        when the reference tables were last fetched, and for which objects
     {store}/layout.json            the dataset's files per partition (sink.buckets), as first decided
