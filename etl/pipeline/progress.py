@@ -94,7 +94,8 @@ class _NotebookLine:
 
         self._started = self._shown = time.monotonic()
         self._line = ProgressLine(0, total, 0, None)
-        self._handle: Any = display(self._line, display_id=True)
+        show: Any = display  # IPython's display is untyped
+        self._handle: Any = show(self._line, display_id=True)
 
     def _update(self, done: int, points: int, seconds: float | None) -> None:
         self._line = ProgressLine(done, self._line.total, points, seconds)
