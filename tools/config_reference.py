@@ -114,6 +114,8 @@ def default_text(field: FieldInfo) -> str:
 
 
 def human(ms: int) -> str:
+    if ms == 0:
+        return "0s"
     for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
         if ms and ms % size == 0:
             return f"{ms // size}{unit}"
