@@ -378,12 +378,29 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
 
 
+# The child says "started" from etl's first statement, once its SIGINT handler is in: before that, the
+# interpreter's own start and import machinery answer a SIGINT, as for any Python program.
+STARTED = """
+import sys, etl.cli
+from etl.support import interrupts
+
+installed = interrupts.install
+
+def install():
+    restore = installed()
+    sys.stderr.write("started\\n")
+    sys.stderr.flush()
+    return restore
+
+interrupts.install = install
+etl.cli.main()
+"""
+
+
 def start_marked(*args: str) -> subprocess.Popen:
-    """`etl ARGS`, returned once the child says its entry module is in: before that, the interpreter's own
-    start and import machinery answer a SIGINT, as for any Python program (its first ~30 ms)."""
-    started = "import sys, etl.cli; sys.stderr.write('started\\n'); sys.stderr.flush(); etl.cli.main()"
+    """`etl ARGS`, returned once the child's `main` has its SIGINT handler in."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", started, *args],
+        [sys.executable, "-c", STARTED, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
