@@ -14,10 +14,12 @@ from contextlib import contextmanager
 from html.entities import codepoint2name
 from urllib.parse import quote, quote_plus, urlencode
 
+import httpx
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from etl.client.classify import excerpt
 from etl.support import redact
 
 MASK = redact.MASK
@@ -187,6 +189,16 @@ def test_a_named_password_is_masked_whole_when_it_is_a_registered_one():
     """The patterns come after the registered secrets: `password=` stops at `&`, the password does not."""
     with only("Sup3r$ecret&pa ss%w=rd"):
         assert redact.redact("password=Sup3r$ecret&pa ss%w=rd&user=x") == f"password={MASK}&user=x"
+
+
+def test_an_excerpt_of_an_error_body_is_redacted_before_it_is_cut():
+    """A password that the excerpt's end would cut in two leaves no part of it."""
+    password = "Sup3r$ecret&pa ss%w=rd"
+    with only(password):
+        for at in range(100, 125):
+            body = ("x" * at + quote_plus(password) + " and more").encode()
+            shown = excerpt(httpx.Response(500, content=body))
+            assert "Sup3r" not in shown and "%24ecr" not in shown and len(shown) <= 120, shown
 
 
 @pytest.mark.parametrize("password", ["p@ss w&rd=1", 'q"uo\\te é'])
