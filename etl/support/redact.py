@@ -54,14 +54,43 @@ _LATIN1 = {0xDC00 + b: chr(b) for b in range(0x80, 0x100)}
 _BASE64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
 _FIRST = (0, 2, 3)  # the first base64 digit the secret alone decides, after 0, 1 or 2 bytes of other data
 _LAST = (0, 1, 2)  # digits it decides of a last group of 3 bytes holding 0, 1 or 2 of its bytes
+_GRAM = 4  # characters of a string that _Strings indexes it by
+
+
+class _Strings:
+    """Strings to look for in a text: each in turn while they are no more than the text's characters, else
+    through an index of their first characters (a set lookup per character of the text, however many
+    strings: each sign-in adds its session cookies)."""
+
+    def __init__(self, strings: Iterable[str] = ()) -> None:
+        self.all = tuple(sorted(set(strings), key=len, reverse=True))
+        self.short = tuple(s for s in self.all if len(s) < _GRAM)
+        by_start: dict[str, list[str]] = {}
+        for s in self.all:
+            if len(s) >= _GRAM:
+                by_start.setdefault(s[:_GRAM], []).append(s)
+        self.by_start = {start: tuple(group) for start, group in by_start.items()}
+
+    def any_in(self, text: str) -> bool:
+        if len(self.all) <= len(text):
+            return any(s in text for s in self.all)
+        grams = (text[i : i + _GRAM] for i in range(len(text) - _GRAM + 1))
+        return any(s in text for s in self.short) or not self.by_start.keys().isdisjoint(grams)
+
+    def candidates(self, text: str) -> tuple[str, ...]:
+        """Those that may be in the text (all those that are)."""
+        if len(self.all) <= len(text):
+            return self.all
+        grams = {text[i : i + _GRAM] for i in range(len(text) - _GRAM + 1)}
+        return self.short + tuple(s for start in self.by_start.keys() & grams for s in self.by_start[start])
 
 
 @dataclass(frozen=True)
 class _Index:
     """What redact() looks for, made anew on each change and replaced whole (read without the lock)."""
 
-    raw: tuple[str, ...] = ()  # the secrets as registered, found in the text as it is
-    needles: tuple[str, ...] = ()  # their decoded and folded forms, found in the decoded text
+    raw: _Strings = _Strings()  # the secrets as registered, found in the text as it is
+    needles: _Strings = _Strings()  # their decoded and folded forms, found in the decoded text
     base64: frozenset[str] = frozenset()  # the needles that are base64 of a secret
     shields: tuple[str, ...] = ()  # the public words that contain a secret
 
@@ -82,7 +111,7 @@ class _Registry:
             self.secrets.update(added)
             self.public.update(shown)
             old = self.index
-            decoded, cores = set(old.needles) - old.base64, set(old.base64)
+            decoded, cores = set(old.needles.all) - old.base64, set(old.base64)
             for secret in added:
                 decoded.add(_fold(_decoded(secret)))
                 # Latin-1 bytes that are UTF-8 too are read as UTF-8 (C2 A9 is "©", not "Â©")
@@ -92,8 +121,8 @@ class _Registry:
                     cores |= _base64_cores(form.encode("utf-8", "surrogatepass"))
             shields = (w for w in self.public if any(s in w and s != w for s in self.secrets))
             self.index = _Index(
-                raw=tuple(sorted(self.secrets, key=len, reverse=True)),
-                needles=tuple(sorted(decoded | cores, key=len, reverse=True)),
+                raw=_Strings(self.secrets),
+                needles=_Strings(decoded | cores),
                 base64=frozenset(cores - decoded),
                 shields=tuple(sorted(shields, key=len, reverse=True)),
             )
@@ -125,13 +154,11 @@ def url_passwords(url: str) -> list[str]:
 def redact(text: str) -> str:
     """The text with every registered secret, in any of its forms, and every named password masked."""
     index = _registry.index
-    if index.raw:
+    if index.raw.all:
         decoded = _decoded(text)
         compared = _fold(decoded)
         # A secret as it is in a text that decoding left alone is in `compared` too.
-        if any(n in compared for n in index.needles) or (
-            decoded is not text and any(s in text for s in index.raw)
-        ):
+        if index.needles.any_in(compared) or (decoded is not text and index.raw.any_in(text)):
             text = _masked(text, index)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
@@ -199,10 +226,10 @@ def _located(text: str) -> tuple[str, list[int], list[int]]:
 
 def _masked(text: str, index: _Index) -> str:
     """The text with each span that holds a secret, in any form, masked (but within a public word)."""
-    spans = [(i, i + len(s)) for s in index.raw for i in _occurrences(text, s)]
+    spans = [(i, i + len(s)) for s in index.raw.candidates(text) for i in _occurrences(text, s)]
     decoded, starts, ends = _located(text)
     compared = _fold(decoded)
-    for needle in index.needles:
+    for needle in index.needles.candidates(compared):
         for i in _occurrences(compared, needle):
             j = i + len(needle)
             if needle in index.base64:  # the whole blob: the digits around the core hold bits of it too

@@ -177,6 +177,23 @@ def test_random_text_without_the_password_is_left_alone(password, text):
         assert redact.redact(text) == text
 
 
+def test_many_secrets_are_found_as_surely_as_few():
+    """Past as many secrets as a text has characters (a run that signed in hundreds of times), they are
+    looked for through an index: the same ones are found, and text without them is left alone."""
+    cookies = [f"{n:04d}" + "c00k1e-v4lue_" + "x" * (n % 7) for n in range(300)]
+    password = "Sup3r$ecret&pa ss%w=rd"
+    with only(password, *cookies, "q7z"):
+        for line in LINES:
+            assert redact.redact(line) == line
+        for form in (password, quote_plus(password), _go_json(password), html.escape(password), cookies[-1]):
+            assert redact.redact(f"error: {form} end") == f"error: {MASK} end", form
+        blob = base64.b64encode(f"user:{password}".encode()).decode()
+        assert (
+            redact.redact(f"Basic {blob}; SEMSESSIONID={cookies[7]}; x q7z")
+            == f"Basic {MASK}; SEMSESSIONID={MASK}; x {MASK}"
+        )
+
+
 def test_a_public_word_holding_the_password_stays_whole_and_the_password_is_masked_around_it():
     with only("demo", public=("demo1",)):
         assert redact.redact("user 'demo1' signed in with demo") == f"user 'demo1' signed in with {MASK}"
