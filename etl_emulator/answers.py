@@ -4,10 +4,13 @@ handler) and the styles of error bodies, reading request bodies and sending answ
 from __future__ import annotations
 
 import asyncio
+import base64
 import html
+import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from urllib.parse import parse_qsl
 
 import orjson
 
@@ -79,6 +82,69 @@ def refused(refusal: Refusal, style: str, headers: list[tuple[bytes, bytes]] | N
     else:
         body, content_type = b"", None
     return Answer(body, status, content_type, headers or [])
+
+
+def echoing(answer: Answer, style: str, query: bytes, form: bytes) -> Answer:
+    """An error answer that repeats the request's fields (query string and form body, sorted by name), as
+    some servers' error pages do, in an echo style, first thing in the body: what a client must not
+    print. `query`: the values as received, percent-encoding and all, in JSON; the others show the fields
+    decoded (`name=value&...`) as text (`raw`), with the spaces and every other sign percent-encoded
+    (`partial`), in base64 (`base64`), as the HTTP Basic credentials of the username and password
+    (`basic`), in JSON with every sign `\\u`-escaped (`json-unicode`) or in an HTML page (`html`: named,
+    decimal and hex references)."""
+    status, headers = answer.status, answer.headers
+    parts = sorted(part for part in (query + b"&" + form).split(b"&") if part)
+    if style == "query":
+        received = dict(part.decode("latin-1").partition("=")[::2] for part in parts)
+        return Answer(orjson.dumps({"params": received, "status": status}), status, JSON, headers)
+    fields = parse_qsl(b"&".join(parts).decode("utf-8", "replace"), keep_blank_values=True)
+    encode = _partly_encoded if style == "partial" else str
+    text = "&".join(f"{name}={encode(value)}" for name, value in fields)
+    if style in ("raw", "partial"):
+        return Answer(f"{text} ({status} {_reason(status)})\n".encode(), status, TEXT, headers)
+    if style == "html":
+        return Answer(f"<html><body><p>{_html(text)}</p></body></html>".encode(), status, HTML, headers)
+    if style == "basic":
+        values = dict(fields)
+        if "username" not in values or "password" not in values:
+            return answer
+        text = "Basic " + base64.b64encode(f"{values['username']}:{values['password']}".encode()).decode()
+    elif style == "base64":
+        text = base64.b64encode(text.encode()).decode()
+    if style == "json-unicode":
+        escaped = "".join(c if c.isascii() and c.isalnum() else _unicode_escaped(c) for c in text)
+        return Answer(f'{{"message":"{escaped}","status":{status}}}'.encode(), status, JSON, headers)
+    return Answer(orjson.dumps({"message": text, "status": status}), status, JSON, headers)
+
+
+def _partly_encoded(value: str) -> str:
+    """The value with its spaces and every other sign percent-encoded (lower-case hex), the rest as it is."""
+    signs = [i for i, c in enumerate(value) if not c.isalnum() and c != " "]
+    encoded = set(signs[::2])
+    return "".join(
+        "%20" if c == " " else "".join(f"%{b:02x}" for b in c.encode()) if i in encoded else c
+        for i, c in enumerate(value)
+    )
+
+
+def _html(text: str) -> str:
+    """Text in a page: the signs html.escape names by their names, the others by turns as decimal and hex
+    references."""
+    out: list[str] = []
+    turn = 0
+    for c in text:
+        if c.isalnum() or c == " ":
+            out.append(c)
+        elif c in "&<>\"'":
+            out.append(html.escape(c))
+        else:
+            out.append(f"&#{ord(c)};" if turn % 2 == 0 else f"&#x{ord(c):X};")
+            turn += 1
+    return "".join(out)
+
+
+def _unicode_escaped(c: str) -> str:
+    return json.dumps(c)[1:-1] if ord(c) > 0xFFFF else f"\\u{ord(c):04x}"
 
 
 async def read_body(receive: Callable) -> bytes:

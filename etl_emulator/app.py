@@ -22,6 +22,7 @@ from etl_emulator.answers import (
     HTML,
     Answer,
     Refusal,
+    echoing,
     error_page,
     not_found,
     read_body,
@@ -178,6 +179,7 @@ class Emulator:
             "query": _loggable(query),
         }
         decision = None
+        form: bytes | None = None  # a sign-in's form body, once read
         try:
             route, args = self.router.match(method, path)
             if route.series:
@@ -191,7 +193,8 @@ class Emulator:
             if answer is None:
                 call = Call(method, path, query, args, decision=decision)
                 if route.sign_in:
-                    call.form = await _form(scope, receive)
+                    form = await _form_body(scope, receive)
+                    call.form = parse_qs(form.decode("utf-8", "replace"), keep_blank_values=True)
                     if call.form:
                         entry["form"] = _loggable(call.form)
                 else:
@@ -204,8 +207,11 @@ class Emulator:
             entry["session_ended"] = True
         except Refusal as exc:
             answer = refused(exc, self.plan.faults.error_body)
-        if answer.status >= 400 and self.plan.faults.echo_params:
-            answer = _echoing(answer, scope["query_string"])
+        echo = self.plan.faults.echo_params
+        if answer.status >= 400 and echo != "none":
+            if form is None:
+                form = await _form_body(scope, receive)
+            answer = echoing(answer, echo, scope["query_string"], form)
         entry["status"] = answer.status
         if isinstance(answer.body, bytes | bytearray):
             entry["bytes"] = len(answer.body)  # of the body as made, before any compression on the wire
@@ -263,27 +269,17 @@ class Emulator:
         return None
 
 
-def _echoing(answer: Answer, query: bytes) -> Answer:
-    """An error answer that repeats the query's values as they came, percent-encoding and all (as some
-    servers' error pages do): what a client must not print."""
-    echoed = {}
-    for part in filter(None, query.split(b"&")):
-        name, _, value = part.partition(b"=")
-        echoed[name.decode("latin-1")] = value.decode("latin-1")
-    return Answer(orjson.dumps({"params": echoed}), answer.status, headers=answer.headers)
-
-
 def _loggable(fields: dict[str, list[str]]) -> dict[str, str | list[str]]:
     """Query or form fields for the request log: a value, or a list when repeated; never the password."""
     return {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k != "password"}
 
 
-async def _form(scope: dict, receive: Callable) -> dict[str, list[str]]:
-    """The fields of a form-encoded body (application/x-www-form-urlencoded), else none."""
+async def _form_body(scope: dict, receive: Callable) -> bytes:
+    """A form-encoded body (application/x-www-form-urlencoded) as received; any other: none."""
     content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
     if content_type.split(b";")[0].strip().lower() != b"application/x-www-form-urlencoded":
-        return {}
-    return parse_qs((await read_body(receive)).decode("utf-8", "replace"), keep_blank_values=True)
+        return b""
+    return await read_body(receive)
 
 
 def create_app(config: EmulatorConfig) -> Emulator:

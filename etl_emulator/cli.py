@@ -15,7 +15,7 @@ import httpx
 import yaml
 
 from etl_emulator.dataset import CALC_OFFSET
-from etl_emulator.faults import ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
+from etl_emulator.faults import ECHOES, ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
 from etl_emulator.lateness import Lateness
 
 
@@ -195,6 +195,13 @@ _rate = click.FloatRange(0, 1)
     show_default=True,
     type=click.Choice(ERROR_BODIES),
     help="Body of every 4xx/5xx answer.",
+)
+@click.option(
+    "--echo-params",
+    default="none",
+    show_default=True,
+    type=click.Choice(ECHOES),
+    help="Error answers repeat the request's fields (sign-in's password too), in this form.",
 )
 @click.option(
     "--sign-in-via",

@@ -58,6 +58,9 @@ ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
 ERROR_BODIES = ("json", "html", "text", "empty")
 SIGN_IN_FORMS = ("both", "query", "form")
+# How error answers repeat the request's fields (sign-in's username and password among them), see
+# answers.echoing; "none": they do not.
+ECHOES = ("none", "query", "raw", "partial", "base64", "basic", "json-unicode", "html")
 
 
 @dataclass
@@ -80,7 +83,7 @@ class Faults:
     hostile_rate: float = 1.0  # of series answers, when `hostile` names any kind
     bomb_mb: int = 1024  # what a `gzip_bomb` answer expands to, MiB
     odd_records: tuple[str, ...] = ()  # in the object listing and parameter lists, see RECORD_KINDS
-    echo_params: bool = False  # error answers repeat the query's values as received (still encoded)
+    echo_params: str = "none"  # error answers repeat the request's fields, see ECHOES
     seed: int = 0
     session_end: str = "401"  # how a call without a live session is answered, see SESSION_ENDS
     error_body: str = "json"  # body of every 4xx/5xx of the platform, see ERROR_BODIES
@@ -95,6 +98,7 @@ class Faults:
             ("session_end", SESSION_ENDS),
             ("error_body", ERROR_BODIES),
             ("sign_in_via", SIGN_IN_FORMS),
+            ("echo_params", ECHOES),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

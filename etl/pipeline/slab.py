@@ -34,7 +34,7 @@ from etl.pipeline.plan import Slab
 from etl.sinks.base import SlabOutcome, SlabSink
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, key_of
-from etl.support import allocator
+from etl.support import allocator, redact
 from etl.timeutil import iso
 
 
@@ -209,10 +209,11 @@ async def process_slab(
                 elif isinstance(outcome, asyncio.CancelledError) and fetcher.cancelled:
                     complete = False  # stopped while in flight: it stays open; the rest is written
                 elif isinstance(outcome, Exception):
-                    # Each error class says whether fetching more is pointless; anything else is a bug.
+                    # Each error class says whether fetching more is pointless; anything else is a bug. The
+                    # run's record keeps the message, which may quote a server's answer.
                     failure = WindowFailure(
                         slab.windows[index],
-                        str(outcome),
+                        redact.redact(str(outcome)),
                         outcome.exit_code if isinstance(outcome, EtlError) else ExitCode.INTERNAL,
                         outcome.fatal if isinstance(outcome, EtlError) else True,
                         # The error, not the data its frames hold; a bug keeps its traceback (it stops the run).

@@ -52,7 +52,7 @@ def encoded(secret: str) -> set[str]:
 
 
 def test_a_password_an_error_body_echoes_back_encoded_is_masked(odd, tmp_path):
-    odd.set_faults(reset=True, error_rate=1.0, echo_params=True)  # 500s that repeat the query as received
+    odd.set_faults(reset=True, error_rate=1.0, echo_params="query")  # 500s that repeat the query as received
     data = config_dict(odd.base_url, tmp_path / "out", retry={"attempts": 2})
     data["source"].update(username="etl-user", password="${ETL_PASSWORD}")
     result = etl_cli("run", "-c", str(write_config(tmp_path / "c.yaml", data)), password=PASSWORD)

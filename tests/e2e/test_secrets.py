@@ -1,13 +1,16 @@
 """Secrets and access: where the password comes from, that neither it nor a session cookie leaks
-anywhere (debug logs included), TLS verification, and what a restricted login can export."""
+anywhere (debug logs included), nor the password echoed back by a server in any encoding, TLS
+verification, and what a restricted login can export."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
 import duckdb
+import httpx
 import pytest
 
 from etl_emulator.server import RunningEmulator, run_emulator
@@ -15,7 +18,7 @@ from tests.support.checks import assert_exact
 from tests.support.cli import etl, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.credentials import PASSWORD, USERS, etl_user_config, leaks
-from tests.support.emulator import emulator_config
+from tests.support.emulator import START, emulator_config
 from tests.support.tls import self_signed
 
 PLAIN_WARNING = "source.password is written in the config file"
@@ -72,6 +75,88 @@ def test_debug_run_leaks_neither_password_nor_cookies(private_emulator, tmp_path
     assert any("dimensions" in p.parts for p in files) and any("_runs" in p.parts for p in files)
     assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
     assert_exact(tmp_path / "out")
+
+
+# The password's encoded form in the emulator's echo of a sign-in, and how etl signs in (either way, by turns).
+ECHOED = {
+    "query": (r'"password":"([^"]+)"', "query"),
+    "raw": (r"password=(.+)&username", "form"),
+    "partial": (r"password=(.+)&username", "query"),
+    "base64": (r'"message":"([^"]+)"', "form"),
+    "basic": (r"Basic ([^\"]+)", "query"),
+    "json-unicode": (r"password\\u003d(.+)\\u0026username", "form"),
+    "html": (r"password&#61;(.+)&amp;username", "query"),
+}
+
+
+@pytest.fixture(scope="module")
+def echoing(tmp_path_factory) -> Iterator[tuple[RunningEmulator, dict, Path]]:
+    """An emulator that knows etl-user, the config of a day of its raw data into a Delta table, and the
+    table's folder, written by a clean run (its files are searched with the others)."""
+    out = tmp_path_factory.mktemp("echo") / "out"
+    with run_emulator(emulator_config(users=USERS, objects=1)) as running:
+        data = config_dict(running.base_url, out, series=["raw"], sink={"format": "delta"})
+        data["source"].update(username="etl-user", password="${ETL_PASSWORD}")
+        data["window"] = {"start": START, "end": "2026-11-02T00:00:00Z", "overlap": "0s"}
+        data["retry"]["attempts"] = 2
+        config = write_config(out.parent / "c.yaml", data)
+        assert etl("run", "-c", str(config), password=PASSWORD).returncode == 0
+        yield running, data, out
+
+
+def fragments(text: str, size: int = 8) -> set[str]:
+    """The text and every piece of it `size` characters long."""
+    return {text} | {text[i : i + size] for i in range(len(text) - size + 1)}
+
+
+@pytest.mark.parametrize("echo", ECHOED)
+def test_a_password_a_server_echoes_in_any_encoding_appears_nowhere(echoing, echo, tmp_path):
+    """Every sign-in answers 502 with the credentials it got, in one encoding: the run's stderr (--debug),
+    its --json summary, its record, the metrics file, `etl doctor --json` on that record and every file
+    of the output (the Delta log included) hold no piece of the password in that encoding nor as typed.
+    The echo reaches the error line, masked."""
+    emulator, data, out = echoing
+    pattern, way = ECHOED[echo]
+    config = write_config(tmp_path / "c.yaml", {**data, "source": {**data["source"], "sign_in": way}})
+    metrics = tmp_path / "etl.prom"
+    emulator.set_faults(reset=True, error_rate=1.0, echo_params=echo)
+    try:
+        sent, url = {"username": "etl-user", "password": PASSWORD}, emulator.base_url + "/auth/login"
+        answer = httpx.post(url, data=sent) if way == "form" else httpx.post(url, params=sent)
+        [echoed] = re.findall(pattern, answer.text)
+        run = etl(
+            "--debug", "run", "-c", str(config), "--json", "--metrics-file", str(metrics), password=PASSWORD
+        )
+    finally:
+        emulator.set_faults(reset=True)
+    doctor = etl("doctor", "-c", str(config), "--json", "--offline", password=PASSWORD)
+    assert run.returncode == 5, run.stderr[-2000:]
+    assert doctor.returncode == 10 and "***" in doctor.stdout, doctor.stdout  # the last run's error
+    [line] = [line for line in run.stderr.splitlines() if line.startswith("etl: error: ")]
+    assert "sign-in: HTTP 502" in line and "***" in line, line
+    secrets = fragments(echoed) | fragments(PASSWORD) | {quote(PASSWORD), quote_plus(PASSWORD)}
+    assert leaks(run.stdout + run.stderr + doctor.stdout + doctor.stderr, secrets) == []
+    files = [metrics, *(p for p in out.rglob("*") if p.is_file())]
+    assert any("_delta_log" in p.parts for p in files) and any("_runs" in p.parts for p in files)
+    assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
+
+
+def test_init_and_doctor_never_show_a_password_a_server_echoes(echoing, tmp_path):
+    """Their probes sign in too: each says in one line that sign-in failed, without the answer's body."""
+    emulator, data, _ = echoing
+    config = write_config(tmp_path / "c.yaml", data)
+    emulator.set_faults(reset=True, error_rate=1.0, echo_params="raw")
+    try:
+        init = etl(
+            "init", "--base-url", emulator.base_url, "--username", "etl-user", "--json", password=PASSWORD
+        )
+        doctor = etl("doctor", "-c", str(config), "--json", password=PASSWORD)
+    finally:
+        emulator.set_faults(reset=True)
+    assert init.returncode == 5 and "sign-in" in init.stderr, init.stderr
+    assert doctor.returncode == 10 and "sign-in" in doctor.stdout, doctor.stdout
+    secrets = fragments(PASSWORD) | {quote(PASSWORD), quote_plus(PASSWORD)}
+    assert leaks(init.stdout + init.stderr + doctor.stdout + doctor.stderr, secrets) == []
 
 
 # -- TLS ---------------------------------------------------------------------------------------------
