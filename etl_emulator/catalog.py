@@ -73,11 +73,13 @@ class Catalog:
             for pid in (ds.physical_ids(o) if physical else []) + (ds.calc_ids(o) if calculated else [])
         )
 
+    def _record(self, pid: int) -> dict:
+        """A parameter's full record, its type and signal marked as the server chose (Faults)."""
+        f = self.plan.faults
+        return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)
+
     def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
-        return [
-            records.param_record(self.dataset, pid)
-            for pid in self._ids(object_ids, physical=physical, calculated=calculated)
-        ]
+        return [self._record(pid) for pid in self._ids(object_ids, physical=physical, calculated=calculated)]
 
     def object_params(self, call: Call, *, physical: bool) -> bytes:
         found = self._records([self._object(call)], physical=physical, calculated=not physical)
@@ -120,7 +122,7 @@ class Catalog:
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
         page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
-        found = [records.param_record(self.dataset, pid) for pid in page]
+        found = [self._record(pid) for pid in page]
         kinds = self.plan.faults.odd_records
         # Names edited as in the lists; no extra records (the search pages by offset).
         return odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)

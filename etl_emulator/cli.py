@@ -15,7 +15,15 @@ import httpx
 import yaml
 
 from etl_emulator.dataset import CALC_OFFSET
-from etl_emulator.faults import ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
+from etl_emulator.faults import (
+    ERROR_BODIES,
+    HOSTILE_KINDS,
+    SESSION_ENDS,
+    SIGN_IN_FORMS,
+    SIGNAL_MARKERS,
+    TYPE_FIELDS,
+    Faults,
+)
 from etl_emulator.lateness import Lateness
 
 
@@ -217,6 +225,20 @@ _rate = click.FloatRange(0, 1)
     "--count-reject-over",
     type=click.IntRange(1),
     help="A count above N answers 400 (default: counts above 100000 are served as 100000).",
+)
+@click.option(
+    "--type-field",
+    default="type",
+    show_default=True,
+    type=click.Choice(TYPE_FIELDS),
+    help="The field of a parameter record that names its type.",
+)
+@click.option(
+    "--signal-marker",
+    default="type",
+    show_default=True,
+    type=click.Choice(SIGNAL_MARKERS),
+    help='A signal parameter\'s type is "signal" (type), or "analog" with "signal": true (flag).',
 )
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(

@@ -58,6 +58,8 @@ ERROR_STATUSES = (500, 502, 503)
 SESSION_ENDS = ("401", "403", "302-login", "302-home", "html-login")
 ERROR_BODIES = ("json", "html", "text", "empty")
 SIGN_IN_FORMS = ("both", "query", "form")
+TYPE_FIELDS = ("type", "paramType")
+SIGNAL_MARKERS = ("type", "flag")
 
 
 @dataclass
@@ -88,6 +90,8 @@ class Faults:
     max_count: int | None = None  # points or buckets per series answer, whatever the count asked
     count_default: int = 10_000  # the count of a series request without one
     count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
+    type_field: str = "type"  # the field of a parameter record that names its type, see TYPE_FIELDS
+    signal_marker: str = "type"  # a signal is marked by its type or a flag, see SIGNAL_MARKERS
 
     def __post_init__(self) -> None:
         self.session_end = str(self.session_end)
@@ -95,6 +99,8 @@ class Faults:
             ("session_end", SESSION_ENDS),
             ("error_body", ERROR_BODIES),
             ("sign_in_via", SIGN_IN_FORMS),
+            ("type_field", TYPE_FIELDS),
+            ("signal_marker", SIGNAL_MARKERS),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -131,6 +132,39 @@ class ExternalCommand(Record):
 
 
 ParamList = Literal["physical", "calculated"]
+# The document says parameter records carry "the parameter type" but names neither its field nor its values:
+# the fields instances are seen to use, and the flags that mark a physical parameter as a signal.
+TYPE_FIELDS = frozenset({"type", "paramtype", "parametertype"})
+SIGNAL_FLAGS = frozenset({"signal", "issignal"})
+
+
+def _true(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value is True or (isinstance(value, int) and value == 1)
+
+
+def param_kind(record: Mapping[str, Any], listed: ParamList | None = None) -> ParamKind | None:
+    """A parameter record's kind, by the one rule every listing is read with. `listed`: the list the
+    record came from (None: the search, which names none).
+
+    A calculated parameter is one from the calculated list, or, from the search, one whose type says
+    `calc...`. A physical one is a signal when any marker says so: a type of `signal` (in `type`,
+    `paramType` or `parameterType`, any case) or a true `signal`/`isSignal` flag. A search record that
+    names no type has no kind (None): the lists must tell it."""
+    types: list[str] = []
+    flagged = False
+    for key, value in record.items():
+        name = key.lower() if isinstance(key, str) else ""
+        if name in TYPE_FIELDS and value is not None and str(value).strip():
+            types.append(str(value).strip().lower())
+        elif name in SIGNAL_FLAGS:
+            flagged = flagged or _true(value)
+    if listed == "calculated" or (listed is None and any(t.startswith("calc") for t in types)):
+        return ParamKind.CALCULATED
+    if flagged or "signal" in types:
+        return ParamKind.SIGNAL
+    return ParamKind.PHYSICAL if listed is not None or types else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +178,12 @@ class Parameter:
 
     @property
     def kind(self) -> ParamKind:
-        # The document says records carry "the parameter type" but not its field; the emulator
-        # and the platform we know of use "type". Anything else is treated as an ordinary physical one.
-        if self.source == "physical" and str(self.meta.get("type", "")).lower() == "signal":
-            return ParamKind.SIGNAL
-        return ParamKind(self.source)
+        return param_kind(self.meta, self.source) or ParamKind(self.source)
+
+    @classmethod
+    def listed_as(cls, kind: ParamKind) -> ParamList:
+        """The list a parameter of this kind comes from (a signal is a physical parameter)."""
+        return "calculated" if kind is ParamKind.CALCULATED else "physical"
 
     def raw(self) -> dict[str, Any]:
         """The record as it came, plus what we derived: the list it came from, its kind and object."""

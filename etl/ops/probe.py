@@ -32,7 +32,7 @@ from etl.client import ClientOptions, ClientStats, MonitoringClient, RetryPolicy
 from etl.client.api import ROUTES
 from etl.client.auth import PROBE_PATH, SIGN_IN_PATH, SignIn, session_cookie, sign_in_request
 from etl.client.classify import RETRYABLE_STATUSES, is_html
-from etl.client.models import Parameter
+from etl.client.models import Parameter, param_kind
 from etl.client.series import decode_json
 from etl.errors import AuthError, ConfigError, EtlError, InvalidResponse, RequestRejected, ServerError
 from etl.model import ParamKind, Series
@@ -343,7 +343,7 @@ class Prober:
 
     async def _search_agrees(self, found: Findings, sample: list[int], listed: list[Parameter]) -> bool:
         want = {(p.id, p.kind) for p in listed}
-        got: set[tuple[int, ParamKind]] = set()
+        got: set[tuple[int, ParamKind | None]] = set()
         offset = 0
         try:
             for _ in range(COUNT_PAGES):
@@ -352,7 +352,7 @@ class Prober:
                     break
                 if not all(isinstance(r, dict) and "id" in r and r.get("objectId") in sample for r in page):
                     return False
-                got |= {(int(r["id"]), _kind(r)) for r in page}
+                got |= {(int(r["id"]), param_kind(r)) for r in page}
                 offset += len(page)
                 if got == want and len(page) < SEARCH_PAGE:
                     break  # a short page that completes the lists: no need to ask for an empty one
@@ -374,7 +374,7 @@ class Prober:
                 page := await self.client.search_params(chunk, limit=SEARCH_PAGE, offset=offset)
             ):
                 pages += 1
-                these.update(_kind(r) for r in page)
+                these.update(kind for r in page if (kind := param_kind(r)) is not None)
                 offset += len(page)
             if pages >= COUNT_PAGES:
                 break
@@ -477,12 +477,6 @@ class Prober:
             return None
         rest = await self._series(param, series, last + 1, end, 0)
         return answer.items if rest.items else None
-
-
-def _kind(record: dict[str, Any]) -> ParamKind:
-    """The kind of a search record (it names no list: its type says calculated or signal, else physical)."""
-    kind = str(record.get("type", "")).lower()
-    return ParamKind(kind) if kind in (ParamKind.CALCULATED, ParamKind.SIGNAL) else ParamKind.PHYSICAL
 
 
 def _spread(ids: list[int], n: int) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, ParamList, record_id
+from etl.client.models import Parameter, param_kind, record_id
 from etl.config import SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
@@ -44,12 +44,6 @@ class Discovery:
     objects: Rows
     parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
     params: Params
-
-
-def _kind_of(record: dict) -> ParamList | None:
-    """The list a search record belongs to, from its type; None when it names none."""
-    kind = str(record.get("type", "")).lower()
-    return None if not kind else "calculated" if kind == "calculated" else "physical"
 
 
 class _Selection:
@@ -161,17 +155,15 @@ async def _search(
         ):
             first = None
             offset += len(page)
-            kinds = [_kind_of(r) if isinstance(r, dict) else None for r in page]
-            if None in kinds:
+            typed = [(r, kind) for r in page if isinstance(r, dict) and (kind := param_kind(r)) is not None]
+            if len(typed) < len(page):
                 untyped.extend(ids)
                 return
             found = []
-            for index, r in enumerate(page):
-                kind = _kind_of(r)
+            for index, (r, kind) in enumerate(typed):
                 try:
-                    if kind is None:
-                        raise ValueError("no type")
-                    found.append(Parameter(record_id(r.get("id")), kind, record_id(r.get("objectId")), r))
+                    listed = Parameter.listed_as(kind)
+                    found.append(Parameter(record_id(r.get("id")), listed, record_id(r.get("objectId")), r))
                 except ValueError as exc:
                     client.skip(f"record #{offset - len(page) + index + 1} of GET /search/params", str(exc))
             selection.take(found)
@@ -227,11 +219,11 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
         log.info("parameter search unavailable (%s): listing parameters object by object", exc)
         return False
     usable = all(
-        isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) and _usable_id(r.get("id"))
+        isinstance(r, dict) and r.get("objectId") == sample and param_kind(r) and _usable_id(r.get("id"))
         for r in searched
     )
-    same = usable and {(record_id(r["id"]), _kind_of(r)) for r in searched} == {
-        (p.id, p.source) for p in listed
+    same = usable and {(record_id(r["id"]), param_kind(r)) for r in searched} == {
+        (p.id, p.kind) for p in listed
     }
     if not same:
         log.info("parameter search answers differ from the parameter lists: listing object by object")
