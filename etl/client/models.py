@@ -25,13 +25,13 @@ def record_id(value: Any) -> int:
     ):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"id {_short(value)} is not an integer")
+        raise ValueError(f"id {short_repr(value)} is not an integer")
     if not INT64[0] <= value <= INT64[1]:
-        raise ValueError(f"id {_short(value)} is beyond 64 bits")
+        raise ValueError(f"id {short_repr(value)} is beyond 64 bits")
     return value
 
 
-def _short(value: Any, size: int = 40) -> str:
+def short_repr(value: Any, size: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= size else text[: size - 3] + "..."
 
@@ -40,7 +40,7 @@ def one_line(exc: ValidationError) -> str:
     """The first problem of a validation error, on one line."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "record"
-    return f"{where}: {first['msg']} (got {_short(first.get('input'))})"
+    return f"{where}: {first['msg']} (got {short_repr(first.get('input'))})"
 
 
 class Record(BaseModel):
