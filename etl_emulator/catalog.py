@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 
 from etl_emulator import records
-from etl_emulator.answers import bad, not_found
+from etl_emulator.answers import bad, envelope, not_found
 from etl_emulator.dataset import DEVICES_PER_OBJECT, Dataset, Param
 from etl_emulator.faults import FaultPlan
 from etl_emulator.hostile import odd_objects, odd_params
@@ -121,11 +121,12 @@ class Catalog:
         oids = set(call.integers("oid"))
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
-        page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
-        found = [self._record(pid) for pid in page]
+        ids = self._ids(objects, physical=True, calculated=True)
+        found = [self._record(pid) for pid in ids[offset : offset + limit]]
         kinds = self.plan.faults.odd_records
         # Names edited as in the lists; no extra records (the search pages by offset).
-        return odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
+        body = odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
+        return envelope(self.plan.faults.search_envelope, body, len(found), len(ids), limit, offset)
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)

@@ -18,6 +18,7 @@ from etl_emulator.dataset import CALC_OFFSET
 from etl_emulator.faults import (
     ERROR_BODIES,
     HOSTILE_KINDS,
+    SEARCH_ENVELOPES,
     SESSION_ENDS,
     SIGN_IN_FORMS,
     SIGNAL_MARKERS,
@@ -239,6 +240,13 @@ _rate = click.FloatRange(0, 1)
     show_default=True,
     type=click.Choice(SIGNAL_MARKERS),
     help='A signal parameter\'s type is "signal" (type), or "analog" with "signal": true (flag).',
+)
+@click.option(
+    "--search-envelope",
+    default="array",
+    show_default=True,
+    type=click.Choice(SEARCH_ENVELOPES),
+    help='A page of /search/params: a bare array, {"total", "items"}, Spring\'s Page, or {"data"}.',
 )
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(

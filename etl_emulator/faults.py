@@ -60,6 +60,7 @@ ERROR_BODIES = ("json", "html", "text", "empty")
 SIGN_IN_FORMS = ("both", "query", "form")
 TYPE_FIELDS = ("type", "paramType")
 SIGNAL_MARKERS = ("type", "flag")
+SEARCH_ENVELOPES = ("array", "items", "spring", "data")
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Faults:
     count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
     type_field: str = "type"  # the field of a parameter record that names its type, see TYPE_FIELDS
     signal_marker: str = "type"  # a signal is marked by its type or a flag, see SIGNAL_MARKERS
+    search_envelope: str = "array"  # the body of a page of /search/params, see SEARCH_ENVELOPES
 
     def __post_init__(self) -> None:
         self.session_end = str(self.session_end)
@@ -101,6 +103,7 @@ class Faults:
             ("sign_in_via", SIGN_IN_FORMS),
             ("type_field", TYPE_FIELDS),
             ("signal_marker", SIGNAL_MARKERS),
+            ("search_envelope", SEARCH_ENVELOPES),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

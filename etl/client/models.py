@@ -197,6 +197,17 @@ class Parameter:
 
 
 @dataclass(frozen=True, slots=True)
+class SearchPage:
+    """One page of the paged parameter search: its records, and the whole listing's size when the server
+    tells it. The document leaves the body open: a bare array, or an envelope (`{"total": N, "items":
+    [...]}`, Spring's `{"content": [...], "totalElements": N, ...}`) read as the same page."""
+
+    records: list[Any]
+    total: int | None = None
+    envelope: str | None = None  # the key the records came under; None: a bare array
+
+
+@dataclass(frozen=True, slots=True)
 class Points:
     """A raw or averaged series, column-wise: epoch ms and values (NaN where the server sent none)."""
 

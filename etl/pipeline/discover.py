@@ -1,7 +1,8 @@
 """Discover what to export: the objects visible to the login, then their selected parameters.
 
 Parameters are listed with the document's paged search (`/search/params`, many `oid`s a request, about
-`2 + objects / OIDS_PER_SEARCH` requests for a fleet) when it can be trusted: its records must name
+`2 + objects / OIDS_PER_SEARCH` requests for a fleet; a page is a bare array or an envelope such as
+`{"total": N, "items": [...]}`, which the client reads) when it can be trusted: its records must name
 their object and kind, and for a sample object it must list exactly what the per-object physical and
 calculated lists do. Otherwise, two lists per object (what the document guarantees). The check and the
 first pages of the search are asked at once: sign-in, objects, search, its empty last page are the
@@ -143,21 +144,35 @@ async def _search(
     first_pages: Sequence[asyncio.Future] | None = None,
 ) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
-    `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
-    kind is listed object by object instead (the same parameter taken twice counts once).
-    `first_pages`: the first chunks' first pages, asked already."""
-    untyped: list[int] = []
+    `limit` silently): the listing ends at an empty page. A chunk is listed object by object instead (the
+    same parameter taken twice counts once) when its records do not all name their kind, when a page
+    cannot be read, or when the server answers the next offset with the same page (it ignores `offset`:
+    its pages would never end). `first_pages`: the first chunks' first pages, asked already."""
+    unsearched: dict[str, list[int]] = {}  # why -> objects
 
     async def chunk(ids: list[int], first: asyncio.Future | None) -> None:
-        offset = 0
-        while page := await (
-            first if first is not None else client.search_params(ids, limit=SEARCH_PAGE, offset=offset)
-        ):
+        offset, head = 0, None
+        while True:
+            try:
+                page = await (
+                    first
+                    if first is not None
+                    else client.search_params(ids, limit=SEARCH_PAGE, offset=offset)
+                )
+            except InvalidResponse as exc:
+                unsearched.setdefault(f"a page could not be read ({exc})", []).extend(ids)
+                return
+            if not page:
+                return
             first = None
+            if page[0] == head:
+                unsearched.setdefault(f"offset {offset} answered the page before it again", []).extend(ids)
+                return
+            head = page[0]
             offset += len(page)
             typed = [(r, kind) for r in page if isinstance(r, dict) and (kind := param_kind(r)) is not None]
             if len(typed) < len(page):
-                untyped.extend(ids)
+                unsearched.setdefault("records without a type", []).extend(ids)
                 return
             found = []
             for index, (r, kind) in enumerate(typed):
@@ -174,9 +189,11 @@ async def _search(
         await asyncio.gather(
             *(chunk(c, asked[at + i] if at + i < len(asked) else None) for i, c in enumerate(group))
         )
-    if untyped:
-        log.info("parameter search records without a type: listing %d object(s) one by one", len(untyped))
-        await _per_object(client, sorted(untyped), selection.kinds, selection)
+    for why, ids in unsearched.items():
+        log.info("parameter search: %s: listing %d object(s) one by one", why, len(ids))
+    if unsearched:
+        ids = sorted({o for objects in unsearched.values() for o in objects})
+        await _per_object(client, ids, selection.kinds, selection)
 
 
 def _lists(client: MonitoringClient, kinds: set[str]) -> list[_List]:
