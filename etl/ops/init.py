@@ -10,14 +10,13 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from etl.config import ExtractConfig, parse_config
+from etl.config import parse_config
 from etl.model import slug
 from etl.ops.findings import Finding, ok, warn
-from etl.ops.probe import BASE_PATH, Findings
+from etl.ops.probe import BASE_PATH, DEFAULT_MAX_POINTS, Findings
 from etl.timeutil import DAY_MS, iso, now_ms
 
 DOCUMENT_STAMPS = "YYYY-MM-DDThh:mm:ss.sssZ"
-DEFAULT_MAX_POINTS = ExtractConfig.model_fields["max_points"].default
 FIRST_DAYS = 7  # a first run fetches this many days back unless --start says otherwise
 
 
@@ -86,7 +85,13 @@ def report(found: Findings) -> list[Finding]:
             )
         )
     elif found.search_agrees_with_lists:
-        lines.append(ok("discovery", "the paged parameter search agrees with the lists: runs use it"))
+        envelope = found.search_envelope
+        pages = (
+            f" (its pages are objects, the records under {envelope!r})"
+            if envelope not in (None, "array")
+            else ""
+        )
+        lines.append(ok("discovery", f"the paged parameter search agrees with the lists: runs use it{pages}"))
     lines.append(ok("count", _count_text(found)))
     stamps = found.stamp_format or "not seen"
     if found.stamp_format in (None, DOCUMENT_STAMPS):
