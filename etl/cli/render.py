@@ -161,4 +161,5 @@ def plan_text(summary: dict) -> str:
         )
     total = sum(p["windows"] for p in summary["planned"].values())
     lines.append(f"requests    {total} (one per window; full answers are split and add more)")
+    lines.append(f"output      {summary['output']}")
     return "\n".join(lines)

@@ -4,6 +4,7 @@ people. The password is never written: the config reads it from ${ETL_PASSWORD}.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -22,15 +23,26 @@ FIRST_DAYS = 7  # a first run fetches this many days back unless --start says ot
 
 @dataclass(frozen=True)
 class Choices:
-    """What the user chose on the command line (the rest comes from the probe)."""
+    """What the user chose on the command line (the rest comes from the probe). Paths as the config
+    reads them: relative ones from the config file's folder (see `placed`)."""
 
     username: str
     start_ms: int | None = None  # None: FIRST_DAYS before today
-    sink_path: str | None = None  # None: output/{source name}
+    sink_path: str | None = None  # None: output/{source name}, beside the config file
     ca_bundle: Path | None = None
 
     def start(self) -> int:
         return self.start_ms if self.start_ms is not None else (now_ms() // DAY_MS - FIRST_DAYS) * DAY_MS
+
+
+def placed(path: str, folder: str | None) -> str:
+    """A path given on the command line (a relative one from the working directory), as a config file in
+    `folder` reads it the same: relative to that folder, or absolute when the folder is not known (the
+    config is printed). URLs as they are."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    here = os.path.abspath(path)
+    return os.path.relpath(here, folder) if folder is not None else here
 
 
 def source_name(found: Findings) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import signal
@@ -275,6 +276,17 @@ CASES = [
         4,
         ["TLS: no TLS handshake with https://127.0.0.1:", "not https://"],
         lambda d, t: d["source"].update(base_url=d["source"]["base_url"].replace("http://", "https://")),
+    ),
+    # issue 43: the first hour
+    Case(
+        "an output written relative to the working directory",
+        2,
+        [
+            "sink.path:",
+            "is read from the config file's folder:",
+            "(from the working directory) does: move it",
+        ],
+        lambda d, t: d["sink"].update(path=os.path.relpath(t / "out")),
     ),
     # issue 21: rough edges
     Case(
