@@ -54,6 +54,15 @@ class RetryConfig(Strict):
     retry_after_max: float = Field(120.0, gt=0)
 
 
+def source_name(value: str) -> str:
+    """A source's name as it may be written: it names files and folders (ValueError saying how, if not)."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
+        raise ValueError(
+            "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
+        )
+    return value
+
+
 class SourceConfig(Strict):
     base_url: str
     name: str = Field("", description="labels this instance in the data (default: the host)")
@@ -109,22 +118,31 @@ class SourceConfig(Strict):
         """The host of base_url names the instance unless `name` does."""
         if not self.name:
             # Frozen, but still being built: the one place a default is made from another field.
-            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
+            object.__setattr__(self, "name", self.default_name)
         return self
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
-            raise ValueError(
-                "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
-            )
-        return value
+        return source_name(value)
 
     @property
     def name_given(self) -> bool:
         """Whether the config names the instance itself (else the name is base_url's host)."""
         return "name" in self.model_fields_set
+
+    @property
+    def default_name(self) -> str:
+        """The name the instance gets when `name` is not given: base_url's host."""
+        return slug(urlsplit(self.base_url).hostname or "source")
+
+    @property
+    def platform(self) -> str:
+        """The instance base_url names, without credentials, query or fragment (it is recorded with the
+        output): scheme, host, port and base path."""
+        parts = urlsplit(self.base_url)
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
 
 
 class ParameterSelect(Strict):

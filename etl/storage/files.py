@@ -178,6 +178,19 @@ class Storage:
         with self.errors("remove", rel), suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
 
+    def remove_tree(self, rel: str = "") -> None:
+        """A folder and everything in it (nothing if it is not there)."""
+        with self.errors("remove", rel), suppress(FileNotFoundError):
+            self.fs.rm(self.full(rel), recursive=True)
+
+    def prune(self, rel: str = "") -> None:
+        """Empty folders below `rel` removed (local only: object stores keep no folders)."""
+        if not self.local:
+            return
+        for folder, _, _ in os.walk(self.full(rel), topdown=False):
+            with suppress(OSError):  # not empty, or gone
+                os.rmdir(folder)
+
     # -- rewriting large files: read a version, write aside, swap in if unchanged ------------------
 
     def open_version(self, rel: str) -> Version:

@@ -288,6 +288,49 @@ CASES = [
         ],
         lambda d, t: d["sink"].update(path=os.path.relpath(t / "out")),
     ),
+    Case(
+        "source.name added to an existing output",
+        2,
+        [
+            "source.name: the output already holds source '127.0.0.1' with checkpoints of 8 of the 8",
+            "etl state rename-source -c CONFIG --from 127.0.0.1; to keep it: set source.name: 127.0.0.1",
+        ],
+        lambda d, t: d["source"].update(name="plant"),
+    ),
+    Case(
+        "another sink.format under an existing output",
+        2,
+        [
+            "sink.format:",
+            "holds source '127.0.0.1' as parquet",
+            "set sink.format: parquet, or give delta a new",
+        ],
+        lambda d, t: d["sink"].update(format="delta"),
+    ),
+    Case(
+        "another sink.partition_by under an existing output",
+        2,
+        [
+            "sink.partition_by:",
+            "partitioned by [date]",
+            "set sink.partition_by: [date], or use a new sink.path",
+        ],
+        lambda d, t: d["sink"].update(partition_by=["date", "object_id"]),
+    ),
+    Case(
+        "rename-source from a name the output lacks",
+        2,
+        ["--from: the output holds no source 'plant-a'"],
+        lambda d, t: d["source"].update(name="plant"),
+        argv=lambda t, c: ["state", "rename-source", "-c", c, "--from", "plant-a"],
+    ),
+    Case(
+        "rename-source of lake tables",
+        2,
+        ["renaming a lake table's source is not supported (sink.format delta)"],
+        lambda d, t: d["sink"].update(format="delta") or d["source"].update(name="plant"),
+        argv=lambda t, c: ["state", "rename-source", "-c", c, "--from", "127.0.0.1"],
+    ),
     # issue 21: rough edges
     Case(
         "the emulator on a busy port",
