@@ -80,17 +80,12 @@ def _move(storage: Storage, fmt: FileFormat, rel: str, target: str, schema: pa.S
     version = storage.open_version(rel)
     if version.handle is None:  # gone since it was listed
         return
-    output = storage.new_output(target)
     try:
-        with storage.errors("write", target):
+        with storage.replacing(target) as output, storage.errors("write", target):
             writer = fmt.writer(output, schema)
             for batch in batches(version.handle, storage.display(rel)):
                 writer.write(batch)
             writer.close()
-        storage.publish(target, output)
-    except BaseException:
-        storage.discard(output)
-        raise
     finally:
         version.close()
     storage.remove(rel)

@@ -257,6 +257,18 @@ class Storage:
                 self.fs.put_file(output, self.full(rel))
                 self.discard(output)
 
+    @contextmanager
+    def replacing(self, rel: str) -> Iterator[str]:
+        """A local path to write `rel`'s new content to: made `rel` whole when the block ends (`publish`),
+        discarded if it raises."""
+        output = self.new_output(rel)
+        try:
+            yield output
+            self.publish(rel, output)
+        except BaseException:
+            self.discard(output)
+            raise
+
     def discard(self, output: str | None) -> None:
         if output:
             with suppress(FileNotFoundError):
