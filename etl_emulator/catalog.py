@@ -3,6 +3,8 @@ reference lookups. Nothing of an object the signed-in account does not see is ev
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from etl_emulator import records
@@ -73,7 +75,7 @@ class Catalog:
             for pid in (ds.physical_ids(o) if physical else []) + (ds.calc_ids(o) if calculated else [])
         )
 
-    def _record(self, pid: int) -> dict:
+    def _record(self, pid: int) -> dict[str, Any]:
         """A parameter's full record, its type and signal marked as the server chose (Faults)."""
         f = self.plan.faults
         return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)

@@ -179,7 +179,7 @@ def param_record(ds: Dataset, pid: int) -> dict:
     }
 
 
-def marked(record: dict, type_field: str = "type", signal_marker: str = "type") -> dict:
+def marked(record: dict[str, Any], type_field: str = "type", signal_marker: str = "type") -> dict[str, Any]:
     """A parameter record as a server with these choices writes it: its type under `type_field`; a signal
     parameter marked by its type ("type": `"type": "signal"`) or as a physical one with a flag ("flag":
     `"type": "analog", "signal": true`, every other physical record `"signal": false`)."""

@@ -150,7 +150,7 @@ def summary_text(summary: dict) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def plan_text(summary: dict) -> str:
+def plan_text(summary: dict[str, Any]) -> str:
     lines = [
         f"window      {summary['window']['start']} .. {summary['window']['end']}",
         f"objects     {summary['objects']}    parameters {summary['parameters']}",

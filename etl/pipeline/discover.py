@@ -17,6 +17,7 @@ import logging
 from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,7 @@ async def _search(
     client: MonitoringClient,
     chunks: list[list[int]],
     selection: _Selection,
-    first_pages: Sequence[asyncio.Future] | None = None,
+    first_pages: Sequence[asyncio.Future[list[Any]]] | None = None,
 ) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
     `limit` silently): the listing ends at an empty page. A chunk is listed object by object instead (the
@@ -150,8 +151,9 @@ async def _search(
     its pages would never end). `first_pages`: the first chunks' first pages, asked already."""
     unsearched: dict[str, list[int]] = {}  # why -> objects
 
-    async def chunk(ids: list[int], first: asyncio.Future | None) -> None:
-        offset, head = 0, None
+    async def chunk(ids: list[int], first: asyncio.Future[list[Any]] | None) -> None:
+        offset: int = 0
+        head: Any = None
         while True:
             try:
                 page = await (

@@ -8,7 +8,8 @@ holds every state lock of both names, so no run writes meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import IO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,6 +17,8 @@ import pyarrow.parquet as pq
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER, FileKey, Layout
 from etl.storage.files import Storage
+
+Batches = Callable[[IO[bytes], str], Iterator[pa.Table]]  # a file's rows (handle, its name), as written again
 
 
 def rename_layout(storage: Storage, fmt: FileFormat, layout: Layout, new: str) -> int:
@@ -29,7 +32,7 @@ def rename_layout(storage: Storage, fmt: FileFormat, layout: Layout, new: str) -
         target = FileKey(new, key.shard, key.bucket, key.buckets).name(fmt.extension)
         parts = [f"source={new}" if part == f"source={layout.source}" else part for part in folder.split("/")]
 
-        def batches(handle, where: str, folder: str = folder) -> Iterator[pa.Table]:
+        def batches(handle: IO[bytes], where: str, folder: str = folder) -> Iterator[pa.Table]:
             for batch in fmt.batches(handle, layout.schema, where):
                 batch = layout.fill_partition_columns(batch, folder)
                 if "source" in layout.file_schema.names:
@@ -57,7 +60,7 @@ def rename_dimensions(storage: Storage, fmt: FileFormat, old: str, new: str) -> 
         finally:
             version.close()
 
-        def batches(handle, where: str, schema: pa.Schema = schema) -> Iterator[pa.Table]:
+        def batches(handle: IO[bytes], where: str, schema: pa.Schema = schema) -> Iterator[pa.Table]:
             for batch in fmt.batches(handle, schema, where):
                 at = batch.schema.get_field_index("source")
                 yield batch.set_column(at, "source", pa.array([new] * batch.num_rows, pa.string()))
@@ -67,7 +70,7 @@ def rename_dimensions(storage: Storage, fmt: FileFormat, old: str, new: str) -> 
     return moved
 
 
-def _schema(handle, fmt: FileFormat) -> pa.Schema:
+def _schema(handle: IO[bytes], fmt: FileFormat) -> pa.Schema:
     """A reference table's own schema: Parquet's, or a CSV header's names as text (kept as written)."""
     if fmt.extension == ".parquet":
         return pq.read_schema(handle)
@@ -75,7 +78,9 @@ def _schema(handle, fmt: FileFormat) -> pa.Schema:
     return pa.schema([pa.field(name, pa.string()) for name in names])
 
 
-def _move(storage: Storage, fmt: FileFormat, rel: str, target: str, schema: pa.Schema, batches) -> None:
+def _move(
+    storage: Storage, fmt: FileFormat, rel: str, target: str, schema: pa.Schema, batches: Batches
+) -> None:
     """`rel`'s rows, as `batches` turns them, written to `target` (swapped in whole), then `rel` removed."""
     version = storage.open_version(rel)
     if version.handle is None:  # gone since it was listed

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -304,7 +305,7 @@ class StateStore:
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged
         note only makes the tables be fetched again."""
         data = self.storage.read(SNAPSHOT)
@@ -314,7 +315,7 @@ class StateStore:
             return {}
         return note if isinstance(note, dict) else {}
 
-    def note_snapshot(self, note: dict) -> None:
+    def note_snapshot(self, note: dict[str, Any]) -> None:
         """Once the reference tables it describes are written."""
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
