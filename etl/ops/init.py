@@ -166,7 +166,8 @@ def render(found: Findings, choices: Choices) -> str:
         f"  username: {_q(choices.username)}",
         "  password: ${ETL_PASSWORD}  # never written here; or password_file: /path/to/a/file",
         f"  sign_in: {found.sign_in}  # how /auth/login takes the credentials ({sign_in_note})",
-        f"  # name: {name}  # labels this instance in the data (default: the host); keep it once chosen",
+        f"  # name: {name}  # labels this instance in the data (default: the host); to change it once data is "
+        "written: etl state rename-source",
     ]
     if choices.ca_bundle is not None:
         body.append(
