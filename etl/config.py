@@ -64,6 +64,15 @@ class RetryConfig(Strict):
     )
 
 
+def source_name(value: str) -> str:
+    """A source's name as it may be written: it names files and folders (ValueError saying how, if not)."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
+        raise ValueError(
+            "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
+        )
+    return value
+
+
 class SourceConfig(Strict):
     """The platform's instance and the login."""
 
@@ -130,22 +139,31 @@ class SourceConfig(Strict):
         """The host of base_url names the instance unless `name` does."""
         if not self.name:
             # Frozen, but still being built: the one place a default is made from another field.
-            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
+            object.__setattr__(self, "name", self.default_name)
         return self
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
-            raise ValueError(
-                "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
-            )
-        return value
+        return source_name(value)
 
     @property
     def name_given(self) -> bool:
         """Whether the config names the instance itself (else the name is base_url's host)."""
         return "name" in self.model_fields_set
+
+    @property
+    def default_name(self) -> str:
+        """The name the instance gets when `name` is not given: base_url's host."""
+        return slug(urlsplit(self.base_url).hostname or "source")
+
+    @property
+    def platform(self) -> str:
+        """The instance base_url names, without credentials, query or fragment (it is recorded with the
+        output): scheme, host, port and base path."""
+        parts = urlsplit(self.base_url)
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return f"{parts.scheme}://{host}{parts.path.rstrip('/')}"
 
 
 class ParameterSelect(Strict):
@@ -565,7 +583,62 @@ class _Loader(yaml.SafeLoader):
 _Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
 
 
+def _local_relative(path: str) -> bool:
+    return "://" not in path and not os.path.isabs(os.path.expanduser(path))
+
+
+def _held(path: str) -> bool:
+    """Whether a local path holds something: a file, or a folder with anything in it."""
+    if os.path.isfile(path):
+        return True
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is not None
+    except OSError:
+        return False
+
+
+def _from_folder(config: Config, folder: str) -> Config:
+    """The config's relative local paths (sink.path, state.path, source.password_file and ca_bundle) read
+    from `folder`, the config file's, as a .gitignore or a dbt project reads its paths: a scheduler that
+    starts `etl` from another working directory gets the same output. A path that holds nothing there but
+    does from the working directory (where etl read it before) is a ConfigError naming both."""
+    source, sink, state = config.source, config.sink, config.state
+    given = {
+        "sink.path": sink.path,
+        "state.path": state.path,
+        "source.password_file": source.password_file,
+        "source.ca_bundle": source.ca_bundle,
+    }
+    found: dict[str, str] = {}
+    for key, value in given.items():
+        if value is None or not _local_relative(str(value)):
+            continue
+        here = os.path.normpath(os.path.join(folder, os.path.expanduser(str(value))))
+        before = os.path.abspath(os.path.expanduser(str(value)))
+        if here != before and not _held(here) and _held(before):
+            raise ConfigError(
+                f"config error: {key}: {str(value)!r} is read from the config file's folder: {here} holds "
+                f"nothing, but {before} (from the working directory) does: move it to {here}, or set "
+                f"{key}: {before}"
+            )
+        found[key] = here
+    if not found:
+        return config
+    source = source.model_copy(
+        update={
+            name: Path(found[f"source.{name}"])
+            for name in ("password_file", "ca_bundle")
+            if f"source.{name}" in found
+        }
+    )
+    sink = sink.model_copy(update={"path": found["sink.path"]} if "sink.path" in found else {})
+    state = state.model_copy(update={"path": found["state.path"]} if "state.path" in found else {})
+    return config.model_copy(update={"source": source, "sink": sink, "state": state})
+
+
 def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:
+    """The config in a YAML file; its relative paths are read from the file's folder (`_from_folder`)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -582,4 +655,4 @@ def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "malformed YAML"
         raise ConfigError(f"config error: {path}:{where}: {problem}") from None
-    return parse_config(data, str(path), offline=offline)
+    return _from_folder(parse_config(data, str(path), offline=offline), os.path.abspath(path.parent))

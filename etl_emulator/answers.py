@@ -1,5 +1,6 @@
 """What the emulator answers: an Answer (body, status, headers), a Refusal (an error raised by any
-handler) and the styles of error bodies, reading request bodies and sending answers over ASGI."""
+handler), the styles of error bodies and the envelopes of a page, reading request bodies and sending
+answers over ASGI."""
 
 from __future__ import annotations
 
@@ -28,6 +29,40 @@ class Refusal(Exception):
 
     def body(self) -> bytes:
         return orjson.dumps({"error": self.code, "message": self.message, "status": self.status})
+
+
+def envelope(kind: str, array: bytes, size: int, total: int, limit: int, offset: int) -> bytes:
+    """A page of the search (`array`, its JSON, of `size` records out of `total`) in the envelope a
+    server chose: "array" as it is, "items" `{"total": N, "items": [...]}`, "spring" Spring's `Page`
+    (`{"content": [...], "totalElements": N, "pageable": {...}, ...}`), "data" `{"data": [...]}`."""
+    if kind == "array":
+        return array
+    if kind == "items":
+        return b'{"total":%d,"items":%s}' % (total, array)
+    if kind == "data":
+        return b'{"data":%s}' % array
+    number = offset // limit if limit else 0
+    sort = {"empty": True, "sorted": False, "unsorted": True}
+    page = {
+        "pageable": {
+            "pageNumber": number,
+            "pageSize": limit,
+            "offset": offset,
+            "sort": sort,
+            "paged": True,
+            "unpaged": False,
+        },
+        "last": offset + size >= total,
+        "totalPages": -(-total // limit) if limit else 0,
+        "totalElements": total,
+        "size": limit,
+        "number": number,
+        "sort": sort,
+        "first": offset == 0,
+        "numberOfElements": size,
+        "empty": size == 0,
+    }
+    return b'{"content":%s,%s' % (array, orjson.dumps(page)[1:])
 
 
 def not_found(what: str) -> Refusal:

@@ -3,10 +3,12 @@ reference lookups. Nothing of an object the signed-in account does not see is ev
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 
 from etl_emulator import records
-from etl_emulator.answers import bad, not_found
+from etl_emulator.answers import bad, envelope, not_found
 from etl_emulator.dataset import DEVICES_PER_OBJECT, Dataset, Param
 from etl_emulator.faults import FaultPlan
 from etl_emulator.hostile import odd_objects, odd_params
@@ -73,11 +75,13 @@ class Catalog:
             for pid in (ds.physical_ids(o) if physical else []) + (ds.calc_ids(o) if calculated else [])
         )
 
+    def _record(self, pid: int) -> dict[str, Any]:
+        """A parameter's full record, its type and signal marked as the server chose (Faults)."""
+        f = self.plan.faults
+        return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)
+
     def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
-        return [
-            records.param_record(self.dataset, pid)
-            for pid in self._ids(object_ids, physical=physical, calculated=calculated)
-        ]
+        return [self._record(pid) for pid in self._ids(object_ids, physical=physical, calculated=calculated)]
 
     def object_params(self, call: Call, *, physical: bool) -> bytes:
         found = self._records([self._object(call)], physical=physical, calculated=not physical)
@@ -119,11 +123,12 @@ class Catalog:
         oids = set(call.integers("oid"))
         objects = [o for o in self._objects(call) if not oids or o in oids]
         # records are made for the page only: a page costs the same on a fleet of 40,000 parameters
-        page = self._ids(objects, physical=True, calculated=True)[offset : offset + limit]
-        found = [records.param_record(self.dataset, pid) for pid in page]
+        ids = self._ids(objects, physical=True, calculated=True)
+        found = [self._record(pid) for pid in ids[offset : offset + limit]]
         kinds = self.plan.faults.odd_records
         # Names edited as in the lists; no extra records (the search pages by offset).
-        return odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
+        body = odd_params(kinds, found, extras=False) if kinds else orjson.dumps(found)
+        return envelope(self.plan.faults.search_envelope, body, len(found), len(ids), limit, offset)
 
     def _device(self, call: Call, device_id: int) -> int:
         object_id, d = divmod(device_id, 100)

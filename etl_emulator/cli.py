@@ -7,6 +7,7 @@ import secrets
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -15,7 +16,17 @@ import httpx
 import yaml
 
 from etl_emulator.dataset import CALC_OFFSET
-from etl_emulator.faults import ECHOES, ERROR_BODIES, HOSTILE_KINDS, SESSION_ENDS, SIGN_IN_FORMS, Faults
+from etl_emulator.faults import (
+    ECHOES,
+    ERROR_BODIES,
+    HOSTILE_KINDS,
+    SEARCH_ENVELOPES,
+    SESSION_ENDS,
+    SIGN_IN_FORMS,
+    SIGNAL_MARKERS,
+    TYPE_FIELDS,
+    Faults,
+)
 from etl_emulator.lateness import Lateness
 
 
@@ -76,6 +87,13 @@ def _users(path: str | None) -> list[dict] | None:
     ):
         raise click.BadParameter(f"{path}: expected a YAML list of {{login, password, objects: all | [ids]}}")
     return users
+
+
+def _choice(flag: str, choices: tuple[str, ...], help: str) -> Callable[[Callable], Callable]:
+    """An option for one of the server's choices (a `Faults` field of the flag's name), its default the
+    field's."""
+    default = getattr(Faults(), flag.removeprefix("--").replace("-", "_"))
+    return click.option(flag, default=default, show_default=True, type=click.Choice(choices), help=help)
 
 
 @click.group()
@@ -182,33 +200,15 @@ _rate = click.FloatRange(0, 1)
     type=click.IntRange(min=1),
     help="What a gzip_bomb answer expands to, MiB.",
 )
-@click.option(
-    "--session-end",
-    default="401",
-    show_default=True,
-    type=click.Choice(SESSION_ENDS),
-    help="How a call without a live session is answered.",
-)
-@click.option(
-    "--error-body",
-    default="json",
-    show_default=True,
-    type=click.Choice(ERROR_BODIES),
-    help="Body of every 4xx/5xx answer.",
-)
-@click.option(
+@_choice("--session-end", SESSION_ENDS, "How a call without a live session is answered.")
+@_choice("--error-body", ERROR_BODIES, "Body of every 4xx/5xx answer.")
+@_choice(
     "--echo-params",
-    default="none",
-    show_default=True,
-    type=click.Choice(ECHOES),
-    help="Error answers repeat the request's fields (sign-in's password too), in this form.",
+    ECHOES,
+    "Error answers repeat the request's fields (sign-in's password too), in this form.",
 )
-@click.option(
-    "--sign-in-via",
-    default="both",
-    show_default=True,
-    type=click.Choice(SIGN_IN_FORMS),
-    help="Where sign-in reads the credentials: query string, form body, or both.",
+@_choice(
+    "--sign-in-via", SIGN_IN_FORMS, "Where sign-in reads the credentials: query string, form body, or both."
 )
 @click.option(
     "--max-count", type=click.IntRange(1), help="At most N points or buckets per series answer, silently."
@@ -224,6 +224,17 @@ _rate = click.FloatRange(0, 1)
     "--count-reject-over",
     type=click.IntRange(1),
     help="A count above N answers 400 (default: counts above 100000 are served as 100000).",
+)
+@_choice("--type-field", TYPE_FIELDS, "The field of a parameter record that names its type.")
+@_choice(
+    "--signal-marker",
+    SIGNAL_MARKERS,
+    'A signal parameter\'s type is "signal" (type), or "analog" with "signal": true (flag).',
+)
+@_choice(
+    "--search-envelope",
+    SEARCH_ENVELOPES,
+    'A page of /search/params: a bare array, {"total", "items"}, Spring\'s Page, or {"data"}.',
 )
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(

@@ -61,6 +61,9 @@ SIGN_IN_FORMS = ("both", "query", "form")
 # How error answers repeat the request's fields (sign-in's username and password among them), see
 # answers.echoing; "none": they do not.
 ECHOES = ("none", "query", "raw", "partial", "base64", "basic", "json-unicode", "html")
+TYPE_FIELDS = ("type", "paramType")
+SIGNAL_MARKERS = ("type", "flag")
+SEARCH_ENVELOPES = ("array", "items", "spring", "data")
 
 
 @dataclass
@@ -91,6 +94,9 @@ class Faults:
     max_count: int | None = None  # points or buckets per series answer, whatever the count asked
     count_default: int = 10_000  # the count of a series request without one
     count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
+    type_field: str = "type"  # the field of a parameter record that names its type, see TYPE_FIELDS
+    signal_marker: str = "type"  # a signal is marked by its type or a flag, see SIGNAL_MARKERS
+    search_envelope: str = "array"  # the body of a page of /search/params, see SEARCH_ENVELOPES
 
     def __post_init__(self) -> None:
         self.session_end = str(self.session_end)
@@ -99,6 +105,9 @@ class Faults:
             ("error_body", ERROR_BODIES),
             ("sign_in_via", SIGN_IN_FORMS),
             ("echo_params", ECHOES),
+            ("type_field", TYPE_FIELDS),
+            ("signal_marker", SIGNAL_MARKERS),
+            ("search_envelope", SEARCH_ENVELOPES),
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

@@ -179,6 +179,18 @@ def param_record(ds: Dataset, pid: int) -> dict:
     }
 
 
+def marked(record: dict[str, Any], type_field: str = "type", signal_marker: str = "type") -> dict[str, Any]:
+    """A parameter record as a server with these choices writes it: its type under `type_field`; a signal
+    parameter marked by its type ("type": `"type": "signal"`) or as a physical one with a flag ("flag":
+    `"type": "analog", "signal": true`, every other physical record `"signal": false`)."""
+    kind = record["type"]
+    if signal_marker == "flag" and kind != "calculated":
+        record = {**record, "type": "analog", "signal": kind == "signal"}
+    if type_field != "type":
+        record = {(type_field if k == "type" else k): v for k, v in record.items()}
+    return record
+
+
 def param_short(record: dict) -> dict:
     return {"id": record["id"], "name": record["name"]}
 

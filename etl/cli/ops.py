@@ -42,7 +42,9 @@ def _password() -> str:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--start", type=TIME, help="Where the first run starts (default: 7 days before today).")
-@click.option("--sink-path", metavar="PATH", help="Where the data goes (default: output/HOST).")
+@click.option(
+    "--sink-path", metavar="PATH", help="Where the data goes (default: output/HOST beside the config file)."
+)
 @click.option(
     "--ca-bundle",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -78,7 +80,13 @@ def init_cmd(
     if ca_bundle is not None:
         options = replace(options, verify=ca_context(ca_bundle, "--ca-bundle"))
     found = asyncio.run(probe(base_url, username, _password(), options))
-    choices = init.Choices(username, start, sink_path, ca_bundle)
+    folder = os.path.abspath(output.parent) if output is not None else None
+    choices = init.Choices(
+        username,
+        start,
+        None if sink_path is None else init.placed(sink_path, folder),
+        None if ca_bundle is None else Path(init.placed(str(ca_bundle), folder)),
+    )
     text = init.render(found, choices)
     if output is not None:
         try:

@@ -115,7 +115,7 @@ def series_rows(data: Points | Candles) -> list[dict]:
     return [{"ts": iso(int(t)), "value": float(v)} for t, v in zip(data.ts, data.value, strict=True)]
 
 
-def plan_text(summary: dict) -> str:
+def plan_text(summary: dict[str, Any]) -> str:
     lines = [
         f"window      {summary['window']['start']} .. {summary['window']['end']}",
         f"objects     {summary['objects']}    parameters {summary['parameters']}",
@@ -126,4 +126,5 @@ def plan_text(summary: dict) -> str:
         )
     total = sum(p["windows"] for p in summary["planned"].values())
     lines.append(f"requests    {total} (one per window; full answers are split and add more)")
+    lines.append(f"output      {summary['output']}")
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Commands for whoever schedules and operates runs: run, plan, state show|reset, compact."""
+"""Commands for whoever schedules and operates runs: run, plan, state show|reset|rename-source, compact."""
 
 from __future__ import annotations
 
@@ -230,6 +230,29 @@ def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
         echo_json(rows)
     else:
         echo_table(rows, ["param_id", "series", "high_water", "intervals", "covered"])
+
+
+@state.command("rename-source")
+@config_option
+@click.option(
+    "--from",
+    "old",
+    required=True,
+    metavar="NAME",
+    help="The source name the output holds now; the config's source.name is the new one.",
+)
+def state_rename_source(config_path: str, old: str) -> None:
+    """Rename the output's source to the config's source.name: every file of its rows written again under
+    the new name (file names, the source column, source= folders) and its checkpoints moved, each row once.
+    Parquet/CSV datasets; holds every state lock of both names. Killed, run it again: it finishes."""
+    from etl.pipeline.rename import rename_source
+
+    done = rename_source(load_config(config_path, offline=True), old)
+    files = ", ".join(f"{name} {n}" for name, n in done.files.items() if n) or "none"
+    click.echo(
+        f"renamed source {done.old!r} to {done.new!r}: files written again: {files}; "
+        f"{done.state_files} checkpoint file(s) moved"
+    )
 
 
 @state.command("reset")

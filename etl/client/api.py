@@ -26,9 +26,11 @@ from etl.client.models import (
     ParamStatus,
     Points,
     Record,
+    SearchPage,
     User,
     one_line,
     record_id,
+    short_repr,
 )
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
@@ -84,6 +86,34 @@ def _listing(doc: Any, what: str) -> list:
     if not isinstance(doc, list):
         raise InvalidResponse(f"{what}: expected a JSON array, got {type(doc).__name__}")
     return doc
+
+
+# Where the records of a paged answer are, and its total, in the envelopes servers are seen to use (a bare
+# array, {"total": N, "items": [...]}, Spring's Page {"content": [...], "totalElements": N, ...}, ...).
+PAGE_KEYS = ("items", "content", "data", "results", "rows")
+TOTAL_KEYS = ("total", "totalElements", "totalCount", "totalItems", "count")
+
+
+def _page(doc: Any, what: str) -> SearchPage:
+    """A page of a paged listing, as a bare array or in one of the envelopes of PAGE_KEYS."""
+    if isinstance(doc, list):
+        return SearchPage(doc)
+    if isinstance(doc, dict):
+        held = [key for key in PAGE_KEYS if isinstance(doc.get(key), list)]
+        if len(held) == 1:
+            totals = [v for k in TOTAL_KEYS if isinstance(v := doc.get(k), int) and not isinstance(v, bool)]
+            return SearchPage(doc[held[0]], totals[0] if totals and totals[0] >= 0 else None, held[0])
+        keys = ", ".join(short_repr(k, 20) for k in list(doc)[:6]) + (", ..." if len(doc) > 6 else "")
+        saw = (
+            f"an object with arrays under {', '.join(held)}"
+            if held
+            else f"an object of keys {keys or '(none)'}"
+        )
+    else:
+        saw = type(doc).__name__
+    raise InvalidResponse(
+        f"{what}: expected a JSON array, or an object holding one under {', '.join(PAGE_KEYS)}; got {saw}"
+    )
 
 
 def _model(cls: type[M], doc: Any, what: str) -> M:
@@ -337,11 +367,19 @@ class MonitoringClient:
         path = f"/db/object/{int(object_id)}/params"
         return _listing(await self._get(path, calc=calc), f"GET {path}")
 
+    async def search_page(
+        self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0
+    ) -> SearchPage:
+        """One page of the parameters of these objects, its records as they came (a bare array or an
+        envelope: `SearchPage`). An empty page ends the listing; a short one need not."""
+        body = await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset)
+        return _page(body, "GET /search/params")
+
     async def search_params(
         self, object_ids: Iterable[int], *, limit: int = 500, offset: int = 0
-    ) -> list[dict]:
-        records = await self._get("/search/params", oid=_ids(object_ids), limit=limit, offset=offset)
-        return _listing(records, "GET /search/params")
+    ) -> list[Any]:
+        """The records of one page of the search (`search_page`)."""
+        return (await self.search_page(object_ids, limit=limit, offset=offset)).records
 
     # 4.4 measurements -------------------------------------------------------------------------
     async def _measure(self, url: str, series: Series, count: int | None) -> Points | Candles:
@@ -520,6 +558,7 @@ class SyncMonitoringClient:
     object_physical_params = _blocking(MonitoringClient.object_physical_params)
     object_calculated_params = _blocking(MonitoringClient.object_calculated_params)
     object_params = _blocking(MonitoringClient.object_params)
+    search_page = _blocking(MonitoringClient.search_page)
     search_params = _blocking(MonitoringClient.search_params)
     measure_raw = _blocking(MonitoringClient.measure_raw)
     measure_average = _blocking(MonitoringClient.measure_average)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -24,13 +25,13 @@ def record_id(value: Any) -> int:
     ):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"id {_short(value)} is not an integer")
+        raise ValueError(f"id {short_repr(value)} is not an integer")
     if not INT64[0] <= value <= INT64[1]:
-        raise ValueError(f"id {_short(value)} is beyond 64 bits")
+        raise ValueError(f"id {short_repr(value)} is beyond 64 bits")
     return value
 
 
-def _short(value: Any, size: int = 40) -> str:
+def short_repr(value: Any, size: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= size else text[: size - 3] + "..."
 
@@ -39,7 +40,7 @@ def one_line(exc: ValidationError) -> str:
     """The first problem of a validation error, on one line."""
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "record"
-    return f"{where}: {first['msg']} (got {_short(first.get('input'))})"
+    return f"{where}: {first['msg']} (got {short_repr(first.get('input'))})"
 
 
 class Record(BaseModel):
@@ -131,6 +132,39 @@ class ExternalCommand(Record):
 
 
 ParamList = Literal["physical", "calculated"]
+# The document says parameter records carry "the parameter type" but names neither its field nor its values:
+# the fields instances are seen to use, and the flags that mark a physical parameter as a signal.
+TYPE_FIELDS = frozenset({"type", "paramtype", "parametertype"})
+SIGNAL_FLAGS = frozenset({"signal", "issignal"})
+
+
+def _true(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return value is True or (isinstance(value, int) and value == 1)
+
+
+def param_kind(record: Mapping[str, Any], listed: ParamList | None = None) -> ParamKind | None:
+    """A parameter record's kind, by the one rule every listing is read with. `listed`: the list the
+    record came from (None: the search, which names none).
+
+    A calculated parameter is one from the calculated list, or, from the search, one whose type says
+    `calc...`. A physical one is a signal when any marker says so: a type of `signal` (in `type`,
+    `paramType` or `parameterType`, any case) or a true `signal`/`isSignal` flag. A search record that
+    names no type has no kind (None): the lists must tell it."""
+    types: list[str] = []
+    flagged = False
+    for key, value in record.items():
+        name = key.lower() if isinstance(key, str) else ""
+        if name in TYPE_FIELDS and value is not None and str(value).strip():
+            types.append(str(value).strip().lower())
+        elif name in SIGNAL_FLAGS:
+            flagged = flagged or _true(value)
+    if listed == "calculated" or (listed is None and any(t.startswith("calc") for t in types)):
+        return ParamKind.CALCULATED
+    if flagged or "signal" in types:
+        return ParamKind.SIGNAL
+    return ParamKind.PHYSICAL if listed is not None or types else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,11 +178,12 @@ class Parameter:
 
     @property
     def kind(self) -> ParamKind:
-        # The document says records carry "the parameter type" but not its field; the emulator
-        # and the platform we know of use "type". Anything else is treated as an ordinary physical one.
-        if self.source == "physical" and str(self.meta.get("type", "")).lower() == "signal":
-            return ParamKind.SIGNAL
-        return ParamKind(self.source)
+        return param_kind(self.meta, self.source) or ParamKind(self.source)
+
+    @classmethod
+    def listed_as(cls, kind: ParamKind) -> ParamList:
+        """The list a parameter of this kind comes from (a signal is a physical parameter)."""
+        return "calculated" if kind is ParamKind.CALCULATED else "physical"
 
     def raw(self) -> dict[str, Any]:
         """The record as it came, plus what we derived: the list it came from, its kind and object."""
@@ -159,6 +194,17 @@ class Parameter:
             "list": self.source,
             "kind": self.kind.value,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """One page of the paged parameter search: its records, and the whole listing's size when the server
+    tells it. The document leaves the body open: a bare array, or an envelope (`{"total": N, "items":
+    [...]}`, Spring's `{"content": [...], "totalElements": N, ...}`) read as the same page."""
+
+    records: list[Any]
+    total: int | None = None
+    envelope: str | None = None  # the key the records came under; None: a bare array
 
 
 @dataclass(frozen=True, slots=True)

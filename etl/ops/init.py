@@ -4,34 +4,45 @@ people. The password is never written: the config reads it from ${ETL_PASSWORD}.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
 
-from etl.config import ExtractConfig, parse_config
+from etl.config import parse_config
 from etl.model import slug
 from etl.ops.findings import Finding, ok, warn
-from etl.ops.probe import BASE_PATH, Findings
+from etl.ops.probe import BASE_PATH, DEFAULT_MAX_POINTS, Findings
 from etl.timeutil import DAY_MS, iso, now_ms
 
 DOCUMENT_STAMPS = "YYYY-MM-DDThh:mm:ss.sssZ"
-DEFAULT_MAX_POINTS = ExtractConfig.model_fields["max_points"].default
 FIRST_DAYS = 7  # a first run fetches this many days back unless --start says otherwise
 
 
 @dataclass(frozen=True)
 class Choices:
-    """What the user chose on the command line (the rest comes from the probe)."""
+    """What the user chose on the command line (the rest comes from the probe). Paths as the config
+    reads them: relative ones from the config file's folder (see `placed`)."""
 
     username: str
     start_ms: int | None = None  # None: FIRST_DAYS before today
-    sink_path: str | None = None  # None: output/{source name}
+    sink_path: str | None = None  # None: output/{source name}, beside the config file
     ca_bundle: Path | None = None
 
     def start(self) -> int:
         return self.start_ms if self.start_ms is not None else (now_ms() // DAY_MS - FIRST_DAYS) * DAY_MS
+
+
+def placed(path: str, folder: str | None) -> str:
+    """A path given on the command line (a relative one from the working directory), as a config file in
+    `folder` reads it the same: relative to that folder, or absolute when the folder is not known (the
+    config is printed). URLs as they are."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    here = os.path.abspath(path)
+    return os.path.relpath(here, folder) if folder is not None else here
 
 
 def source_name(found: Findings) -> str:
@@ -86,7 +97,13 @@ def report(found: Findings) -> list[Finding]:
             )
         )
     elif found.search_agrees_with_lists:
-        lines.append(ok("discovery", "the paged parameter search agrees with the lists: runs use it"))
+        envelope = found.search_envelope
+        pages = (
+            f" (its pages are objects, the records under {envelope!r})"
+            if envelope not in (None, "array")
+            else ""
+        )
+        lines.append(ok("discovery", f"the paged parameter search agrees with the lists: runs use it{pages}"))
     lines.append(ok("count", _count_text(found)))
     stamps = found.stamp_format or "not seen"
     if found.stamp_format in (None, DOCUMENT_STAMPS):
@@ -149,7 +166,8 @@ def render(found: Findings, choices: Choices) -> str:
         f"  username: {_q(choices.username)}",
         "  password: ${ETL_PASSWORD}  # never written here; or password_file: /path/to/a/file",
         f"  sign_in: {found.sign_in}  # how /auth/login takes the credentials ({sign_in_note})",
-        f"  # name: {name}  # labels this instance in the data (default: the host); keep it once chosen",
+        f"  # name: {name}  # labels this instance in the data (default: the host); to change it once data is "
+        "written: etl state rename-source",
     ]
     if choices.ca_bundle is not None:
         body.append(

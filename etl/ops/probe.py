@@ -32,8 +32,9 @@ from etl.client import ClientOptions, ClientStats, MonitoringClient, RetryPolicy
 from etl.client.api import ROUTES
 from etl.client.auth import PROBE_PATH, SIGN_IN_PATH, SignIn, session_cookie, sign_in_request
 from etl.client.classify import RETRYABLE_STATUSES, is_html
-from etl.client.models import Parameter
+from etl.client.models import Parameter, param_kind, record_id
 from etl.client.series import decode_json
+from etl.config import ExtractConfig
 from etl.errors import AuthError, ConfigError, EtlError, InvalidResponse, RequestRejected, ServerError
 from etl.model import ParamKind, Series
 from etl.support import redact
@@ -54,6 +55,10 @@ PROBE_RETRY = RetryPolicy(
     attempts=3, backoff_initial=0.2, backoff_max=2.0, deadline=30.0, retry_after_max=10.0
 )
 OPTIONS = ClientOptions(timeout=httpx.Timeout(60.0, connect=10.0))  # `etl init`'s, before any config
+DEFAULT_MAX_POINTS = ExtractConfig.model_fields["max_points"].default
+# What a server's choice of answer raises: a body that is not as expected, a request it refuses. A probe that
+# meets one notes what it saw and what etl does instead, and goes on.
+UNREADABLE = (InvalidResponse, RequestRejected)
 _ISO = re.compile(r"\d{4}-\d\d-\d\d([T ])\d\d:\d\d(:\d\d)?(\.\d+)?(Z|z|[+-]\d\d:?\d\d)?")
 
 
@@ -69,6 +74,7 @@ class Findings:
     parameters: dict[str, int] = field(default_factory=lambda: {k.value: 0 for k in ParamKind})
     parameters_counted_objects: int = 0  # objects whose parameters the counts cover
     search_agrees_with_lists: bool | None = None
+    search_envelope: str | None = None  # how a page of the search came: "array", or the key it was under
     count_cap: int | None = None  # the silent cap on points per answer; None: none found
     count_cap_series: str | None = None  # the series whose answers showed it
     count_default: int | None = None  # points of an answer asked without a count; None: not below the others
@@ -232,8 +238,11 @@ class Prober:
         if found.objects:
             try:
                 await self.counts(found)
-            except (RequestRejected, InvalidResponse) as exc:  # the rest of the probe still says something
-                found.notes.append(f"count not measured: {exc}")
+            except UNREADABLE as exc:  # the rest of the probe still says something
+                found.notes.append(
+                    f"count not measured ({exc}): the config keeps extract.max_points "
+                    f"{DEFAULT_MAX_POINTS}, and runs continue any answer that may have been cut"
+                )
         self.finish(found)
         return found
 
@@ -319,7 +328,13 @@ class Prober:
 
     async def fleet(self, found: Findings) -> None:
         client = self.client
-        ids = sorted(o.id for o in await client.objects_short())
+        try:
+            ids = sorted(o.id for o in await client.objects_short())
+        except UNREADABLE as exc:
+            found.notes.append(
+                f"objects not counted ({exc}): runs list them with GET /db/object, which this probe does not"
+            )
+            return
         found.objects = len(ids)
         if not ids:
             found.notes.append(f"the login {self.username!r} sees no object: nothing to export")
@@ -327,38 +342,53 @@ class Prober:
         sample = _spread(ids, SAMPLE_OBJECTS)
         listed: list[Parameter] = []
         for object_id in sample:  # one at a time: a probe is polite, and each answer is timed alone
-            listed += await client.physical_params(object_id)
-            listed += await client.calculated_params(object_id)
+            for fetch in (client.physical_params, client.calculated_params):
+                try:
+                    listed += await fetch(object_id)
+                except UNREADABLE as exc:
+                    found.notes.append(
+                        f"parameters of object {object_id} not listed ({exc}): runs list parameters "
+                        "this way too, and would stop there"
+                    )
         self.sample_params = _sample_params(listed)
         kinds = Counter(p.kind for p in listed)
         found.parameters = {k.value: kinds[k] for k in ParamKind}
         found.parameters_counted_objects = len(sample)
         found.search_agrees_with_lists = await self._search_agrees(found, sample, listed)
         if len(ids) > len(sample) and found.search_agrees_with_lists:
-            await self._count_by_search(found, ids)
+            try:
+                await self._count_by_search(found, ids)
+            except (*UNREADABLE, ServerError) as exc:
+                found.notes.append(f"parameters not counted over the whole fleet ({exc})")
         if found.parameters_counted_objects < found.objects:
             found.notes.append(
                 f"parameters counted over {found.parameters_counted_objects} of {found.objects} objects"
             )
 
     async def _search_agrees(self, found: Findings, sample: list[int], listed: list[Parameter]) -> bool:
+        """Does the paged search list the sample objects' parameters, of the same kinds, as their lists
+        do? Whatever it answers, the probe goes on: a search that cannot be used is noted, and runs list
+        parameters object by object."""
         want = {(p.id, p.kind) for p in listed}
         got: set[tuple[int, ParamKind]] = set()
         offset = 0
         try:
             for _ in range(COUNT_PAGES):
-                page = await self.client.search_params(sample, limit=SEARCH_PAGE, offset=offset)
-                if not page:
+                page = await self.client.search_page(sample, limit=SEARCH_PAGE, offset=offset)
+                found.search_envelope = page.envelope or "array"
+                if not page.records:
                     break
-                if not all(isinstance(r, dict) and "id" in r and r.get("objectId") in sample for r in page):
+                rows = [_searched(r, sample) for r in page.records]
+                if None in rows:
                     return False
-                got |= {(int(r["id"]), _kind(r)) for r in page}
-                offset += len(page)
-                if got == want and len(page) < SEARCH_PAGE:
+                got |= {row for row in rows if row is not None}
+                offset += len(page.records)
+                if got == want and len(page.records) < SEARCH_PAGE:
                     break  # a short page that completes the lists: no need to ask for an empty one
-        except (RequestRejected, ServerError) as exc:
+        except (*UNREADABLE, ServerError) as exc:
             found.notes.append(
-                f"the parameter search is unavailable ({exc}): runs list parameters per object"
+                f"the parameter search cannot be used ({exc}): runs list parameters object by object "
+                "(2 requests per object)"
             )
             return False
         return got == want
@@ -374,7 +404,9 @@ class Prober:
                 page := await self.client.search_params(chunk, limit=SEARCH_PAGE, offset=offset)
             ):
                 pages += 1
-                these.update(_kind(r) for r in page)
+                these.update(
+                    kind for r in page if isinstance(r, dict) and (kind := param_kind(r)) is not None
+                )
                 offset += len(page)
             if pages >= COUNT_PAGES:
                 break
@@ -479,10 +511,15 @@ class Prober:
         return answer.items if rest.items else None
 
 
-def _kind(record: dict[str, Any]) -> ParamKind:
-    """The kind of a search record (it names no list: its type says calculated or signal, else physical)."""
-    kind = str(record.get("type", "")).lower()
-    return ParamKind(kind) if kind in (ParamKind.CALCULATED, ParamKind.SIGNAL) else ParamKind.PHYSICAL
+def _searched(record: Any, sample: list[int]) -> tuple[int, ParamKind] | None:
+    """A search record's id and kind, if it names them and one of the sample objects; else None."""
+    if not isinstance(record, dict) or record.get("objectId") not in sample:
+        return None
+    kind = param_kind(record)
+    try:
+        return None if kind is None else (record_id(record.get("id")), kind)
+    except ValueError:
+        return None
 
 
 def _spread(ids: list[int], n: int) -> list[int]:

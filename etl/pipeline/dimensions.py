@@ -119,7 +119,6 @@ class Rows:
     def write(self, storage: Storage, fmt: FileFormat, rel: str, source: str) -> None:
         """One file of every page, swapped in whole."""
         self._flush()
-        output = storage.new_output(rel)
         try:
             schema = self.schema()
             flat = fmt.extension == ".csv"  # CSV holds no lists or records: JSON text there
@@ -127,7 +126,7 @@ class Rows:
                 schema = pa.schema(
                     [pa.field(f.name, pa.string()) if records.nested(f.type) else f for f in schema]
                 )
-            with storage.errors("write", rel):
+            with storage.replacing(rel) as output, storage.errors("write", rel):
                 # Row groups of about ROW_GROUP records: a wide fleet's table is not gathered into 8 MB
                 # ones while slabs run beside it.
                 writer = fmt.writer(
@@ -142,10 +141,6 @@ class Rows:
                 if group:
                     writer.write(pa.concat_tables(group))
                 writer.close()
-            storage.publish(rel, output)
-        except BaseException:
-            storage.discard(output)
-            raise
         finally:
             self.close()
 

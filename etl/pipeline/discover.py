@@ -1,7 +1,8 @@
 """Discover what to export: the objects visible to the login, then their selected parameters.
 
 Parameters are listed with the document's paged search (`/search/params`, many `oid`s a request, about
-`2 + objects / OIDS_PER_SEARCH` requests for a fleet) when it can be trusted: its records must name
+`2 + objects / OIDS_PER_SEARCH` requests for a fleet; a page is a bare array or an envelope such as
+`{"total": N, "items": [...]}`, which the client reads) when it can be trusted: its records must name
 their object and kind, and for a sample object it must list exactly what the per-object physical and
 calculated lists do. Otherwise, two lists per object (what the document guarantees). The check and the
 first pages of the search are asked at once: sign-in, objects, search, its empty last page are the
@@ -16,11 +17,12 @@ import logging
 from array import array
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, ParamList, record_id
+from etl.client.models import Parameter, param_kind, record_id
 from etl.config import SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
@@ -44,12 +46,6 @@ class Discovery:
     objects: Rows
     parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
     params: Params
-
-
-def _kind_of(record: dict) -> ParamList | None:
-    """The list a search record belongs to, from its type; None when it names none."""
-    kind = str(record.get("type", "")).lower()
-    return None if not kind else "calculated" if kind == "calculated" else "physical"
 
 
 class _Selection:
@@ -146,32 +142,45 @@ async def _search(
     client: MonitoringClient,
     chunks: list[list[int]],
     selection: _Selection,
-    first_pages: Sequence[asyncio.Future] | None = None,
+    first_pages: Sequence[asyncio.Future[list[Any]]] | None = None,
 ) -> None:
     """Every page of every chunk of objects. A short page is not taken as the last one (a server may cap
-    `limit` silently): the listing ends at an empty page. A chunk whose records do not all name their
-    kind is listed object by object instead (the same parameter taken twice counts once).
-    `first_pages`: the first chunks' first pages, asked already."""
-    untyped: list[int] = []
+    `limit` silently): the listing ends at an empty page. A chunk is listed object by object instead (the
+    same parameter taken twice counts once) when its records do not all name their kind, when a page
+    cannot be read, or when the server answers the next offset with the same page (it ignores `offset`:
+    its pages would never end). `first_pages`: the first chunks' first pages, asked already."""
+    unsearched: dict[str, list[int]] = {}  # why -> objects
 
-    async def chunk(ids: list[int], first: asyncio.Future | None) -> None:
-        offset = 0
-        while page := await (
-            first if first is not None else client.search_params(ids, limit=SEARCH_PAGE, offset=offset)
-        ):
+    async def chunk(ids: list[int], first: asyncio.Future[list[Any]] | None) -> None:
+        offset: int = 0
+        head: Any = None
+        while True:
+            try:
+                page = await (
+                    first
+                    if first is not None
+                    else client.search_params(ids, limit=SEARCH_PAGE, offset=offset)
+                )
+            except InvalidResponse as exc:
+                unsearched.setdefault(f"a page could not be read ({exc})", []).extend(ids)
+                return
+            if not page:
+                return
             first = None
+            if page[0] == head:
+                unsearched.setdefault(f"offset {offset} answered the page before it again", []).extend(ids)
+                return
+            head = page[0]
             offset += len(page)
-            kinds = [_kind_of(r) if isinstance(r, dict) else None for r in page]
-            if None in kinds:
-                untyped.extend(ids)
+            typed = [(r, kind) for r in page if isinstance(r, dict) and (kind := param_kind(r)) is not None]
+            if len(typed) < len(page):
+                unsearched.setdefault("records without a type", []).extend(ids)
                 return
             found = []
-            for index, r in enumerate(page):
-                kind = _kind_of(r)
+            for index, (r, kind) in enumerate(typed):
                 try:
-                    if kind is None:
-                        raise ValueError("no type")
-                    found.append(Parameter(record_id(r.get("id")), kind, record_id(r.get("objectId")), r))
+                    listed = Parameter.listed_as(kind)
+                    found.append(Parameter(record_id(r.get("id")), listed, record_id(r.get("objectId")), r))
                 except ValueError as exc:
                     client.skip(f"record #{offset - len(page) + index + 1} of GET /search/params", str(exc))
             selection.take(found)
@@ -182,9 +191,11 @@ async def _search(
         await asyncio.gather(
             *(chunk(c, asked[at + i] if at + i < len(asked) else None) for i, c in enumerate(group))
         )
-    if untyped:
-        log.info("parameter search records without a type: listing %d object(s) one by one", len(untyped))
-        await _per_object(client, sorted(untyped), selection.kinds, selection)
+    for why, ids in unsearched.items():
+        log.info("parameter search: %s: listing %d object(s) one by one", why, len(ids))
+    if unsearched:
+        ids = sorted({o for objects in unsearched.values() for o in objects})
+        await _per_object(client, ids, selection.kinds, selection)
 
 
 def _lists(client: MonitoringClient, kinds: set[str]) -> list[_List]:
@@ -227,11 +238,11 @@ async def _search_trusted(client: MonitoringClient, sample: int) -> bool:
         log.info("parameter search unavailable (%s): listing parameters object by object", exc)
         return False
     usable = all(
-        isinstance(r, dict) and r.get("objectId") == sample and _kind_of(r) and _usable_id(r.get("id"))
+        isinstance(r, dict) and r.get("objectId") == sample and param_kind(r) and _usable_id(r.get("id"))
         for r in searched
     )
-    same = usable and {(record_id(r["id"]), _kind_of(r)) for r in searched} == {
-        (p.id, p.source) for p in listed
+    same = usable and {(record_id(r["id"]), param_kind(r)) for r in searched} == {
+        (p.id, p.kind) for p in listed
     }
     if not same:
         log.info("parameter search answers differ from the parameter lists: listing object by object")

@@ -26,6 +26,7 @@ import orjson
 
 from etl.config import Config
 from etl.model import Series
+from etl.pipeline.identity import check_layout
 from etl.sinks.compact import compact_layout
 from etl.sinks.lake.common import LakeTable, Upkeep
 from etl.sinks.output import Output
@@ -63,6 +64,7 @@ def compact(config: Config) -> Maintenance:
         stores = output.state_stores()
         for store in stores:  # every shard's too: none may write meanwhile
             locks.enter_context(store.lock("compact"))
+        check_layout(config)  # files moved into another layout than the output's would be read twice
         if config.sink.buckets is not None and output.lake is None:  # a count set anew: kept from now on
             output.decide_buckets(stores[0], 0, existing=True)
         if output.lake is not None:

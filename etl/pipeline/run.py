@@ -10,10 +10,11 @@ from os import PathLike
 from typing import Literal
 
 from etl.config import Config, load_config
-from etl.errors import ConfigError, EtlError, ExitCode, Interrupted
+from etl.errors import ConfigError, EtlError, ExitCode, Interrupted, StorageError
 from etl.model import Shard
 from etl.pipeline import metrics
 from etl.pipeline.coordinator import Coordinator, RunOptions
+from etl.pipeline.identity import check_layout
 from etl.pipeline.loop import in_a_loop
 from etl.pipeline.summary import RunSummary
 from etl.support import allocator
@@ -65,6 +66,11 @@ def run(
     with suppress(ImportError):
         import pandas  # noqa: F401
 
+    # Before the run opens its output (a lake's recovery opens tables, an Iceberg catalog is made where
+    # missing): a config that would write what the output holds otherwise stops here, touching nothing.
+    # A state it cannot read is the run's to report (its lock, its first write), in their own words.
+    with suppress(StorageError):
+        check_layout(config)
     allocator.release_freed_memory()
     coordinator = Coordinator(config, options)
     try:

@@ -13,6 +13,7 @@ from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.formats import FileFormat, file_format
 from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
 from etl.state import StateStore
+from etl.state.store import Recorded
 from etl.storage.files import Storage
 
 if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
@@ -72,13 +73,16 @@ class Output:
         for a new Parquet/CSV dataset `auto_buckets` of its parameters; a dataset checkpointed before
         the count was recorded (`existing`), or a lake table, keeps 4. The count in effect is recorded in
         `store` (`record`) before any file is written, so a later auto run keeps it whatever the fleet's
-        width."""
-        recorded = store.buckets()
-        chosen = self.config.sink.buckets or recorded
+        width; so are the output's format, partitioning, source name and platform (`Recorded`), which
+        a later run must keep (etl/pipeline/identity.py)."""
+        recorded = store.layout()
+        chosen = self.config.sink.buckets or recorded.buckets
         if chosen is None:
             chosen = LEGACY_BUCKETS if existing or self.config.sink.lake else auto_buckets(parameters)
-        if record and chosen != recorded:
-            store.note_buckets(chosen)
+        sink, source = self.config.sink, self.config.source
+        now = Recorded(chosen, sink.format, tuple(sink.partition_by), source.name, source.platform)
+        if record and now != recorded:
+            store.note_layout(now)
         return chosen
 
     # -- layouts ----------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ any moment leaves either the old or the new checkpoint, never a mix:
                                    docs/lake-internals.md)
     {store}/lock                   the run lock (etl/lock.py)
     {store}/dimensions.json        when the reference tables were last fetched, and for which objects
-    {store}/layout.json            the dataset's files per partition (sink.buckets), as first decided
+    {store}/layout.json            what the output of this source is: its files per partition (sink.buckets),
+                                   format, partitioning, source name and platform, as first decided
+    {store}/renaming.json          a source rename under way (etl state rename-source): from and to
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import orjson
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT = "dimensions.json"
 LAYOUT = "layout.json"
+RENAMING = "renaming.json"
 # 3: segments carry what arrived (etl/state/arrivals.py); 2 did not.
 SEGMENT_VERSION = 3
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
@@ -46,6 +51,23 @@ _BASE = re.compile(r"base-(\d+)\.parquet")
 _ARRIVALS = re.compile(r"arrivals-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
 _EMPTY = np.empty(0, np.int64)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a source's output is (layout.json): how its rows are written and under which name. Kept for the
+    output's life: a run whose config says otherwise would write them again beside themselves or not see
+    them (etl/pipeline/identity.py). A field None was not recorded (an older version's record)."""
+
+    buckets: int | None = None  # files per partition (sink.buckets)
+    format: str | None = None  # sink.format
+    partition_by: tuple[str, ...] | None = None  # sink.partition_by
+    source: str | None = None  # source.name: the `source` the rows carry
+    platform: str | None = None  # source.base_url without credentials: the instance the rows came from
+
+    def as_json(self) -> bytes:
+        body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
+        return orjson.dumps(body)
 
 
 def _marks_of(data: bytes) -> dict[str, int]:
@@ -285,7 +307,7 @@ class StateStore:
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged
         note only makes the tables be fetched again."""
         data = self.storage.read(SNAPSHOT)
@@ -295,31 +317,59 @@ class StateStore:
             return {}
         return note if isinstance(note, dict) else {}
 
-    def note_snapshot(self, note: dict) -> None:
+    def note_snapshot(self, note: dict[str, Any]) -> None:
         """Once the reference tables it describes are written."""
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
 
-    def buckets(self) -> int | None:
-        """The files per partition the dataset was written with (sink.buckets), or None if not recorded."""
+    def layout(self) -> Recorded:
+        """What the output of this store's source was recorded to be (nothing recorded: all None)."""
         data = self.storage.read(LAYOUT)
         if data is None:
-            return None
+            return Recorded()
         try:
-            value = orjson.loads(data).get("buckets")
-        except (orjson.JSONDecodeError, AttributeError):
-            value = None
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            body = orjson.loads(data)
+            buckets, partition_by = body.get("buckets"), body.get("partition_by")
+            texts = {k: body.get(k) for k in ("format", "source", "platform")}
+            valid = (
+                isinstance(buckets, int)
+                and not isinstance(buckets, bool)
+                and buckets >= 1
+                and all(v is None or isinstance(v, str) for v in texts.values())
+                and (partition_by is None or all(isinstance(v, str) for v in partition_by))
+            )
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            valid = False
+        if not valid:
             raise StorageError(
                 f"damaged checkpoint file {self.storage.display(LAYOUT)}: not the layout etl writes; "
                 "restore it, or remove it and set sink.buckets to the count the dataset's files have"
             )
-        return value
+        return Recorded(buckets, partition_by=None if partition_by is None else tuple(partition_by), **texts)
 
-    def note_buckets(self, buckets: int) -> None:
+    def buckets(self) -> int | None:
+        """The files per partition the dataset was written with (sink.buckets), or None if not recorded."""
+        return self.layout().buckets
+
+    def note_layout(self, recorded: Recorded) -> None:
         """Before the first file of that layout is written."""
         self.run_lock.check()
-        self.storage.write_atomic(LAYOUT, orjson.dumps({"buckets": buckets}))
+        self.storage.write_atomic(LAYOUT, recorded.as_json())
+
+    def renaming(self) -> dict[str, object] | None:
+        """A source rename under way in this folder ({"from": ..., "to": ..., "copied": ...}), or None."""
+        data = self.storage.read(RENAMING)
+        try:
+            body = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            body = None
+        if data and not (
+            isinstance(body, dict) and all(isinstance(body.get(k), str) for k in ("from", "to"))
+        ):
+            raise StorageError(
+                f"damaged checkpoint file {self.storage.display(RENAMING)}: not what etl writes"
+            )
+        return body
 
     def compact(self, coverage: Coverage, *, force: bool = False) -> None:
         """Fold the log into a new base (when it has grown, or always with force)."""

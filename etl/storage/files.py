@@ -178,6 +178,19 @@ class Storage:
         with self.errors("remove", rel), suppress(FileNotFoundError):
             self.fs.rm_file(self.full(rel))
 
+    def remove_tree(self, rel: str = "") -> None:
+        """A folder and everything in it (nothing if it is not there)."""
+        with self.errors("remove", rel), suppress(FileNotFoundError):
+            self.fs.rm(self.full(rel), recursive=True)
+
+    def prune(self, rel: str = "") -> None:
+        """Empty folders below `rel` removed (local only: object stores keep no folders)."""
+        if not self.local:
+            return
+        for folder, _, _ in os.walk(self.full(rel), topdown=False):
+            with suppress(OSError):  # not empty, or gone
+                os.rmdir(folder)
+
     # -- rewriting large files: read a version, write aside, swap in if unchanged ------------------
 
     def open_version(self, rel: str) -> Version:
@@ -243,6 +256,18 @@ class Storage:
             else:
                 self.fs.put_file(output, self.full(rel))
                 self.discard(output)
+
+    @contextmanager
+    def replacing(self, rel: str) -> Iterator[str]:
+        """A local path to write `rel`'s new content to: made `rel` whole when the block ends (`publish`),
+        discarded if it raises."""
+        output = self.new_output(rel)
+        try:
+            yield output
+            self.publish(rel, output)
+        except BaseException:
+            self.discard(output)
+            raise
 
     def discard(self, output: str | None) -> None:
         if output:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import signal
@@ -275,6 +276,60 @@ CASES = [
         4,
         ["TLS: no TLS handshake with https://127.0.0.1:", "not https://"],
         lambda d, t: d["source"].update(base_url=d["source"]["base_url"].replace("http://", "https://")),
+    ),
+    # issue 43: the first hour
+    Case(
+        "an output written relative to the working directory",
+        2,
+        [
+            "sink.path:",
+            "is read from the config file's folder:",
+            "(from the working directory) does: move it",
+        ],
+        lambda d, t: d["sink"].update(path=os.path.relpath(t / "out")),
+    ),
+    Case(
+        "source.name added to an existing output",
+        2,
+        [
+            "source.name: the output already holds source '127.0.0.1' with checkpoints of 8 of the 8",
+            "etl state rename-source -c CONFIG --from 127.0.0.1; to keep it: set source.name: 127.0.0.1",
+        ],
+        lambda d, t: d["source"].update(name="plant"),
+    ),
+    Case(
+        "another sink.format under an existing output",
+        2,
+        [
+            "sink.format:",
+            "holds source '127.0.0.1' as parquet",
+            "set sink.format: parquet, or give delta a new",
+        ],
+        lambda d, t: d["sink"].update(format="delta"),
+    ),
+    Case(
+        "another sink.partition_by under an existing output",
+        2,
+        [
+            "sink.partition_by:",
+            "partitioned by [date]",
+            "set sink.partition_by: [date], or use a new sink.path",
+        ],
+        lambda d, t: d["sink"].update(partition_by=["date", "object_id"]),
+    ),
+    Case(
+        "rename-source from a name the output lacks",
+        2,
+        ["--from: the output holds no source 'plant-a'"],
+        lambda d, t: d["source"].update(name="plant"),
+        argv=lambda t, c: ["state", "rename-source", "-c", c, "--from", "plant-a"],
+    ),
+    Case(
+        "rename-source of lake tables",
+        2,
+        ["renaming a lake table's source is not supported (sink.format delta)"],
+        lambda d, t: d["sink"].update(format="delta") or d["source"].update(name="plant"),
+        argv=lambda t, c: ["state", "rename-source", "-c", c, "--from", "127.0.0.1"],
     ),
     # issue 21: rough edges
     Case(

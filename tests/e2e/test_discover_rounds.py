@@ -27,10 +27,11 @@ def nine_objects():
 
 class _Rounds(httpx.AsyncBaseTransport):
     """Counts the requests that start while none is in flight (each begins a round trip), and can strip
-    `objectId` from the search's records (a search that cannot be trusted)."""
+    `objectId` from the search's records (a search that cannot be trusted) or ask every search page at
+    offset 0 (a server that ignores `offset`)."""
 
-    def __init__(self, untrusted: bool) -> None:
-        self.inner, self.untrusted = WireTransport(), untrusted
+    def __init__(self, untrusted: bool, ignore_offset: bool = False) -> None:
+        self.inner, self.untrusted, self.ignore_offset = WireTransport(), untrusted, ignore_offset
         self.in_flight = self.rounds = 0
         self.paths: list[str] = []
 
@@ -39,6 +40,8 @@ class _Rounds(httpx.AsyncBaseTransport):
             self.rounds += 1
         self.in_flight += 1
         self.paths.append(request.url.path)
+        if self.ignore_offset and request.url.path.endswith("/search/params"):
+            request.url = request.url.copy_set_param("offset", "0")
         try:
             response = await self.inner.handle_async_request(request)
             body = await response.aread()
@@ -54,8 +57,8 @@ class _Rounds(httpx.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def _discover(emulator, untrusted: bool) -> tuple[list[int], _Rounds]:
-    transport = _Rounds(untrusted)
+def _discover(emulator, untrusted: bool, ignore_offset: bool = False) -> tuple[list[int], _Rounds]:
+    transport = _Rounds(untrusted, ignore_offset)
 
     async def go():
         async with MonitoringClient(emulator.base_url, "demo", "demo", transport=transport) as client:
@@ -89,3 +92,29 @@ def test_a_few_objects_are_listed_in_one_round_trip(emulator):
     assert not any(p.endswith("/search/params") for p in transport.paths)
     assert sum(p.endswith(("/db/contrdeviceparam", "/db/contrcalcparam")) for p in transport.paths) == 4
     assert transport.rounds == 3, transport.paths  # sign-in, objects, the lists
+
+
+@pytest.mark.parametrize("envelope", ["items", "spring", "data"])
+def test_the_search_is_read_in_any_envelope(nine_objects, envelope):
+    """`{"total": N, "items": [...]}`, Spring's Page, `{"data": [...]}`: the same parameters, through the
+    search's pages (not two lists per object)."""
+    trusted, _ = _discover(nine_objects, untrusted=False)
+    nine_objects.set_faults(search_envelope=envelope)
+    try:
+        ids, transport = _discover(nine_objects, untrusted=False)
+    finally:
+        nine_objects.set_faults(reset=True)
+    assert ids == trusted and len(ids) == 36
+    # the check's sample object, its search, the first page, the empty page that ends the listing
+    assert sum(p.endswith("/search/params") for p in transport.paths) == 3, transport.paths
+    assert sum(p.endswith(("/db/contrdeviceparam", "/db/contrcalcparam")) for p in transport.paths) == 2
+    assert transport.rounds == 4, transport.paths
+
+
+def test_a_search_that_ignores_offset_falls_back_to_the_lists(nine_objects):
+    """Its pages would never end: the next offset answering the same page lists the objects one by one."""
+    trusted, _ = _discover(nine_objects, untrusted=False)
+    ids, transport = _discover(nine_objects, untrusted=False, ignore_offset=True)
+    assert ids == trusted
+    assert sum(p.endswith("/search/params") for p in transport.paths) == 3  # check, first page, its repeat
+    assert sum(p.endswith("/db/contrdeviceparam") for p in transport.paths) == 9 + 1  # each object + check

@@ -246,6 +246,54 @@ def test_error_bodies(emu, style):
             assert response.content == b"" and "content-type" not in response.headers, name
 
 
+# -- the parameter search's envelope and how records mark a signal ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "envelope, records_at, total_at",
+    [
+        ("array", None, None),
+        ("items", "items", "total"),
+        ("spring", "content", "totalElements"),
+        ("data", "data", None),
+    ],
+)
+def test_search_pages_in_each_envelope(emu, envelope, records_at, total_at):
+    emu.set_faults(search_envelope=envelope)
+    with client(emu) as c:
+        pages = [
+            c.get("/search/params", params={"oid": [1, 2], "limit": 3, "offset": o}).json() for o in (0, 6, 8)
+        ]
+    records = [page if records_at is None else page[records_at] for page in pages]
+    assert [[r["id"] for r in page] for page in records] == [[1001, 1002, 1003], [2003, 2501], []]
+    if total_at is not None:
+        assert [page[total_at] for page in pages] == [8, 8, 8]
+    if envelope == "spring":
+        assert [(p["number"], p["numberOfElements"], p["last"], p["first"]) for p in pages] == [
+            (0, 3, False, True),
+            (2, 2, True, False),
+            (2, 0, True, False),
+        ]
+        assert pages[0]["totalPages"] == 3 and pages[0]["pageable"]["offset"] == 0
+
+
+@pytest.mark.parametrize("field", ["type", "paramType"])
+@pytest.mark.parametrize("marker", ["type", "flag"])
+def test_records_mark_a_signal_the_chosen_way(emu, field, marker):
+    emu.set_faults(type_field=field, signal_marker=marker)
+    with client(emu) as c:
+        listed = c.get("/db/contrdeviceparam", params={"objectId": 1}).json()
+        searched = c.get("/search/params", params={"oid": 1}).json()
+    for records in (listed, [r for r in searched if r["id"] < 1500]):
+        types = [(r.get(field), r.get("signal")) for r in records]
+        if marker == "type":
+            assert types == [("analog", None), ("analog", None), ("signal", None)]
+        else:
+            assert types == [("analog", False), ("analog", False), ("analog", True)]
+        assert field == "type" or all("type" not in r for r in records)
+    assert [(r.get(field), r.get("signal")) for r in searched if r["id"] > 1500] == [("calculated", None)]
+
+
 def test_new_settings_are_validated_at_run_time(emu):
     root = emu.url + "/_emulator"
     for bad in (
@@ -255,6 +303,9 @@ def test_new_settings_are_validated_at_run_time(emu):
         {"max_count": 0},
         {"count_default": None},
         {"count_reject_over": "10"},
+        {"type_field": "kind"},
+        {"signal_marker": "bit"},
+        {"search_envelope": "xml"},
     ):
         assert httpx.put(f"{root}/faults", json=bad).status_code == 400, bad
     assert emu.set_faults(session_end=403)["session_end"] == "403"
@@ -264,6 +315,7 @@ def test_serve_flags_set_them():
     serve = ["emulator", "serve", "--port", "0", "--objects", "1", "--log-level", "warning"]
     flags = ["--session-end", "302-login", "--error-body", "text", "--sign-in-via", "form"]
     flags += ["--max-count", "5", "--count-default", "3", "--count-reject-over", "1000"]
+    flags += ["--type-field", "paramType", "--signal-marker", "flag", "--search-envelope", "spring"]
     process = etl_process(*serve, *flags, stdout=None)
     try:
         line = process.stderr.readline()
@@ -279,6 +331,9 @@ def test_serve_flags_set_them():
                 "max_count",
                 "count_default",
                 "count_reject_over",
+                "type_field",
+                "signal_marker",
+                "search_envelope",
             )
         } == {
             "session_end": "302-login",
@@ -287,6 +342,9 @@ def test_serve_flags_set_them():
             "max_count": 5,
             "count_default": 3,
             "count_reject_over": 1000,
+            "type_field": "paramType",
+            "signal_marker": "flag",
+            "search_envelope": "spring",
         }
     finally:
         process.terminate()

@@ -72,7 +72,7 @@ def found_by(url: str, password: str = "demo") -> Findings:
     return asyncio.run(probe(url, "demo", password))
 
 
-def init_then_run(emu, tmp_path, capsys, monkeypatch) -> dict:
+def init_then_run(emu, tmp_path, capsys, monkeypatch, *, search: bool = True) -> dict:
     """`etl init --json -o FILE` given the host alone, then `etl run` with FILE, checked point by point.
     The findings."""
     path, out = tmp_path / "etl.yaml", tmp_path / "out"
@@ -86,7 +86,7 @@ def init_then_run(emu, tmp_path, capsys, monkeypatch) -> dict:
     assert code == 0 and found.keys() >= KEYS
     assert found["base_url"] == emu.base_url and found["base_path_added"]
     assert found["objects"] == 3 and found["parameters"] == {"physical": 9, "calculated": 6, "signal": 3}
-    assert found["search_agrees_with_lists"] is True and found["stamp_format"] == "YYYY-MM-DDThh:mm:ss.sssZ"
+    assert found["search_agrees_with_lists"] is search and found["stamp_format"] == "YYYY-MM-DDThh:mm:ss.sssZ"
     # Polite and bounded, and it says how many it made: the emulator logged every one of them.
     assert found["requests_made"] == len(emu.requests()) <= 50
 
@@ -112,6 +112,41 @@ def test_init_finds_a_form_sign_in_and_a_silent_cap_and_its_config_runs_exactly(
     assert found["session_end"] == "401" and found["error_body"] == "json"
     config = load_config(tmp_path / "etl.yaml")
     assert config.source.sign_in == "form" and config.extract.max_points == 3000
+
+
+@pytest.mark.parametrize("envelope, key", [("items", "items"), ("spring", "content")])
+def test_a_search_in_an_envelope_is_read_and_doctor_passes_the_deployment(
+    emu, tmp_path, capsys, monkeypatch, envelope, key
+):
+    """A search answered `{"total": N, "items": [...]}` or as Spring's Page: init completes (exit 0), finds
+    the silent cap, its config runs exactly (listing parameters through the search's pages), and doctor
+    calls the deployment healthy."""
+    emu.set_faults(search_envelope=envelope, max_count=3000)
+    found = init_then_run(emu, tmp_path, capsys, monkeypatch)
+    assert found["count_cap"] == 3000 and found["search_envelope"] == key and not found["notes"]
+    searched = [r for r in emu.requests() if r["path"].endswith("/search/params")]
+    lists = [r for r in emu.requests() if r["path"].endswith(("/db/contrdeviceparam", "/db/contrcalcparam"))]
+    assert searched and len(lists) == 2 * 3 + 2  # the probe's 3 sample objects, the run's check of one
+    code, printed, _ = etl(capsys, monkeypatch, "doctor", "-c", str(tmp_path / "etl.yaml"))
+    assert code == 0 and "FAIL" not in printed and "WARN" not in printed, printed
+
+
+def test_a_search_it_cannot_read_is_a_note_and_the_config_still_runs(emu, tmp_path, capsys, monkeypatch):
+    """Any answer the probe cannot use is a note saying what etl does instead; the probe goes on."""
+    from etl.client.api import MonitoringClient
+    from etl.errors import InvalidResponse
+
+    async def unreadable(self, *args, **kwargs):
+        raise InvalidResponse("GET /search/params: expected a JSON array, or an object holding one; got str")
+
+    monkeypatch.setattr(MonitoringClient, "search_page", unreadable)
+    emu.set_faults(max_count=3000)
+    found = init_then_run(emu, tmp_path, capsys, monkeypatch, search=False)
+    assert found["count_cap"] == 3000 and found["search_agrees_with_lists"] is False
+    assert found["notes"] == [
+        "the parameter search cannot be used (GET /search/params: expected a JSON array, or an object holding "
+        "one; got str): runs list parameters object by object (2 requests per object)"
+    ]
 
 
 def test_init_finds_a_small_default_count_and_its_config_runs_exactly(emu, tmp_path, capsys, monkeypatch):

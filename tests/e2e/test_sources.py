@@ -104,8 +104,19 @@ def test_the_same_platform_under_another_host_name_stops_until_named(emulator, t
     added = set(after) - set(before)
     assert all(p.parent.name == "_runs" for p in added) and {p: after[p] for p in before} == before
 
-    # Named on purpose: the same platform keeps its name (nothing new), another one is added.
+    # Named on purpose: the same platform keeps its name (nothing new); under another name given on purpose
+    # it is still the platform the output holds (the same base URL): refused, with the way to rename it.
     same = make_config(renamed, tmp_path, source={"name": "127.0.0.1"}, **sections)
     assert not run(same).series
     other = make_config(renamed, tmp_path, source={"name": "localhost"}, **sections)
-    assert run(other).series["raw"].points > 0
+    rename = (
+        "renaming a lake table's source is not supported: set source.name: 127.0.0.1"
+        if fmt == "delta"
+        else "etl state rename-source -c CONFIG --from 127.0.0.1; to keep it: set source.name: 127.0.0.1"
+    )
+    with pytest.raises(ConfigError, match=f"from this platform \\(http://localhost:.*{rename}"):
+        run(other)
+    # Another platform (its own base URL) is added on purpose under a name of its own.
+    with run_emulator(emulator_config(seed=9)) as another:
+        added = make_config(another.base_url, tmp_path, source={"name": "plant-c"}, **sections)
+        assert run(added).series["raw"].points > 0
