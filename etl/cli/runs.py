@@ -17,7 +17,7 @@ from etl.cli.render import echo_json, echo_table, plan_text
 from etl.config import load_config
 from etl.errors import ConfigError, EtlError, Interrupted
 from etl.model import Shard
-from etl.support import startup
+from etl.support import redact, startup
 
 if TYPE_CHECKING:  # the state modules load when a state command runs
     from etl.state import StateStore
@@ -88,7 +88,12 @@ def run(
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
             status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
             echo_json(
-                {**done, "status": status, "error": done.get("error") or str(exc), "exit_code": exc.exit_code}
+                {
+                    **done,
+                    "status": status,
+                    "error": done.get("error") or redact.redact(str(exc)),
+                    "exit_code": exc.exit_code,
+                }
             )
         elif exc.summary is not None and (done.get("series") or done.get("failed_window_count")):
             click.echo(exc.summary.text(), err=True)  # what got done; else the error says it

@@ -19,10 +19,8 @@ _HTML = re.compile(rb"\s*<")
 
 
 def excerpt(response: httpx.Response, size: int = 120) -> str:
-    """The start of an error answer's body on one line, its secrets masked before it is cut to `size`
-    (a secret cut in two is found no more) and before its white space is joined (a secret may hold some)."""
-    text = redact.redact(response.content[: size * 32].decode("utf-8", "replace"))
-    return " ".join(text.split())[:size]
+    """The start of an error answer's body on one line, its secrets masked (`redact.excerpt`)."""
+    return redact.excerpt(response.content, size)
 
 
 def retry_after(response: httpx.Response) -> float | None:

@@ -22,6 +22,7 @@ import pyarrow.json as pajson
 
 from etl.client.models import Candles, Points
 from etl.errors import InvalidResponse
+from etl.support import redact
 from etl.timeutil import parse_iso_ms
 
 log = logging.getLogger(__name__)
@@ -173,8 +174,7 @@ def _value_end(text: str, pos: int) -> int:
 
 
 def _excerpt(body: bytes | str, size: int = 60) -> str:
-    text = body[:size] if isinstance(body, str) else body[:size].decode("utf-8", "replace")
-    return repr(text.replace("\n", " ") + ("..." if len(body) > size else ""))
+    return repr(redact.excerpt(body, size) + ("..." if len(body) > size else ""))
 
 
 def _items(doc: Any, key: str) -> list:

@@ -297,3 +297,12 @@ def install_log_redaction() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+
+
+def excerpt(text: bytes | str, size: int) -> str:
+    """The start of a text a server sent, on one line, at most `size` characters: its secrets masked
+    before it is cut (a secret cut in two is found no more) and before its white space is joined (a
+    secret may hold some)."""
+    head = text[: size * 32]
+    masked = redact(head if isinstance(head, str) else head.decode("utf-8", "replace"))
+    return " ".join(masked.split())[:size]
