@@ -19,7 +19,7 @@ import click
 
 from etl.cli.interrupt import interrupted, say_interrupted
 from etl.errors import EtlError, ExitCode, Interrupted
-from etl.support import redact, startup
+from etl.support import interrupts, redact, startup
 from etl.support.terminal import printable
 
 __all__ = ["COMMANDS", "cli", "run"]
@@ -30,9 +30,10 @@ _debug = False
 def _setup_logging(debug: bool, quiet: bool) -> None:
     redact.install_log_redaction()
     level = logging.DEBUG if debug else logging.WARNING if quiet else logging.INFO
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    with interrupts.deferred():  # a Ctrl-C inside the handler's making would break the shutdown's logging
+        logging.basicConfig(
+            level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
     if not debug:
         for noisy in ("httpx", "httpcore", "asyncio", "botocore", "aiobotocore", "s3fs", "distributed"):
             logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 _seen = False
@@ -43,3 +44,18 @@ def install() -> Callable[[], None]:
 def pending() -> bool:
     """Whether a SIGINT came since `install`, raised or lost."""
     return _seen
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A SIGINT that comes meanwhile is held until the block ends (main thread): for code that a
+    KeyboardInterrupt must not cut in two, such as a logging handler half made (registered for the
+    interpreter's shutdown, its lock not yet there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
