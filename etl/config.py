@@ -393,9 +393,14 @@ class Config(Strict):
         return value
 
     @property
+    def state_root(self) -> str:
+        """The state folder of every source of the output: a folder per source."""
+        return (self.state.path or self.sink.path.rstrip("/") + "/_state").rstrip("/")
+
+    @property
     def state_path(self) -> str:
         """This source's checkpoints (each instance of the platform keeps its own)."""
-        return f"{(self.state.path or self.sink.path.rstrip('/') + '/_state').rstrip('/')}/{self.source.name}"
+        return f"{self.state_root}/{self.source.name}"
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -39,7 +39,7 @@ def check_source_identity(config: Config, coverage: Coverage, param_ids: np.ndar
     if source.name_given or len(coverage) or not len(param_ids):
         return
     options = config.sink.storage_options
-    root = config.state_path.rsplit("/", 1)[0]  # the state folder of every source
+    root = config.state_root
     if any(name not in ("lock", SNAPSHOT) for name in Storage(config.state_path, options).listdir("")):
         return  # checkpoints of this source after all (another shard's)
     for other in Storage(root, options).listdir(""):
