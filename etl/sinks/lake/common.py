@@ -192,6 +192,19 @@ def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None, kee
     return picked if limit is None else picked[:limit]
 
 
+def to_merge(sizes: Sequence[int]) -> list[int]:
+    """Which of a partition's small files (their sizes) one compaction merges: smallest first, up to
+    COMPACT_BYTES (their rows may be held at once), at least two; none when fewer are there."""
+    picked: list[int] = []
+    total = 0
+    for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+        if total + sizes[i] > COMPACT_BYTES and len(picked) > 1:
+            break
+        picked.append(i)
+        total += sizes[i]
+    return picked if len(picked) > 1 else []
+
+
 def same_rows(stored: pa.Table, rows: pa.Table) -> bool:
     """Do two tables hold the same rows, whatever their order and the stored column types?"""
     if stored.num_rows != rows.num_rows or set(stored.column_names) != set(rows.column_names):

@@ -37,7 +37,6 @@ import pyarrow.dataset as ds
 
 from etl.errors import ConfigError, StorageError
 from etl.sinks.lake.common import (
-    COMPACT_BYTES,
     CONFLICT_ATTEMPTS,
     SMALL_FILE,
     Checkpoint,
@@ -47,6 +46,7 @@ from etl.sinks.lake.common import (
     Replace,
     missing_columns,
     table_lock,
+    to_merge,
 )
 from etl.storage.files import Storage
 from etl.support import redact
@@ -783,14 +783,8 @@ class IcebergTable(LakeTable):
         removed, written = [], []
         try:
             for tasks in groups.values():
-                picked: list[Any] = []
-                size = 0
-                for task in sorted(tasks, key=lambda t: t.file.file_size_in_bytes):
-                    if size + task.file.file_size_in_bytes > COMPACT_BYTES and len(picked) > 1:
-                        break
-                    picked.append(task)
-                    size += task.file.file_size_in_bytes
-                if len(picked) < 2:
+                picked = [tasks[i] for i in to_merge([t.file.file_size_in_bytes for t in tasks])]
+                if not picked:
                     continue
                 rows = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(picked)
                 assert self.time_key is not None
