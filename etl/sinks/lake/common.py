@@ -84,55 +84,63 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Replace:
-    """The rows a commit replaces: `time_key` in [start, end) for the listed parameters, per group (a
-    slab's windows mostly share their bounds); or, with `source` alone, every row of one source (a
-    dimension table's snapshot)."""
+    """The rows a commit replaces, all of one source: a table holds every source (instance of the
+    platform) written into it, with the same parameter ids, and a source's commit never touches
+    another's rows. `time_key` in [start, end) for the listed parameters, per group (a slab's windows
+    mostly share their bounds); or, with `groups` None, every row of the source (a dimension table's
+    snapshot)."""
 
+    source: str
     time_key: str = "ts"
-    groups: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
-    source: str | None = None
+    groups: tuple[tuple[int, int, tuple[int, ...]], ...] | None = None
 
     @classmethod
-    def of(cls, windows: Windows, time_key: str = "ts") -> Replace:
+    def of(cls, source: str, windows: Windows, time_key: str = "ts") -> Replace:
         groups: dict[tuple[int, int], set[int]] = {}
         for p, a, b in zip(
             windows.param_id.tolist(), windows.start.tolist(), windows.end.tolist(), strict=True
         ):
             groups.setdefault((a, b), set()).add(p)
-        return cls(time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
-
-    def days(self) -> list[int]:
-        """The day partitions (days since the epoch) its ranges touch."""
-        found: set[int] = set()
-        for a, b, _ in self.groups:
-            found.update(range(a // DAY_MS, (b - 1) // DAY_MS + 1))
-        return sorted(found)
+        return cls(source, time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
 
     def matches(self, rows: pa.Table) -> np.ndarray:
         """True for the rows it replaces."""
-        if self.source is not None:
-            return np.asarray(pc.equal(rows.column("source"), self.source).to_numpy(zero_copy_only=False))
-        mask = np.zeros(rows.num_rows, bool)
-        if not rows.num_rows:
+        mine = pc.equal(rows.column("source"), self.source).fill_null(False)
+        mask = np.asarray(mine.to_numpy(zero_copy_only=False), bool)
+        if self.groups is None or not rows.num_rows:
             return mask
         key = rows.column(self.time_key).cast(TS_US).cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
         pids = rows.column("param_id").to_numpy(zero_copy_only=False)
+        ranges = np.zeros(rows.num_rows, bool)
         for a, b, ids in self.groups:
-            mask |= (key >= a) & (key < b) & np.isin(pids, np.asarray(ids, np.int64))
-        return mask
+            ranges |= (key >= a) & (key < b) & np.isin(pids, np.asarray(ids, np.int64))
+        return mask & ranges
 
     def may_match(
-        self, min_key: np.ndarray, max_key: np.ndarray, min_pid: np.ndarray, max_pid: np.ndarray
+        self,
+        min_key: np.ndarray,
+        max_key: np.ndarray,
+        min_pid: np.ndarray,
+        max_pid: np.ndarray,
+        min_source: pa.Array,
+        max_source: pa.Array,
     ) -> np.ndarray:
-        """Per file, from its statistics (epoch ms and parameter ids; NaN where unknown): may it hold a
-        row this replaces? Unknown statistics answer yes."""
-        hit = np.zeros(len(min_key), bool)
-        if self.source is not None:
-            return ~hit
+        """Per file, from its statistics (epoch ms and parameter ids, NaN where unknown; the bounds of
+        its `source` column, null where unknown): may it hold a row this replaces? Unknown statistics
+        answer yes."""
+        hit = np.asarray(
+            pc.and_kleene(pc.less_equal(min_source, self.source), pc.greater_equal(max_source, self.source))
+            .fill_null(True)
+            .to_numpy(zero_copy_only=False),
+            bool,
+        )
+        if self.groups is None:
+            return hit
+        ranges = np.zeros(len(min_key), bool)
         for a, b, ids in self.groups:
             low, high = min(ids), max(ids)
-            hit |= ~((max_key < a) | (min_key >= b) | (max_pid < low) | (min_pid > high))
-        return hit
+            ranges |= ~((max_key < a) | (min_key >= b) | (max_pid < low) | (min_pid > high))
+        return hit & ranges
 
 
 @dataclass(frozen=True)
@@ -313,8 +321,8 @@ class LakeTable(ABC):
         """The current version's rows, lazily (a reader sees one committed version, never a partial one)."""
 
     @abstractmethod
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
-        """Rows of these parameters with time_key in [start, end) in the run's read snapshot."""
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        """Rows of the source's parameters with time_key in [start, end) in the run's read snapshot."""
 
     @abstractmethod
     def day_files(self) -> list[DayFiles]:
@@ -383,13 +391,14 @@ class LakeTable(ABC):
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def read(self, params: list[int], start: int, end: int) -> pa.Table:
-        """Rows of these parameters with time_key in [start, end) (the rows a quality row is made of),
-        from one snapshot per run: a run's slabs never share a (parameter, day), so the rows outside a
-        slab's windows were all committed before the run began."""
+    def read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        """The source's rows of these parameters with time_key in [start, end) (the rows a quality row
+        is made of), from one snapshot per run: a run's slabs never share a (parameter, day), so the
+        rows outside a slab's windows were all committed before the run began (another source's commits
+        meanwhile hold none of them)."""
         if not self.exists():
             return pa.table({})
-        return self._read(params, start, end)
+        return self._read(source, params, start, end)
 
     def files_per_day(self) -> dict[str, int]:
         """Data files of each day partition ('YYYY-MM-DD') of the current version."""

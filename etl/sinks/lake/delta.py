@@ -92,18 +92,18 @@ def _sql_date(ms: int) -> str:
 
 
 def predicate(replace: Replace) -> str:
-    """delta-rs's SQL predicate: the `date` bounds let it skip every other partition's files."""
-    if replace.source is not None:
-        return "source = '" + replace.source.replace("'", "''") + "'"
+    """delta-rs's SQL predicate, of the replace's source alone: the `date` bounds let it skip every other
+    partition's files, the source's bounds every other source's files."""
+    source = "source = '" + replace.source.replace("'", "''") + "'"
+    if replace.groups is None:
+        return source
     key = replace.time_key
-    return (
-        " OR ".join(
-            f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
-            f" AND param_id IN ({','.join(map(str, ids))}))"
-            for a, b, ids in replace.groups
-        )
-        or "false"
+    ranges = " OR ".join(
+        f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
+        f" AND param_id IN ({','.join(map(str, ids))}))"
+        for a, b, ids in replace.groups
     )
+    return f"{source} AND ({ranges})" if ranges else "false"
 
 
 def _interval(ms: int | None) -> str:
@@ -124,6 +124,19 @@ def _paths(dt: Any) -> set[str]:
     return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 
 
+def _sources(actions: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Each add action's bounds of the `source` column (its partition value when the table is partitioned
+    by source; null where unknown)."""
+    for low, high in (("partition.source", "partition.source"), ("min.source", "max.source")):
+        if low in actions.column_names and high in actions.column_names:
+            return (
+                actions.column(low).combine_chunks().cast(pa.string()),
+                actions.column(high).combine_chunks().cast(pa.string()),
+            )
+    unknown = pa.nulls(actions.num_rows, pa.string())
+    return unknown, unknown
+
+
 def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
     """The loaded version's add actions, and for each whether its file may hold a row `replace` removes:
     from the log's statistics (`Replace.may_match`), without reading a data file."""
@@ -136,7 +149,11 @@ def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
         return _numbers(actions.column(name))
 
     hit = replace.may_match(
-        stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
+        stat(f"min.{key}"),
+        stat(f"max.{key}"),
+        stat("min.param_id"),
+        stat("max.param_id"),
+        *_sources(actions),
     )
     return actions, hit
 
@@ -328,7 +345,10 @@ class DeltaTable(LakeTable):
             }
             with self.storage.fs.open(self.storage.full(f"{self.rel}/{rel}"), "rb") as source:
                 stored = pq.read_table(source)
-            removed = replace.matches(stored)
+            probe = stored
+            if "source" in partition:  # a partition column: in the file's path, not in its rows
+                probe = stored.append_column("source", pa.array([partition["source"]] * stored.num_rows))
+            removed = replace.matches(probe)
             if not removed.any():
                 continue
             size = int(actions.column("size_bytes")[i].as_py())
@@ -364,7 +384,7 @@ class DeltaTable(LakeTable):
     def _rows_of(self, source: str) -> pa.Table:
         return self._handle().to_pyarrow_dataset().to_table(filter=pc.field("source") == source)
 
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
         with self._read_lock:
             if self._reader is None:
                 self._reader = self._open().to_pyarrow_dataset()
@@ -372,7 +392,8 @@ class DeltaTable(LakeTable):
         assert self.time_key is not None
         key = pc.field(self.time_key)
         where = (
-            pc.field("param_id").isin(params)
+            (pc.field("source") == source)
+            & pc.field("param_id").isin(params)
             & (key >= pa.scalar(start * 1000, TS_US))
             & (key < pa.scalar(end * 1000, TS_US))
         )

@@ -132,16 +132,19 @@ def s3_properties(options: dict[str, Any]) -> dict[str, str]:
 
 
 def expression(replace: Replace):
+    """pyiceberg's row filter, of the replace's source alone (its scan plan then skips every other
+    source's files, and a concurrent commit of another source is no conflict)."""
     from pyiceberg.expressions import AlwaysFalse, And, EqualTo, GreaterThanOrEqual, In, LessThan, Or
 
-    if replace.source is not None:
-        return EqualTo("source", replace.source)
+    source = EqualTo("source", replace.source)
+    if replace.groups is None:
+        return source
     key = replace.time_key
     parts = [
         And(GreaterThanOrEqual(key, _iso(a)), LessThan(key, _iso(b)), In("param_id", set(ids)))
         for a, b, ids in replace.groups
     ]
-    return reduce(Or, parts) if parts else AlwaysFalse()
+    return And(source, reduce(Or, parts)) if parts else AlwaysFalse()
 
 
 def _may_hold(table: Any, replace: Replace) -> Iterator[Any]:
@@ -732,8 +735,8 @@ class IcebergTable(LakeTable):
             return pa.table({})
         return table.scan(row_filter=EqualTo("source", source)).to_arrow()
 
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
-        from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThan
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 
         with self._read_lock:
             if self._reader is None:
@@ -741,6 +744,7 @@ class IcebergTable(LakeTable):
             table = self._reader
         assert self.time_key is not None
         where = And(
+            EqualTo("source", source),
             In("param_id", set(params)),
             GreaterThanOrEqual(self.time_key, _iso(start)),
             LessThan(self.time_key, _iso(end)),
