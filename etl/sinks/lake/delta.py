@@ -250,13 +250,7 @@ class DeltaTable(LakeTable):
                     touched = replace is not None and self._touched(dt, replace)
                     if files:
                         actions = list(files) + (self._rewrite(dt, replace) if touched and replace else [])
-                        dt.create_write_transaction(
-                            actions,
-                            mode="append",
-                            schema=dt.schema(),
-                            partition_by=list(self.partition_by) or None,
-                            commit_properties=self._properties(checkpoint),
-                        )
+                        self._transact(dt, actions, self._properties(checkpoint))
                     else:
                         assert rows is not None
                         dl.write_deltalake(
@@ -281,6 +275,19 @@ class DeltaTable(LakeTable):
                 f"cannot commit to the Delta table {self.uri}: {str(exc).splitlines()[0]}"
             ) from None
         return []
+
+    def _transact(self, dt: Any, actions: list[Any], properties: Any) -> None:
+        """Add actions of data files already written (and remove actions of stored ones) in one log
+        entry; the handle then reads that entry, which delta-rs leaves it without: the next commit's
+        plan, the files reported and the sweep need the version just made."""
+        dt.create_write_transaction(
+            actions,
+            mode="append",
+            schema=dt.schema(),
+            partition_by=list(self.partition_by) or None,
+            commit_properties=properties,
+        )
+        dt.update_incremental()
 
     def _create(self, rows: pa.Table | None, checkpoint: Checkpoint | None) -> list[str]:
         dl = self.deltalake
