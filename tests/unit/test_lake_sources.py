@@ -111,3 +111,38 @@ def test_a_commit_replaces_and_a_slab_reads_only_its_sources_rows(tmp_path, fmt)
         assert read.column("source").to_pylist() == [source] * 4 and set(
             read.column("value").to_pylist()
         ) == {value}
+
+
+def test_only_of_tells_a_files_own_source_from_its_bounds():
+    from etl.sinks.lake.common import only_of
+
+    assert only_of(A, A, A)
+    assert not only_of(A, A, B) and not only_of(A, None, None) and not only_of(A, B, B)
+    long = "monitoring.plant-a.example.com"  # bounds cut to 16 characters, the high one raised
+    assert only_of(long, long[:16], long[:15] + chr(ord(long[15]) + 1))
+    assert not only_of(long, long[:16], "z")
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_a_sources_compaction_merges_its_own_files_and_leaves_the_others(tmp_path, fmt):
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage.files import Storage
+
+    table = Lake(SinkConfig(format=fmt, path=str(tmp_path)), Storage(str(tmp_path))).series(Series.RAW)
+    for hour in (0, 6, 12):  # three appends a source: three small files each in the day
+        for source, value in ((A, 1.0), (B, 2.0)):
+            start = DAY + hour * 3_600_000
+            table.commit(
+                raw_rows(source, value, hours=[hour]), Replace.of(source, windows(start=start, end=start + 1))
+            )
+    before = table.dataset().to_table()
+    assert [d.files for d in table.day_files(A)] == [3] and [d.files for d in table.day_files(B)] == [3]
+
+    assert table.compact(A) == 3
+    assert [d.files for d in table.day_files(A)] == [1]  # A's three merged into one
+    assert [d.files for d in table.day_files(B)] == [3]  # B's untouched
+    assert sum(table.files_per_day().values()) == 4
+    after = table.dataset().to_table()
+    keys = [("source", "ascending"), ("param_id", "ascending"), ("ts", "ascending")]
+    assert after.select(before.column_names).sort_by(keys).equals(before.sort_by(keys))

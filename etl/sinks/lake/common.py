@@ -143,6 +143,18 @@ class Replace:
         return hit & ranges
 
 
+def only_of(source: str, low: str | None, high: str | None) -> bool:
+    """Do a file's bounds of its `source` column say that it holds rows of `source` alone? Bounds cut
+    short, as formats keep a long name's (the low one a prefix of it, the high one that prefix raised
+    at its last character), count as its own; no bounds, or a range another source falls in, do not."""
+    if low is None or high is None:
+        return False
+    if low == high == source:
+        return True
+    cut = 0 < len(low) < len(source) and source.startswith(low)
+    return cut and high == low[:-1] + chr(ord(low[-1]) + 1)
+
+
 @dataclass(frozen=True)
 class Policy:
     """A table's upkeep (sink.retention, sink.versions, sink.compact)."""
@@ -325,12 +337,14 @@ class LakeTable(ABC):
         """Rows of the source's parameters with time_key in [start, end) in the run's read snapshot."""
 
     @abstractmethod
-    def day_files(self) -> list[DayFiles]:
-        """The data files of each day partition of the current version."""
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
+        """The data files of each day partition of the current version; with `source`, only the files
+        holding that source's rows alone (`only_of`)."""
 
     @abstractmethod
-    def _compact(self, days: list[DayFiles]) -> int:
-        """Merge the small files of these partitions, in one commit; the files merged away."""
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Merge the small files of these partitions that hold the source's rows alone, in one commit;
+        the files merged away."""
 
     @abstractmethod
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
@@ -410,32 +424,32 @@ class LakeTable(ABC):
 
     # -- upkeep ----------------------------------------------------------------------------------------
 
-    def maintain(self, horizon: int, sweep: bool) -> Upkeep:
+    def maintain(self, horizon: int, sweep: bool, source: str) -> Upkeep:
         """A run's upkeep, bounded: compact at most `policy.compact` partitions (days that are over, or
-        with too many small files), expire old versions, and with `sweep` delete the files no kept
-        version references once older than the retention. Readers of the current version, or of any
-        version younger than the retention, keep working."""
+        with too many small files) of the source's files, expire old versions, and with `sweep` delete
+        the files no kept version references once older than the retention. Readers of the current
+        version, or of any version younger than the retention, keep working."""
         out = Upkeep()
         if not self.exists():
             return out
         with table_lock(self.uri):
             if self.time_key and self.policy.compact:
-                days = to_compact(self.day_files(), horizon, self.policy.compact, self.policy.files)
+                days = to_compact(self.day_files(source), horizon, self.policy.compact, self.policy.files)
                 if days:
-                    out.files_rewritten = self._compact(days)
+                    out.files_rewritten = self._compact(days, source)
                     out.compacted = len(days)
             out.versions_expired = self._expire(self.policy.retention_ms, self.policy.versions)
             if sweep and self.policy.retention_ms is not None:
                 out.files_deleted = self._sweep(self.policy.retention_ms)
         return out
 
-    def compact(self) -> int:
-        """etl compact: every partition's small files merged; the files merged away."""
+    def compact(self, source: str) -> int:
+        """etl compact: the source's small files merged in every partition; the files merged away."""
         if not self.exists() or not self.time_key:
             return 0
         with table_lock(self.uri):
-            days = to_compact(self.day_files(), None, None)
-            return self._compact(days) if days else 0
+            days = to_compact(self.day_files(source), None, None)
+            return self._compact(days, source) if days else 0
 
     def vacuum(self, retain_ms: int) -> int:
         """etl vacuum: versions older than `retain_ms` expired, then the files only they needed deleted."""

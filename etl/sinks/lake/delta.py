@@ -45,8 +45,10 @@ from etl.sinks.lake.common import (
     Policy,
     Replace,
     missing_columns,
+    only_of,
+    to_merge,
 )
-from etl.sinks.lake.delta_files import partition_text, write_files, write_part
+from etl.sinks.lake.delta_files import merge_parts, partition_text, write_files, write_part
 from etl.storage.files import Storage
 from etl.support.optional import require
 
@@ -411,34 +413,68 @@ class DeltaTable(LakeTable):
 
     # -- upkeep ------------------------------------------------------------------------------------
 
-    def day_files(self) -> list[DayFiles]:
+    def _by_day(self, source: str | None) -> tuple[pa.Table, dict[tuple, list[int]]]:
+        """The current version's add actions, and which of them each day partition holds (with `source`,
+        only the files holding that source's rows alone)."""
         actions = pa.table(self._handle().get_add_actions(flatten=True))
         if not actions.num_rows or "partition.date" not in actions.column_names:
-            return []
+            return actions, {}
         days = actions.column("partition.date").cast(pa.int32()).to_numpy(zero_copy_only=False)
-        sizes = actions.column("size_bytes").to_numpy(zero_copy_only=False)
         keys = [actions.column(f"partition.{c}").to_pylist() for c in self.partition_by if c != "date"]
+        low, high = (bounds.to_pylist() for bounds in _sources(actions))
         groups: dict[tuple, list[int]] = {}
         for i, day in enumerate(days.tolist()):
-            groups.setdefault((day, *(k[i] for k in keys)), []).append(i)
+            if source is None or only_of(source, low[i], high[i]):
+                groups.setdefault((day, *(k[i] for k in keys)), []).append(i)
+        return actions, groups
+
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
+        actions, groups = self._by_day(source)
+        if not groups:
+            return []
+        sizes = actions.column("size_bytes").to_numpy(zero_copy_only=False)
         out = []
         for (day, *rest), rows in groups.items():
             small = [int(sizes[i]) for i in rows if sizes[i] < SMALL_FILE]
             out.append(DayFiles(int(day), tuple(rest), len(rows), len(small), sum(small)))
         return out
 
-    def _compact(self, days: list[DayFiles]) -> int:
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Each partition's small files of the source merged into one (`merge_parts`), all in one log
+        entry that removes them: delta-rs's own compaction merges every file of a partition, and would
+        mix the sources' rows in files that each source's commits then rewrite."""
+        from deltalake.transaction import RemoveAction
+
         dt = self._handle()
+        actions, groups = self._by_day(source)
+        paths = actions.column("path").to_pylist()
+        sizes = [int(s) for s in actions.column("size_bytes").to_pylist()]
+        parts = [c for c in actions.column_names if c.startswith("partition.")]
+        now = int(time.time() * 1000)
+        changes: list[Any] = []
         merged = 0
-        others = [c for c in self.partition_by if c != "date"]
-        for d in days:
-            filters = [("date", "=", str(np.datetime64(d.day, "D")))]
-            filters += [(c, "=", str(v)) for c, v in zip(others, d.key, strict=True)]
-            metrics = dt.optimize.compact(
-                partition_filters=filters,
-                writer_properties=self.deltalake.WriterProperties(compression="ZSTD"),
-            )
-            merged += int(metrics.get("numFilesRemoved", 0))
+        try:
+            for d in days:
+                small = [i for i in groups.get((d.day, *d.key), []) if sizes[i] < SMALL_FILE]
+                picked = [small[j] for j in to_merge([sizes[i] for i in small])]
+                if not picked:
+                    continue
+                partition: dict[str, str | None] = {
+                    c.removeprefix("partition."): partition_text(actions.column(c)[picked[0]].as_py())
+                    for c in parts
+                }
+                changes.append(merge_parts(self.storage, self.rel, [paths[i] for i in picked], partition))
+                changes += [RemoveAction(paths[i], False, now, sizes[i], partition) for i in picked]
+                merged += len(picked)
+            if not changes:
+                return 0
+            self._transact(dt, changes, self.deltalake.CommitProperties())
+        except BaseException:
+            for change in changes:  # the merged files no commit names
+                if not isinstance(change, RemoveAction):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.storage.fs.rm_file(self.storage.full(f"{self.rel}/{change.path}"))
+            raise
         return merged
 
     def _log(self) -> dict[int, tuple[list[str], float]]:

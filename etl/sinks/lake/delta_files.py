@@ -1,6 +1,7 @@
 """Delta data files that etl writes itself rather than delta-rs: a Dask worker's (written outside any
-commit, for the run's coordinator to commit with their checkpoint in a grouped commit) and the rewrites
-of stored files such a commit replaces rows of.
+commit, for the run's coordinator to commit with their checkpoint in a grouped commit), the rewrites
+of stored files such a commit replaces rows of, and the merges of one source's small files (compaction:
+delta-rs's own merges every file of a partition, whichever source wrote it).
 
 pyarrow writes one file per partition (the partition columns in its path, as Delta keeps them) and we
 make its add action, with the statistics delta-rs itself writes (numRecords, per-column min, max and null
@@ -10,6 +11,7 @@ two workers, or a task redone after its worker died, never write the same file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -106,6 +108,34 @@ def write_part(storage: Storage, rel: str, data: pa.Table, partition: dict[str, 
     stats.add(data)
     size = int(storage.fs.size(path))
     return AddAction(name, size, dict(partition), int(time.time() * 1000), True, stats.json())
+
+
+def merge_parts(storage: Storage, rel: str, files: list[str], partition: dict[str, str | None]) -> Any:
+    """Data files of one partition (relative to the table) merged into one, a file's rows held at a
+    time, and its add action: the same rows, so no data change (a stream reading the table skips it)."""
+    from deltalake.transaction import AddAction
+
+    name, path = _new_file(storage, rel, partition)
+    stats = _Stats()
+    try:
+        with storage.fs.open(path, "wb") as sink:
+            writer: pq.ParquetWriter | None = None
+            for part in files:
+                with storage.fs.open(storage.full(f"{rel}/{part}"), "rb") as source:
+                    rows = pq.read_table(source)
+                if writer is None:
+                    writer = pq.ParquetWriter(sink, rows.schema, compression="zstd")
+                rows = rows.cast(writer.schema)
+                writer.write_table(rows)
+                stats.add(rows)
+            if writer is not None:
+                writer.close()
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            storage.fs.rm_file(path)
+        raise
+    size = int(storage.fs.size(path))
+    return AddAction(name, size, dict(partition), int(time.time() * 1000), False, stats.json())
 
 
 def write_files(storage: Storage, rel: str, partition_by: tuple[str, ...], rows: pa.Table) -> list[Any]:

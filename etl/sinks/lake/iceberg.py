@@ -45,6 +45,7 @@ from etl.sinks.lake.common import (
     Policy,
     Replace,
     missing_columns,
+    only_of,
     table_lock,
     to_merge,
 )
@@ -61,6 +62,8 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": str(PREVIOUS_METADATA),
     "write.metadata.delete-after-commit.enabled": "true",
     "write.parquet.compression-codec": "zstd",
+    # Whole bounds of `source` (not its first 16 characters): a file's own tell the sources apart.
+    "write.metadata.metrics.column.source": "full",
 }
 # A group of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
 # thread-safe, and tables commit from several threads).
@@ -756,11 +759,28 @@ class IcebergTable(LakeTable):
     def _tasks(self, table: Any) -> list[Any]:
         return list(table.scan().plan_files()) if table.current_snapshot() is not None else []
 
-    def day_files(self) -> list[DayFiles]:
+    def _of(self, table: Any, source: str | None) -> Callable[[Any], bool]:
+        """Whether a data file counts for `source`: every file without one; with one, the files whose
+        bounds say they hold that source's rows alone."""
+        if source is None:
+            return lambda data_file: True
+        field = table.schema().find_field("source").field_id
+
+        def text(bounds: dict[int, bytes] | None) -> str | None:
+            value = (bounds or {}).get(field)
+            return value.decode("utf-8", "replace") if value is not None else None
+
+        return lambda data_file: only_of(source, text(data_file.lower_bounds), text(data_file.upper_bounds))
+
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
         if not self.time_key:
             return []
+        table = self._handle()
+        counted = self._of(table, source)
         groups: dict[tuple, list[int]] = {}
-        for task in self._tasks(self._handle()):
+        for task in self._tasks(table):
+            if not counted(task.file):
+                continue
             key = tuple(task.file.partition)
             groups.setdefault(key, []).append(int(task.file.file_size_in_bytes))
         out = []
@@ -769,19 +789,21 @@ class IcebergTable(LakeTable):
             out.append(DayFiles(int(key[0]), tuple(key[1:]), len(sizes), len(small), sum(small)))
         return out
 
-    def _compact(self, days: list[DayFiles]) -> int:
-        """Each partition's small files rewritten into as few as the target size allows, all in one
-        overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are held)."""
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Each partition's small files of the source rewritten into as few as the target size allows,
+        all in one overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are
+        held)."""
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.table.snapshots import Operation
 
         table = self._handle()
+        counted = self._of(table, source)
         wanted = {(d.day, *d.key) for d in days}
         groups: dict[tuple, list[Any]] = {}
         for task in self._tasks(table):
             key = tuple(task.file.partition)
-            if key in wanted and task.file.file_size_in_bytes < SMALL_FILE:
+            if key in wanted and task.file.file_size_in_bytes < SMALL_FILE and counted(task.file):
                 groups.setdefault(key, []).append(task)
         schema = table.metadata.schema()
         removed, written = [], []
