@@ -9,7 +9,8 @@ retention. So a schedule needs no maintenance command.
 
 A lake table may hold several sources' rows, each written by its own runs under its own lock: a source's
 compaction merges only files that hold its rows alone, and other sources' runs may commit meanwhile
-(the formats' optimistic concurrency).
+(the formats' optimistic concurrency). Expiry and the sweep are the whole table's: `etl vacuum` holds
+the locks of every source and shard, since a run's files before its commit are in no version yet.
 
 Parquet/CSV datasets (`etl compact`): the rows of foreign files (other shard counts, bucket counts, older
 versions) move into the config's layout (etl/sinks/compact.py), and temp files of killed runs are
@@ -83,10 +84,13 @@ def compact(config: Config) -> Maintenance:
 
 
 def vacuum(config: Config, retain_ms: int) -> Maintenance:
-    """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted."""
+    """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted,
+    under the locks of every source and shard (a run's files before its commit are such files)."""
     output = Output(config)
     out = Maintenance()
-    with output.state_store().lock():
+    with ExitStack() as locks:
+        for store in output.state_stores(every_source=True):
+            locks.enter_context(store.lock())
         for table in _lake_tables(output):
             out.files[table.name] = table.vacuum(retain_ms)
     return out

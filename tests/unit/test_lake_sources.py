@@ -146,3 +146,20 @@ def test_a_sources_compaction_merges_its_own_files_and_leaves_the_others(tmp_pat
     after = table.dataset().to_table()
     keys = [("source", "ascending"), ("param_id", "ascending"), ("ts", "ascending")]
     assert after.select(before.column_names).sort_by(keys).equals(before.sort_by(keys))
+
+
+def test_vacuum_waits_for_no_run_of_any_source(tmp_path):
+    """`etl vacuum` deletes files no version references, which a run's files are until its commit:
+    it holds the locks of every source writing the tables, not only its own."""
+    from etl.errors import LockedError
+    from etl.pipeline.maintenance import vacuum
+    from etl.sinks.output import Output
+    from tests.support.configs import make_config
+
+    configs = {
+        name: make_config("http://127.0.0.1:9", tmp_path, source={"name": name}, sink={"format": "delta"})
+        for name in (A, B)
+    }
+    with Output(configs[B]).state_store().lock(), pytest.raises(LockedError):  # while a run of B holds it
+        vacuum(configs[A], 0)
+    assert vacuum(configs[A], 0).tables == 0  # B is done: no table yet, nothing to vacuum
