@@ -54,6 +54,15 @@ class RetryConfig(Strict):
     retry_after_max: float = Field(120.0, gt=0)
 
 
+def _not_a_shard(name: str, what: str) -> str:
+    """A source name that no shard's label can be read into: source x's shard 0/2 writes
+    part-x-s0of2-... files and commits as etl-x-s0of2, so a source named x-s0of2 would share them, and
+    its rows, checkpoints and recovery would mix with that shard's."""
+    if re.search(r"-s\d+of\d+$", name):
+        raise ValueError(f"{what} ends like a shard's label (-sIofN): give source.name another name")
+    return name
+
+
 class SourceConfig(Strict):
     base_url: str
     name: str = Field("", description="labels this instance in the data (default: the host)")
@@ -109,7 +118,8 @@ class SourceConfig(Strict):
         """The host of base_url names the instance unless `name` does."""
         if not self.name:
             # Frozen, but still being built: the one place a default is made from another field.
-            object.__setattr__(self, "name", slug(urlsplit(self.base_url).hostname or "source"))
+            host = slug(urlsplit(self.base_url).hostname or "source")
+            object.__setattr__(self, "name", _not_a_shard(host, "the host of base_url"))
         return self
 
     @field_validator("name")
@@ -119,7 +129,7 @@ class SourceConfig(Strict):
             raise ValueError(
                 "use letters, digits, '.', '_' and '-', not '.' or '..' alone (it names files and folders)"
             )
-        return value
+        return _not_a_shard(value, repr(value))
 
     @property
     def name_given(self) -> bool:
