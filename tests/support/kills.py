@@ -35,7 +35,8 @@ def commits(out: Path) -> set[str]:
 
 class Reader(threading.Thread):
     """Reads every visible file of the output over and over, as an analyst's query would; for lake tables,
-    each table's current snapshot, which must never hold a row twice (a partial commit would)."""
+    each table's current snapshot, which must never hold a row twice (a partial commit would): a
+    (source, parameter, time) once."""
 
     def __init__(self, out: Path, fmt: str = "parquet") -> None:
         super().__init__(daemon=True)
@@ -77,17 +78,11 @@ class Reader(threading.Thread):
                 try:
                     if not table.exists():
                         continue
-                    rows = table.dataset().to_table(columns=["param_id", table.time_key])
+                    rows = table.dataset().to_table(columns=["source", "param_id", table.time_key])
                 except Exception as exc:  # noqa: BLE001 - a snapshot that cannot be read
                     self.failures.append(f"{table.name}: {type(exc).__name__}: {exc}")
                     continue
-                keys = set(
-                    zip(
-                        rows.column("param_id").to_pylist(),
-                        rows.column(table.time_key).to_pylist(),
-                        strict=True,
-                    )
-                )
+                keys = set(zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True))
                 if len(keys) != rows.num_rows:
                     self.failures.append(f"{table.name}: {rows.num_rows - len(keys)} row(s) seen twice")
                 self.reads += 1
