@@ -50,8 +50,9 @@ def config(
     series=SERIES,
     password: str = "${ETL_PASSWORD}",
 ) -> dict:
-    """One source's config, a commit per slab (the two sources' commits interleave); a run in a child
-    process reads the password from its environment."""
+    """One source's config: a commit per slab (the two sources' commits interleave), 3 versions kept (each
+    source's commits expire the other's too); a run in a child process reads the password from its
+    environment."""
     return config_dict(
         emulator.base_url,
         out,
@@ -59,7 +60,7 @@ def config(
         series=list(series),
         window={"start": START, "end": END, "overlap": "0s"},
         extract={"concurrency": 2, "slabs_in_flight": 1},
-        sink={"format": fmt, "commit": {"slabs": 1}},
+        sink={"format": fmt, "commit": {"slabs": 1}, "versions": 3},
     )
 
 
@@ -138,7 +139,8 @@ def test_two_sources_at_once(plants, tmp_path, fmt):
 @pytest.mark.parametrize("fmt", LAKES)
 def test_two_sources_killed_at_random_moments_then_run_again(plants, tmp_path, fmt):
     """Both sources' runs are SIGKILLed at random moments, three times (while fetching, right after a
-    table commit, while a commit's data files are written), each round starting both at once; then
+    table commit, while a commit's data files are written), each round starting both at once (a run that
+    ended before its moment is followed by a --full-refresh one, so there is always work to kill); then
     both run to the end at once. Nothing of either is lost or doubled, and no killed run's spool stays."""
     out = tmp_path / "out"
     paths = {
@@ -163,17 +165,23 @@ def test_two_sources_killed_at_random_moments_then_run_again(plants, tmp_path, f
         return phase, lambda: bool(lake_data_files(out) - seen_files)
 
     with reading(out, fmt) as reader:
+        done: set[str] = set()  # sources whose last run ended before its moment: all again next time
         for _ in range(3):
             for emulator in plants.values():
                 emulator.clear_requests()
-            procs = {name: start(path) for name, path in paths.items()}
+            procs = {
+                name: start(path, *(["--full-refresh"] if name in done else []))
+                for name, path in paths.items()
+            }
             when = {name: moment(name) for name in procs}
+            done = set()
             deadline = time.monotonic() + 120
             while procs:
                 assert time.monotonic() < deadline, "the runs neither ended nor reached their moments"
                 for name, proc in list(procs.items()):
                     if proc.poll() is not None:  # ended before its moment: fine
                         assert proc.returncode == 0, (name, proc.stderr.read() if proc.stderr else "")
+                        done.add(name)
                         del procs[name]
                     elif when[name][1]():
                         proc.kill()

@@ -347,6 +347,11 @@ class LakeTable(ABC):
         the files merged away."""
 
     @abstractmethod
+    def _refresh(self) -> None:
+        """The table's handle brought to its current version: other writers (another source's runs) may
+        have committed since it was loaded, compacted, or expired the version it holds."""
+
+    @abstractmethod
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         """Forget versions beyond the newest `versions` or older than the retention (the current one
         stays), with the log or metadata files only they needed, once `policy.slack` of them add up
@@ -433,6 +438,7 @@ class LakeTable(ABC):
         if not self.exists():
             return out
         with table_lock(self.uri):
+            self._refresh()
             if self.time_key and self.policy.compact:
                 days = to_compact(self.day_files(source), horizon, self.policy.compact, self.policy.files)
                 if days:
@@ -448,6 +454,7 @@ class LakeTable(ABC):
         if not self.exists() or not self.time_key:
             return 0
         with table_lock(self.uri):
+            self._refresh()
             days = to_compact(self.day_files(source), None, None)
             return self._compact(days, source) if days else 0
 
@@ -456,5 +463,6 @@ class LakeTable(ABC):
         if not self.exists():
             return 0
         with table_lock(self.uri):
+            self._refresh()
             self._expire(retain_ms, self.policy.versions, now=True)
             return self._sweep(retain_ms)

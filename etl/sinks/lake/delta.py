@@ -477,6 +477,14 @@ class DeltaTable(LakeTable):
             raise
         return merged
 
+    def _refresh(self) -> None:
+        if self._dt is None:
+            return
+        try:
+            self._dt.update_incremental()
+        except self.deltalake.exceptions.DeltaError:  # the entries after its version were cleaned up
+            self._dt = None
+
     def _log(self) -> dict[int, tuple[list[str], float]]:
         """The log's files by version (entries, checkpoints, checksums), with the entry's time (ms)."""
         folder = self.storage.full(f"{self.rel}/_delta_log")

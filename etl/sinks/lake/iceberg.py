@@ -64,6 +64,10 @@ TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
     # Whole bounds of `source` (not its first 16 characters): a file's own tell the sources apart.
     "write.metadata.metrics.column.source": "full",
+    # A commit that lost a race is planned again by us, on the newer snapshot (its replaced files and its
+    # expiry too): pyiceberg's own retry would stage the same expiry again, of snapshots another writer
+    # (another source's run) may have expired meanwhile, and fail.
+    "commit.retry.num-retries": "0",
 }
 # A group of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
 # thread-safe, and tables commit from several threads).
@@ -449,7 +453,11 @@ class IcebergTable(LakeTable):
                 self._table = self._load()
             props = self._table.metadata.properties
             if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
-                with _transaction(self._table) as txn:
+                from pyiceberg.exceptions import CommitFailedException
+
+                # Best effort: another writer setting them at the same moment wins, and the table works
+                # without them until then.
+                with contextlib.suppress(CommitFailedException), _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         if schema is not None:
             missing = missing_columns([f.name for f in self._table.schema().fields], schema)
@@ -515,10 +523,12 @@ class IcebergTable(LakeTable):
                 table = self._handle(rows.schema if rows is not None else None)
                 try:
                     return self._commit_once(table, rows, files, replace, checkpoint, ready)
-                except (CommitFailedException, ValidationException):
+                except (CommitFailedException, ValidationException, FileNotFoundError):
                     if attempt == CONFLICT_ATTEMPTS - 1:
                         raise
-                    table.refresh()  # another writer got in between: plan again on its snapshot
+                    # Another writer got in between (its expiry may have deleted the manifests of the
+                    # snapshot we planned on): plan again on its snapshot.
+                    table.refresh()
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -835,6 +845,10 @@ class IcebergTable(LakeTable):
             raise
         self._forget(table, expired)
         return len(removed)
+
+    def _refresh(self) -> None:
+        if self._table is not None:
+            self._table.refresh()
 
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         table = self._handle()
