@@ -163,3 +163,36 @@ def test_vacuum_waits_for_no_run_of_any_source(tmp_path):
     with Output(configs[B]).state_store().lock(), pytest.raises(LockedError):  # while a run of B holds it
         vacuum(configs[A], 0)
     assert vacuum(configs[A], 0).tables == 0  # B is done: no table yet, nothing to vacuum
+
+
+def test_an_iceberg_reader_outlives_another_writers_expiry(tmp_path):
+    """A run reads its source's stored rows (quality rows) and asks whether a slab's partitions hold
+    anything it replaces from the snapshot it loaded; another source's commits meanwhile expire that
+    snapshot and delete its manifests. Both answers then come from a newer snapshot, not an error."""
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage.files import Storage
+
+    def raw(versions: int):
+        lake = Lake(
+            SinkConfig(format="iceberg", path=str(tmp_path), versions=versions), Storage(str(tmp_path))
+        )
+        return lake.series(Series.RAW)
+
+    mine = raw(50)
+    mine.commit(raw_rows(A, 1.0), Replace.of(A, windows()))
+    assert mine.read(A, [1001], DAY, DAY + DAY_MS).num_rows == 4  # the run's read snapshot, loaded
+    assert not mine.holds_none_of(Replace.of(A, windows()))  # the run's handle, loaded
+    other = raw(2)
+    for value in (2.0, 3.0, 4.0, 5.0, 6.0):  # expires the snapshots beyond the newest 2, manifests and all
+        other.commit(raw_rows(B, value), Replace.of(B, windows()))
+    assert len(other._load().snapshots()) <= 3
+    read = mine.read(A, [1001], DAY, DAY + DAY_MS)
+    assert read.num_rows == 4 and set(read.column("value").to_pylist()) == {1.0}
+    assert not mine.holds_none_of(Replace.of(A, windows()))  # unknown or held: never an error
+    mine.commit(raw_rows(A, 7.0), Replace.of(A, windows()))  # planned again on the newer snapshot
+    stored = mine.dataset().to_table()
+    values = dict(
+        zip(*stored.group_by("source").aggregate([("value", "max")]).to_pydict().values(), strict=True)
+    )
+    assert values == {A: 7.0, B: 6.0} and stored.num_rows == 2 * raw_rows(A, 0).num_rows

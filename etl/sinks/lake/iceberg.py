@@ -481,7 +481,10 @@ class IcebergTable(LakeTable):
             return True
         with table_lock(self.uri):
             table = self._handle()
-        return next(_may_hold(table, replace), None) is None
+        try:
+            return next(_may_hold(table, replace), None) is None
+        except FileNotFoundError:  # another writer expired the snapshot it holds: unknown, so no
+            return False
 
     def _create(self, schema: pa.Schema) -> Any:
         """The table, made with its partition spec in one catalog commit (a create transaction would
@@ -751,10 +754,6 @@ class IcebergTable(LakeTable):
     def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
         from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 
-        with self._read_lock:
-            if self._reader is None:
-                self._reader = self._load()
-            table = self._reader
         assert self.time_key is not None
         where = And(
             EqualTo("source", source),
@@ -762,7 +761,20 @@ class IcebergTable(LakeTable):
             GreaterThanOrEqual(self.time_key, _iso(start)),
             LessThan(self.time_key, _iso(end)),
         )
-        return table.scan(row_filter=where).to_arrow()
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = self._load()
+            table = self._reader
+        try:
+            return table.scan(row_filter=where).to_arrow()
+        except FileNotFoundError:
+            # Another writer (another source's run) expired the snapshot read so far: a newer one holds
+            # the same rows of this source outside the run's windows.
+            with self._read_lock:
+                if self._reader is table:
+                    self._reader = self._load()
+                table = self._reader
+            return table.scan(row_filter=where).to_arrow()
 
     # -- upkeep --------------------------------------------------------------------------------------
 
