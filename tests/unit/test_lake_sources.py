@@ -196,3 +196,28 @@ def test_an_iceberg_reader_outlives_another_writers_expiry(tmp_path):
         zip(*stored.group_by("source").aggregate([("value", "max")]).to_pydict().values(), strict=True)
     )
     assert values == {A: 7.0, B: 6.0} and stored.num_rows == 2 * raw_rows(A, 0).num_rows
+
+
+@pytest.mark.parametrize("fmt", ["delta", "iceberg"])
+def test_columns_another_source_added_meanwhile_are_no_failure(tmp_path, fmt):
+    """Two sources' runs of a newer version meet a table made before its columns: the first to commit
+    adds them, and the other's commit, planned on the table as it loaded it, is planned again."""
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage.files import Storage
+
+    def raw():
+        return Lake(SinkConfig(format=fmt, path=str(tmp_path)), Storage(str(tmp_path))).series(Series.RAW)
+
+    def newer(rows: pa.Table) -> pa.Table:  # rows with a column the table does not have yet
+        return rows.append_column(pa.field("extra", pa.float64()), pa.array([0.5] * rows.num_rows))
+
+    mine, other = raw(), raw()
+    mine.commit(raw_rows(A, 1.0), Replace.of(A, windows()))  # the table, made; this run's handle
+    other.commit(newer(raw_rows(B, 2.0)), Replace.of(B, windows()))  # adds the column
+    mine.commit(newer(raw_rows(A, 3.0)), Replace.of(A, windows()))
+    stored = raw().dataset().to_table()
+    values = dict(
+        zip(*stored.group_by("source").aggregate([("value", "max")]).to_pydict().values(), strict=True)
+    )
+    assert values == {A: 3.0, B: 2.0} and set(stored.column("extra").to_pylist()) == {0.5}

@@ -309,10 +309,18 @@ class DeltaTable(LakeTable):
         return sorted(_paths(self._handle()))
 
     def _add_columns(self, schema: pa.Schema) -> None:
-        dt = self._handle()
-        missing = missing_columns(dt.schema().to_arrow().names, schema)
-        if missing is not None:
-            dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
+        for attempt in range(CONFLICT_ATTEMPTS):
+            dt = self._handle()
+            missing = missing_columns(dt.schema().to_arrow().names, schema)
+            if missing is None:
+                return
+            try:
+                dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
+                return
+            except self.deltalake.exceptions.CommitFailedError:
+                if attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                dt.update_incremental()  # another writer (another source's run) changed the table first
 
     def prepare(self, schema: pa.Schema) -> None:
         if self.exists():

@@ -460,11 +460,24 @@ class IcebergTable(LakeTable):
                 with contextlib.suppress(CommitFailedException), _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         if schema is not None:
-            missing = missing_columns([f.name for f in self._table.schema().fields], schema)
-            if missing is not None:
-                with self._table.update_schema() as update:
-                    update.union_by_name(missing)
+            self._add_columns(self._table, schema)
         return self._table
+
+    def _add_columns(self, table: Any, schema: pa.Schema) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(CONFLICT_ATTEMPTS):
+            missing = missing_columns([f.name for f in table.schema().fields], schema)
+            if missing is None:
+                return
+            try:
+                with table.update_schema() as update:
+                    update.union_by_name(missing)
+                return
+            except CommitFailedException:
+                if attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                table.refresh()  # another writer (another source's run) changed the table first
 
     def prepare(self, schema: pa.Schema) -> None:
         with table_lock(self.uri):
