@@ -180,12 +180,13 @@ def test_two_sources_killed_at_random_moments_then_run_again(plants, tmp_path, f
                 assert time.monotonic() < deadline, "the runs neither ended nor reached their moments"
                 for name, proc in list(procs.items()):
                     if proc.poll() is not None:  # ended before its moment: fine
-                        assert proc.returncode == 0, (name, proc.stderr.read() if proc.stderr else "")
+                        _, stderr = proc.communicate()
+                        assert proc.returncode == 0, (name, stderr)
                         done.add(name)
                         del procs[name]
                     elif when[name][1]():
                         proc.kill()
-                        proc.wait()
+                        proc.communicate()  # its pipes closed
                         killed.append(proc.pid)
                         hit.append(when[name][0])
                         del procs[name]
