@@ -119,7 +119,7 @@ class Output:
         if every_source:
             others = Storage(self.config.state_root, self.config.sink.storage_options).listdir("")
             sources += sorted(name for name in others if name != self.config.source.name)
-        stores = []
+        stores: list[StateStore] = []
         for source in sources:
             names = self._state_storage(None, source).listdir("")
             shards = [shard for name in names if (shard := Shard.from_folder(name))]

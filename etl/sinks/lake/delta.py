@@ -421,7 +421,7 @@ class DeltaTable(LakeTable):
 
     # -- upkeep ------------------------------------------------------------------------------------
 
-    def _by_day(self, source: str | None) -> tuple[pa.Table, dict[tuple, list[int]]]:
+    def _by_day(self, source: str | None) -> tuple[pa.Table, dict[tuple[Any, ...], list[int]]]:
         """The current version's add actions, and which of them each day partition holds (with `source`,
         only the files holding that source's rows alone)."""
         actions = pa.table(self._handle().get_add_actions(flatten=True))
@@ -430,7 +430,7 @@ class DeltaTable(LakeTable):
         days = actions.column("partition.date").cast(pa.int32()).to_numpy(zero_copy_only=False)
         keys = [actions.column(f"partition.{c}").to_pylist() for c in self.partition_by if c != "date"]
         low, high = (bounds.to_pylist() for bounds in _sources(actions))
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for i, day in enumerate(days.tolist()):
             if source is None or only_of(source, low[i], high[i]):
                 groups.setdefault((day, *(k[i] for k in keys)), []).append(i)

@@ -138,7 +138,7 @@ def s3_properties(options: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in props.items() if v}
 
 
-def expression(replace: Replace):
+def expression(replace: Replace) -> Any:
     """pyiceberg's row filter, of the replace's source alone (its scan plan then skips every other
     source's files, and a concurrent commit of another source is no conflict)."""
     from pyiceberg.expressions import AlwaysFalse, And, EqualTo, GreaterThanOrEqual, In, LessThan, Or
