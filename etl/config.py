@@ -73,13 +73,23 @@ def source_name(value: str) -> str:
     return value
 
 
+def _not_a_shard(name: str, what: str) -> str:
+    """A source name that no shard's label can be read into: source x's shard 0/2 writes
+    part-x-s0of2-... files and commits as etl-x-s0of2, so a source named x-s0of2 would share them, and
+    its rows, checkpoints and recovery would mix with that shard's."""
+    if re.search(r"-s\d+of\d+$", name):
+        raise ValueError(f"{what} ends like a shard's label (-sIofN): give source.name another name")
+    return name
+
+
 class SourceConfig(Strict):
     """The platform's instance and the login."""
 
     base_url: str = Field(description="host and base path, e.g. https://HOST/sem-restservices")
     name: str = Field(
         "",
-        description="labels this instance: the source column, its own checkpoints",
+        description="labels this instance: the source column, its own checkpoints; letters, digits, "
+        "'.', '_' and '-', not ending like a shard's -sIofN",
         json_schema_extra={"default_written": "the host of `base_url`"},
     )
     username: str = Field(description="the login")
@@ -139,13 +149,13 @@ class SourceConfig(Strict):
         """The host of base_url names the instance unless `name` does."""
         if not self.name:
             # Frozen, but still being built: the one place a default is made from another field.
-            object.__setattr__(self, "name", self.default_name)
+            object.__setattr__(self, "name", _not_a_shard(self.default_name, "the host of base_url"))
         return self
 
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        return source_name(value)
+        return _not_a_shard(source_name(value), repr(value))
 
     @property
     def name_given(self) -> bool:
@@ -447,9 +457,14 @@ class Config(Strict):
         return value
 
     @property
+    def state_root(self) -> str:
+        """The state folder of every source of the output: a folder per source."""
+        return (self.state.path or self.sink.path.rstrip("/") + "/_state").rstrip("/")
+
+    @property
     def state_path(self) -> str:
         """This source's checkpoints (each instance of the platform keeps its own)."""
-        return f"{(self.state.path or self.sink.path.rstrip('/') + '/_state').rstrip('/')}/{self.source.name}"
+        return f"{self.state_root}/{self.source.name}"
 
 
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -472,6 +472,7 @@ class Coordinator:
             committer = Committer(
                 self.build.lake,
                 self.store,
+                self.config.source.name,
                 (self.build.app, self.summary.run_id),
                 self.config.sink.commit,
                 landed,

@@ -104,7 +104,7 @@ def check_source_identity(config: Config, coverage: Coverage, param_ids: np.ndar
     if any(name not in ("lock", SNAPSHOT) for name in Storage(config.state_path, options).listdir("")):
         return  # checkpoints of this source after all (another shard's)
     _state_elsewhere(config)
-    root = config.state_path.rsplit("/", 1)[0]  # the state folder of every source
+    root = config.state_root
     for other in Storage(root, options).listdir(""):
         if other == source.name:
             continue

@@ -7,11 +7,16 @@ expire versions beyond `sink.versions` or older than `sink.retention`, and at mo
 per retention, when shorter) delete the files no kept version references once older than the
 retention. So a schedule needs no maintenance command.
 
+A lake table may hold several sources' rows, each written by its own runs under its own lock: a source's
+compaction merges only files that hold its rows alone, and other sources' runs may commit meanwhile
+(the formats' optimistic concurrency). Expiry and the sweep are the whole table's: `etl vacuum` holds
+the locks of every source and shard, since a run's files before its commit are in no version yet.
+
 Parquet/CSV datasets (`etl compact`): the rows of foreign files (other shard counts, bucket counts, older
 versions) move into the config's layout (etl/sinks/compact.py), and temp files of killed runs are
-removed. Lake tables: `etl compact` merges every partition's small files, `etl vacuum` expires versions
-older than a retention with the files only they reference; a reader on the current version (or any
-version inside the retention) keeps working.
+removed. Lake tables: `etl compact` merges every partition's small files of the source, `etl vacuum`
+expires versions older than a retention with the files only they reference; a reader on the current
+version (or any version inside the retention) keeps working.
 """
 
 from __future__ import annotations
@@ -69,7 +74,7 @@ def compact(config: Config) -> Maintenance:
             output.decide_buckets(stores[0], 0, existing=True)
         if output.lake is not None:
             for table in _lake_tables(output):
-                out.files[table.name] = table.compact()
+                out.files[table.name] = table.compact(config.source.name)
             return out
         out.temp_files_removed, out.buckets = output.data.remove_temp_files(), output.buckets
         # also series a config no longer selects, and the quality dataset (laid out like the series)
@@ -81,10 +86,13 @@ def compact(config: Config) -> Maintenance:
 
 
 def vacuum(config: Config, retain_ms: int) -> Maintenance:
-    """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted."""
+    """Lake tables: versions older than `retain_ms` expired, and the files only they reference deleted,
+    under the locks of every source and shard (a run's files before its commit are such files)."""
     output = Output(config)
     out = Maintenance()
-    with output.state_store().lock("vacuum"):
+    with ExitStack() as locks:
+        for store in output.state_stores(every_source=True):
+            locks.enter_context(store.lock("vacuum"))
         for table in _lake_tables(output):
             out.files[table.name] = table.vacuum(retain_ms)
     return out
@@ -104,7 +112,7 @@ def upkeep(output: Output, horizon: int) -> dict[str, Any]:
         # A table first seen now is swept a period from now: a one-off run does not list its files.
         sweep = every is not None and now - swept.setdefault(table.name, now) >= every
         try:
-            done = table.maintain(horizon, sweep)
+            done = table.maintain(horizon, sweep, output.config.source.name)
         except Exception as exc:  # noqa: BLE001 - the data is committed and checkpointed: upkeep waits
             log.warning(
                 "upkeep of %s skipped: %s",

@@ -109,15 +109,26 @@ class Output:
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
-    def _state_storage(self, shard: Shard | None) -> Storage:
-        path = self.config.state_path
+    def _state_storage(self, shard: Shard | None, source: str | None = None) -> Storage:
+        path = self.config.state_path if source is None else f"{self.config.state_root}/{source}"
         return Storage(f"{path}/{shard.folder}" if shard else path, self.config.sink.storage_options)
 
     def state_store(self) -> StateStore:
         return StateStore(self._state_storage(self.shard), self.config.state.lease / 1000)
 
-    def state_stores(self) -> list[StateStore]:
-        """This source's unsharded store and every shard's that exists."""
-        names = self._state_storage(None).listdir("")
-        shards = [shard for name in names if (shard := Shard.from_folder(name))]
-        return [StateStore(self._state_storage(s), self.config.state.lease / 1000) for s in [None, *shards]]
+    def state_stores(self, every_source: bool = False) -> list[StateStore]:
+        """This source's unsharded store and every shard's that exists; with `every_source`, those of
+        every source of the output too (the writers of lake tables that several sources share)."""
+        sources: list[str | None] = [None]
+        if every_source:
+            others = Storage(self.config.state_root, self.config.sink.storage_options).listdir("")
+            sources += sorted(name for name in others if name != self.config.source.name)
+        stores: list[StateStore] = []
+        for source in sources:
+            names = self._state_storage(None, source).listdir("")
+            shards = [shard for name in names if (shard := Shard.from_folder(name))]
+            stores += [
+                StateStore(self._state_storage(s, source), self.config.state.lease / 1000)
+                for s in [None, *shards]
+            ]
+        return stores

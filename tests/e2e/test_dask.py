@@ -141,5 +141,6 @@ def test_dask_workers_write_lake_tables_row_for_row_what_a_local_run_writes(
         assert read_quality(remote).equals(read_quality(local))
         assert list(checkpoints(remote).rows()) == list(checkpoints(local).rows())
         assert summary["lake"]["commits"] == 3
+        assert all(summary["series"][s]["files"] > 0 for s in SERIES), summary["series"]  # the commits' files
     if fmt == "delta":  # the workers' files (etl/sinks/lake/delta_files.py), not delta-rs's own
         assert list((remote / "raw").glob("date=*/part-00000-*-c000.zstd.parquet"))

@@ -47,6 +47,14 @@ GOOD = (
             GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01"),
             "config error: window.start: needs a UTC offset",
         ),
+        (  # source x's shard 0/2 names its files and lake commits so: they would mix
+            GOOD.replace("username:", "name: plant-s0of2, username:"),
+            "config error: source.name: 'plant-s0of2' ends like a shard's label (-sIofN): give source.name",
+        ),
+        (
+            GOOD.replace("http://x/", "http://db-s1of2/"),
+            "config error: source: the host of base_url ends like a shard's label (-sIofN): give source.name",
+        ),
     ],
     ids=[
         "typo in a required key",
@@ -57,6 +65,8 @@ GOOD = (
         "month 13",
         "February 30",
         "a date without a time",
+        "a source named like a shard",
+        "a host named like a shard",
     ],
 )
 def test_every_problem_is_named_in_one_line(tmp_path, yaml_text, message):

@@ -227,9 +227,7 @@ def lake_stats(table: Any, storage: Storage, retain_ms: int, now: int) -> TableS
 def sources(d: Deployment) -> list[Finding]:
     """Source names of this output (checkpoint folders, the objects table) that list the same objects: one
     instance exported twice, under two names."""
-    state_root = Storage(
-        d.config.state.path or d.config.sink.path.rstrip("/") + "/_state", d.config.sink.storage_options
-    )
+    state_root = Storage(d.config.state_root, d.config.sink.storage_options)
     names = set(state_root.listdir(""))
     objects: dict[str, frozenset] = defaultdict(frozenset)
     if "objects" in d.views():

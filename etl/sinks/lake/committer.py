@@ -65,11 +65,13 @@ class Committer:
         self,
         lake: Lake,
         store: StateStore,
+        source: str,
         checkpoint: tuple[str, str],
         limits: CommitConfig,
         on_commit: Callable[[Landed], None] | None = None,
     ) -> None:
         self.lake, self.store, self.limits = lake, store, limits
+        self.source = source  # whose rows the commits replace: never another source's
         self.app, self.run = checkpoint
         self.on_commit = on_commit
         self._queues: dict[str, _Queue] = {}
@@ -179,7 +181,7 @@ class Committer:
                 )
                 pool = stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="etl-quality"))
                 ready = pool.submit(
-                    self.lake.quality().commit, rows, Replace.of(days, QUALITY_TIME_KEY)
+                    self.lake.quality().commit, rows, Replace.of(self.source, days, QUALITY_TIME_KEY)
                 ).result
             tables = []
             for part in parts:
@@ -190,7 +192,12 @@ class Committer:
             files = [f for p in parts for f in p.files]
             try:
                 committed = table.commit(
-                    rows, Replace.of(windows), (self.app, self.run, windows), files, ready, arrivals
+                    rows,
+                    Replace.of(self.source, windows),
+                    (self.app, self.run, windows),
+                    files,
+                    ready,
+                    arrivals,
                 )
             finally:
                 if ready is not None:  # the quality commit is over whatever happened to ours

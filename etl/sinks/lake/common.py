@@ -84,55 +84,75 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class Replace:
-    """The rows a commit replaces: `time_key` in [start, end) for the listed parameters, per group (a
-    slab's windows mostly share their bounds); or, with `source` alone, every row of one source (a
-    dimension table's snapshot)."""
+    """The rows a commit replaces, all of one source: a table holds every source (instance of the
+    platform) written into it, with the same parameter ids, and a source's commit never touches
+    another's rows. `time_key` in [start, end) for the listed parameters, per group (a slab's windows
+    mostly share their bounds); or, with `groups` None, every row of the source (a dimension table's
+    snapshot)."""
 
+    source: str
     time_key: str = "ts"
-    groups: tuple[tuple[int, int, tuple[int, ...]], ...] = ()
-    source: str | None = None
+    groups: tuple[tuple[int, int, tuple[int, ...]], ...] | None = None
 
     @classmethod
-    def of(cls, windows: Windows, time_key: str = "ts") -> Replace:
+    def of(cls, source: str, windows: Windows, time_key: str = "ts") -> Replace:
         groups: dict[tuple[int, int], set[int]] = {}
         for p, a, b in zip(
             windows.param_id.tolist(), windows.start.tolist(), windows.end.tolist(), strict=True
         ):
             groups.setdefault((a, b), set()).add(p)
-        return cls(time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
-
-    def days(self) -> list[int]:
-        """The day partitions (days since the epoch) its ranges touch."""
-        found: set[int] = set()
-        for a, b, _ in self.groups:
-            found.update(range(a // DAY_MS, (b - 1) // DAY_MS + 1))
-        return sorted(found)
+        return cls(source, time_key, tuple((a, b, tuple(sorted(p))) for (a, b), p in sorted(groups.items())))
 
     def matches(self, rows: pa.Table) -> np.ndarray:
         """True for the rows it replaces."""
-        if self.source is not None:
-            return np.asarray(pc.equal(rows.column("source"), self.source).to_numpy(zero_copy_only=False))
-        mask = np.zeros(rows.num_rows, bool)
-        if not rows.num_rows:
+        mine = pc.equal(rows.column("source"), self.source).fill_null(False)
+        mask = np.asarray(mine.to_numpy(zero_copy_only=False), bool)
+        if self.groups is None or not rows.num_rows:
             return mask
         key = rows.column(self.time_key).cast(TS_US).cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
         pids = rows.column("param_id").to_numpy(zero_copy_only=False)
+        ranges = np.zeros(rows.num_rows, bool)
         for a, b, ids in self.groups:
-            mask |= (key >= a) & (key < b) & np.isin(pids, np.asarray(ids, np.int64))
-        return mask
+            ranges |= (key >= a) & (key < b) & np.isin(pids, np.asarray(ids, np.int64))
+        return mask & ranges
 
     def may_match(
-        self, min_key: np.ndarray, max_key: np.ndarray, min_pid: np.ndarray, max_pid: np.ndarray
+        self,
+        min_key: np.ndarray,
+        max_key: np.ndarray,
+        min_pid: np.ndarray,
+        max_pid: np.ndarray,
+        min_source: pa.Array,
+        max_source: pa.Array,
     ) -> np.ndarray:
-        """Per file, from its statistics (epoch ms and parameter ids; NaN where unknown): may it hold a
-        row this replaces? Unknown statistics answer yes."""
-        hit = np.zeros(len(min_key), bool)
-        if self.source is not None:
-            return ~hit
+        """Per file, from its statistics (epoch ms and parameter ids, NaN where unknown; the bounds of
+        its `source` column, null where unknown): may it hold a row this replaces? Unknown statistics
+        answer yes."""
+        hit = np.asarray(
+            pc.and_kleene(pc.less_equal(min_source, self.source), pc.greater_equal(max_source, self.source))
+            .fill_null(True)
+            .to_numpy(zero_copy_only=False),
+            bool,
+        )
+        if self.groups is None:
+            return hit
+        ranges = np.zeros(len(min_key), bool)
         for a, b, ids in self.groups:
             low, high = min(ids), max(ids)
-            hit |= ~((max_key < a) | (min_key >= b) | (max_pid < low) | (min_pid > high))
-        return hit
+            ranges |= ~((max_key < a) | (min_key >= b) | (max_pid < low) | (min_pid > high))
+        return hit & ranges
+
+
+def only_of(source: str, low: str | None, high: str | None) -> bool:
+    """Do a file's bounds of its `source` column say that it holds rows of `source` alone? Bounds cut
+    short, as formats keep a long name's (the low one a prefix of it, the high one that prefix raised
+    at its last character), count as its own; no bounds, or a range another source falls in, do not."""
+    if low is None or high is None:
+        return False
+    if low == high == source:
+        return True
+    cut = 0 < len(low) < len(source) and source.startswith(low)
+    return cut and high == low[:-1] + chr(ord(low[-1]) + 1)
 
 
 @dataclass(frozen=True)
@@ -190,6 +210,19 @@ def to_compact(days: list[DayFiles], horizon: int | None, limit: int | None, kee
     ]
     picked.sort(key=lambda d: d.day, reverse=True)
     return picked if limit is None else picked[:limit]
+
+
+def to_merge(sizes: Sequence[int]) -> list[int]:
+    """Which of a partition's small files (their sizes) one compaction merges: smallest first, up to
+    COMPACT_BYTES (their rows may be held at once), at least two; none when fewer are there."""
+    picked: list[int] = []
+    total = 0
+    for i in sorted(range(len(sizes)), key=lambda i: sizes[i]):
+        if total + sizes[i] > COMPACT_BYTES and len(picked) > 1:
+            break
+        picked.append(i)
+        total += sizes[i]
+    return picked if len(picked) > 1 else []
 
 
 def same_rows(stored: pa.Table, rows: pa.Table) -> bool:
@@ -300,16 +333,23 @@ class LakeTable(ABC):
         """The current version's rows, lazily (a reader sees one committed version, never a partial one)."""
 
     @abstractmethod
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
-        """Rows of these parameters with time_key in [start, end) in the run's read snapshot."""
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        """Rows of the source's parameters with time_key in [start, end) in the run's read snapshot."""
 
     @abstractmethod
-    def day_files(self) -> list[DayFiles]:
-        """The data files of each day partition of the current version."""
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
+        """The data files of each day partition of the current version; with `source`, only the files
+        holding that source's rows alone (`only_of`)."""
 
     @abstractmethod
-    def _compact(self, days: list[DayFiles]) -> int:
-        """Merge the small files of these partitions, in one commit; the files merged away."""
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Merge the small files of these partitions that hold the source's rows alone, in one commit;
+        the files merged away."""
+
+    @abstractmethod
+    def _refresh(self) -> None:
+        """The table's handle brought to its current version: other writers (another source's runs) may
+        have committed since it was loaded, compacted, or expired the version it holds."""
 
     @abstractmethod
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
@@ -370,13 +410,14 @@ class LakeTable(ABC):
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def read(self, params: list[int], start: int, end: int) -> pa.Table:
-        """Rows of these parameters with time_key in [start, end) (the rows a quality row is made of),
-        from one snapshot per run: a run's slabs never share a (parameter, day), so the rows outside a
-        slab's windows were all committed before the run began."""
+    def read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        """The source's rows of these parameters with time_key in [start, end) (the rows a quality row
+        is made of), from one snapshot per run: a run's slabs never share a (parameter, day), so the
+        rows outside a slab's windows were all committed before the run began (another source's commits
+        meanwhile hold none of them)."""
         if not self.exists():
             return pa.table({})
-        return self._read(params, start, end)
+        return self._read(source, params, start, end)
 
     def files_per_day(self) -> dict[str, int]:
         """Data files of each day partition ('YYYY-MM-DD') of the current version."""
@@ -388,37 +429,40 @@ class LakeTable(ABC):
 
     # -- upkeep ----------------------------------------------------------------------------------------
 
-    def maintain(self, horizon: int, sweep: bool) -> Upkeep:
+    def maintain(self, horizon: int, sweep: bool, source: str) -> Upkeep:
         """A run's upkeep, bounded: compact at most `policy.compact` partitions (days that are over, or
-        with too many small files), expire old versions, and with `sweep` delete the files no kept
-        version references once older than the retention. Readers of the current version, or of any
-        version younger than the retention, keep working."""
+        with too many small files) of the source's files, expire old versions, and with `sweep` delete
+        the files no kept version references once older than the retention. Readers of the current
+        version, or of any version younger than the retention, keep working."""
         out = Upkeep()
         if not self.exists():
             return out
         with table_lock(self.uri):
+            self._refresh()
             if self.time_key and self.policy.compact:
-                days = to_compact(self.day_files(), horizon, self.policy.compact, self.policy.files)
+                days = to_compact(self.day_files(source), horizon, self.policy.compact, self.policy.files)
                 if days:
-                    out.files_rewritten = self._compact(days)
+                    out.files_rewritten = self._compact(days, source)
                     out.compacted = len(days)
             out.versions_expired = self._expire(self.policy.retention_ms, self.policy.versions)
             if sweep and self.policy.retention_ms is not None:
                 out.files_deleted = self._sweep(self.policy.retention_ms)
         return out
 
-    def compact(self) -> int:
-        """etl compact: every partition's small files merged; the files merged away."""
+    def compact(self, source: str) -> int:
+        """etl compact: the source's small files merged in every partition; the files merged away."""
         if not self.exists() or not self.time_key:
             return 0
         with table_lock(self.uri):
-            days = to_compact(self.day_files(), None, None)
-            return self._compact(days) if days else 0
+            self._refresh()
+            days = to_compact(self.day_files(source), None, None)
+            return self._compact(days, source) if days else 0
 
     def vacuum(self, retain_ms: int) -> int:
         """etl vacuum: versions older than `retain_ms` expired, then the files only they needed deleted."""
         if not self.exists():
             return 0
         with table_lock(self.uri):
+            self._refresh()
             self._expire(retain_ms, self.policy.versions, now=True)
             return self._sweep(retain_ms)

@@ -45,8 +45,10 @@ from etl.sinks.lake.common import (
     Policy,
     Replace,
     missing_columns,
+    only_of,
+    to_merge,
 )
-from etl.sinks.lake.delta_files import partition_text, write_files, write_part
+from etl.sinks.lake.delta_files import merge_parts, partition_text, write_files, write_part
 from etl.storage.files import Storage
 from etl.support.optional import require
 
@@ -92,18 +94,18 @@ def _sql_date(ms: int) -> str:
 
 
 def predicate(replace: Replace) -> str:
-    """delta-rs's SQL predicate: the `date` bounds let it skip every other partition's files."""
-    if replace.source is not None:
-        return "source = '" + replace.source.replace("'", "''") + "'"
+    """delta-rs's SQL predicate, of the replace's source alone: the `date` bounds let it skip every other
+    partition's files, the source's bounds every other source's files."""
+    source = "source = '" + replace.source.replace("'", "''") + "'"
+    if replace.groups is None:
+        return source
     key = replace.time_key
-    return (
-        " OR ".join(
-            f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
-            f" AND param_id IN ({','.join(map(str, ids))}))"
-            for a, b, ids in replace.groups
-        )
-        or "false"
+    ranges = " OR ".join(
+        f"(date >= {_sql_date(a)} AND date <= {_sql_date(b - 1)} AND {key} >= {_sql_time(a)} AND {key} < {_sql_time(b)}"
+        f" AND param_id IN ({','.join(map(str, ids))}))"
+        for a, b, ids in replace.groups
     )
+    return f"{source} AND ({ranges})" if ranges else "false"
 
 
 def _interval(ms: int | None) -> str:
@@ -124,6 +126,19 @@ def _paths(dt: Any) -> set[str]:
     return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 
 
+def _sources(actions: pa.Table) -> tuple[pa.Array, pa.Array]:
+    """Each add action's bounds of the `source` column (its partition value when the table is partitioned
+    by source; null where unknown)."""
+    for low, high in (("partition.source", "partition.source"), ("min.source", "max.source")):
+        if low in actions.column_names and high in actions.column_names:
+            return (
+                actions.column(low).combine_chunks().cast(pa.string()),
+                actions.column(high).combine_chunks().cast(pa.string()),
+            )
+    unknown = pa.nulls(actions.num_rows, pa.string())
+    return unknown, unknown
+
+
 def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
     """The loaded version's add actions, and for each whether its file may hold a row `replace` removes:
     from the log's statistics (`Replace.may_match`), without reading a data file."""
@@ -136,7 +151,11 @@ def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
         return _numbers(actions.column(name))
 
     hit = replace.may_match(
-        stat(f"min.{key}"), stat(f"max.{key}"), stat("min.param_id"), stat("max.param_id")
+        stat(f"min.{key}"),
+        stat(f"max.{key}"),
+        stat("min.param_id"),
+        stat("max.param_id"),
+        *_sources(actions),
     )
     return actions, hit
 
@@ -233,13 +252,7 @@ class DeltaTable(LakeTable):
                     touched = replace is not None and self._touched(dt, replace)
                     if files:
                         actions = list(files) + (self._rewrite(dt, replace) if touched and replace else [])
-                        dt.create_write_transaction(
-                            actions,
-                            mode="append",
-                            schema=dt.schema(),
-                            partition_by=list(self.partition_by) or None,
-                            commit_properties=self._properties(checkpoint),
-                        )
+                        self._transact(dt, actions, self._properties(checkpoint))
                     else:
                         assert rows is not None
                         dl.write_deltalake(
@@ -265,6 +278,19 @@ class DeltaTable(LakeTable):
             ) from None
         return []
 
+    def _transact(self, dt: Any, actions: list[Any], properties: Any) -> None:
+        """Add actions of data files already written (and remove actions of stored ones) in one log
+        entry; the handle then reads that entry, which delta-rs leaves it without: the next commit's
+        plan, the files reported and the sweep need the version just made."""
+        dt.create_write_transaction(
+            actions,
+            mode="append",
+            schema=dt.schema(),
+            partition_by=list(self.partition_by) or None,
+            commit_properties=properties,
+        )
+        dt.update_incremental()
+
     def _create(self, rows: pa.Table | None, checkpoint: Checkpoint | None) -> list[str]:
         dl = self.deltalake
         if rows is None:
@@ -283,10 +309,18 @@ class DeltaTable(LakeTable):
         return sorted(_paths(self._handle()))
 
     def _add_columns(self, schema: pa.Schema) -> None:
-        dt = self._handle()
-        missing = missing_columns(dt.schema().to_arrow().names, schema)
-        if missing is not None:
-            dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
+        for attempt in range(CONFLICT_ATTEMPTS):
+            dt = self._handle()
+            missing = missing_columns(dt.schema().to_arrow().names, schema)
+            if missing is None:
+                return
+            try:
+                dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
+                return
+            except self.deltalake.exceptions.CommitFailedError:
+                if attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                dt.update_incremental()  # another writer (another source's run) changed the table first
 
     def prepare(self, schema: pa.Schema) -> None:
         if self.exists():
@@ -328,7 +362,10 @@ class DeltaTable(LakeTable):
             }
             with self.storage.fs.open(self.storage.full(f"{self.rel}/{rel}"), "rb") as source:
                 stored = pq.read_table(source)
-            removed = replace.matches(stored)
+            probe = stored
+            if "source" in partition:  # a partition column: in the file's path, not in its rows
+                probe = stored.append_column("source", pa.array([partition["source"]] * stored.num_rows))
+            removed = replace.matches(probe)
             if not removed.any():
                 continue
             size = int(actions.column("size_bytes")[i].as_py())
@@ -364,7 +401,7 @@ class DeltaTable(LakeTable):
     def _rows_of(self, source: str) -> pa.Table:
         return self._handle().to_pyarrow_dataset().to_table(filter=pc.field("source") == source)
 
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
         with self._read_lock:
             if self._reader is None:
                 self._reader = self._open().to_pyarrow_dataset()
@@ -372,7 +409,8 @@ class DeltaTable(LakeTable):
         assert self.time_key is not None
         key = pc.field(self.time_key)
         where = (
-            pc.field("param_id").isin(params)
+            (pc.field("source") == source)
+            & pc.field("param_id").isin(params)
             & (key >= pa.scalar(start * 1000, TS_US))
             & (key < pa.scalar(end * 1000, TS_US))
         )
@@ -383,35 +421,77 @@ class DeltaTable(LakeTable):
 
     # -- upkeep ------------------------------------------------------------------------------------
 
-    def day_files(self) -> list[DayFiles]:
+    def _by_day(self, source: str | None) -> tuple[pa.Table, dict[tuple[Any, ...], list[int]]]:
+        """The current version's add actions, and which of them each day partition holds (with `source`,
+        only the files holding that source's rows alone)."""
         actions = pa.table(self._handle().get_add_actions(flatten=True))
         if not actions.num_rows or "partition.date" not in actions.column_names:
-            return []
+            return actions, {}
         days = actions.column("partition.date").cast(pa.int32()).to_numpy(zero_copy_only=False)
-        sizes = actions.column("size_bytes").to_numpy(zero_copy_only=False)
         keys = [actions.column(f"partition.{c}").to_pylist() for c in self.partition_by if c != "date"]
-        groups: dict[tuple, list[int]] = {}
+        low, high = (bounds.to_pylist() for bounds in _sources(actions))
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for i, day in enumerate(days.tolist()):
-            groups.setdefault((day, *(k[i] for k in keys)), []).append(i)
+            if source is None or only_of(source, low[i], high[i]):
+                groups.setdefault((day, *(k[i] for k in keys)), []).append(i)
+        return actions, groups
+
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
+        actions, groups = self._by_day(source)
+        if not groups:
+            return []
+        sizes = actions.column("size_bytes").to_numpy(zero_copy_only=False)
         out = []
         for (day, *rest), rows in groups.items():
             small = [int(sizes[i]) for i in rows if sizes[i] < SMALL_FILE]
             out.append(DayFiles(int(day), tuple(rest), len(rows), len(small), sum(small)))
         return out
 
-    def _compact(self, days: list[DayFiles]) -> int:
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Each partition's small files of the source merged into one (`merge_parts`), all in one log
+        entry that removes them: delta-rs's own compaction merges every file of a partition, and would
+        mix the sources' rows in files that each source's commits then rewrite."""
+        from deltalake.transaction import RemoveAction
+
         dt = self._handle()
+        actions, groups = self._by_day(source)
+        paths = actions.column("path").to_pylist()
+        sizes = [int(s) for s in actions.column("size_bytes").to_pylist()]
+        parts = [c for c in actions.column_names if c.startswith("partition.")]
+        now = int(time.time() * 1000)
+        changes: list[Any] = []
         merged = 0
-        others = [c for c in self.partition_by if c != "date"]
-        for d in days:
-            filters = [("date", "=", str(np.datetime64(d.day, "D")))]
-            filters += [(c, "=", str(v)) for c, v in zip(others, d.key, strict=True)]
-            metrics = dt.optimize.compact(
-                partition_filters=filters,
-                writer_properties=self.deltalake.WriterProperties(compression="ZSTD"),
-            )
-            merged += int(metrics.get("numFilesRemoved", 0))
+        try:
+            for d in days:
+                small = [i for i in groups.get((d.day, *d.key), []) if sizes[i] < SMALL_FILE]
+                picked = [small[j] for j in to_merge([sizes[i] for i in small])]
+                if not picked:
+                    continue
+                partition: dict[str, str | None] = {
+                    c.removeprefix("partition."): partition_text(actions.column(c)[picked[0]].as_py())
+                    for c in parts
+                }
+                changes.append(merge_parts(self.storage, self.rel, [paths[i] for i in picked], partition))
+                changes += [RemoveAction(paths[i], False, now, sizes[i], partition) for i in picked]
+                merged += len(picked)
+            if not changes:
+                return 0
+            self._transact(dt, changes, self.deltalake.CommitProperties())
+        except BaseException:
+            for change in changes:  # the merged files no commit names
+                if not isinstance(change, RemoveAction):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.storage.fs.rm_file(self.storage.full(f"{self.rel}/{change.path}"))
+            raise
         return merged
+
+    def _refresh(self) -> None:
+        if self._dt is None:
+            return
+        try:
+            self._dt.update_incremental()
+        except self.deltalake.exceptions.DeltaError:  # the entries after its version were cleaned up
+            self._dt = None
 
     def _log(self) -> dict[int, tuple[list[str], float]]:
         """The log's files by version (entries, checkpoints, checksums), with the entry's time (ms)."""

@@ -37,7 +37,6 @@ import pyarrow.dataset as ds
 
 from etl.errors import ConfigError, StorageError
 from etl.sinks.lake.common import (
-    COMPACT_BYTES,
     CONFLICT_ATTEMPTS,
     SMALL_FILE,
     Checkpoint,
@@ -46,7 +45,9 @@ from etl.sinks.lake.common import (
     Policy,
     Replace,
     missing_columns,
+    only_of,
     table_lock,
+    to_merge,
 )
 from etl.storage.files import Storage
 from etl.support import redact
@@ -61,6 +62,12 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": str(PREVIOUS_METADATA),
     "write.metadata.delete-after-commit.enabled": "true",
     "write.parquet.compression-codec": "zstd",
+    # Whole bounds of `source` (not its first 16 characters): a file's own tell the sources apart.
+    "write.metadata.metrics.column.source": "full",
+    # A commit that lost a race is planned again by us, on the newer snapshot (its replaced files and its
+    # expiry too): pyiceberg's own retry would stage the same expiry again, of snapshots another writer
+    # (another source's run) may have expired meanwhile, and fail.
+    "commit.retry.num-retries": "0",
 }
 # A group of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
 # thread-safe, and tables commit from several threads).
@@ -131,17 +138,20 @@ def s3_properties(options: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in props.items() if v}
 
 
-def expression(replace: Replace):
+def expression(replace: Replace) -> Any:
+    """pyiceberg's row filter, of the replace's source alone (its scan plan then skips every other
+    source's files, and a concurrent commit of another source is no conflict)."""
     from pyiceberg.expressions import AlwaysFalse, And, EqualTo, GreaterThanOrEqual, In, LessThan, Or
 
-    if replace.source is not None:
-        return EqualTo("source", replace.source)
+    source = EqualTo("source", replace.source)
+    if replace.groups is None:
+        return source
     key = replace.time_key
     parts = [
         And(GreaterThanOrEqual(key, _iso(a)), LessThan(key, _iso(b)), In("param_id", set(ids)))
         for a, b, ids in replace.groups
     ]
-    return reduce(Or, parts) if parts else AlwaysFalse()
+    return And(source, reduce(Or, parts)) if parts else AlwaysFalse()
 
 
 def _may_hold(table: Any, replace: Replace) -> Iterator[Any]:
@@ -443,14 +453,31 @@ class IcebergTable(LakeTable):
                 self._table = self._load()
             props = self._table.metadata.properties
             if any(props.get(k) != v for k, v in TABLE_PROPERTIES.items()):  # made by an older version
-                with _transaction(self._table) as txn:
+                from pyiceberg.exceptions import CommitFailedException
+
+                # Best effort: another writer setting them at the same moment wins, and the table works
+                # without them until then.
+                with contextlib.suppress(CommitFailedException), _transaction(self._table) as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         if schema is not None:
-            missing = missing_columns([f.name for f in self._table.schema().fields], schema)
-            if missing is not None:
-                with self._table.update_schema() as update:
-                    update.union_by_name(missing)
+            self._add_columns(self._table, schema)
         return self._table
+
+    def _add_columns(self, table: Any, schema: pa.Schema) -> None:
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in range(CONFLICT_ATTEMPTS):
+            missing = missing_columns([f.name for f in table.schema().fields], schema)
+            if missing is None:
+                return
+            try:
+                with table.update_schema() as update:
+                    update.union_by_name(missing)
+                return
+            except CommitFailedException:
+                if attempt == CONFLICT_ATTEMPTS - 1:
+                    raise
+                table.refresh()  # another writer (another source's run) changed the table first
 
     def prepare(self, schema: pa.Schema) -> None:
         with table_lock(self.uri):
@@ -467,7 +494,10 @@ class IcebergTable(LakeTable):
             return True
         with table_lock(self.uri):
             table = self._handle()
-        return next(_may_hold(table, replace), None) is None
+        try:
+            return next(_may_hold(table, replace), None) is None
+        except FileNotFoundError:  # another writer expired the snapshot it holds: unknown, so no
+            return False
 
     def _create(self, schema: pa.Schema) -> Any:
         """The table, made with its partition spec in one catalog commit (a create transaction would
@@ -509,10 +539,12 @@ class IcebergTable(LakeTable):
                 table = self._handle(rows.schema if rows is not None else None)
                 try:
                     return self._commit_once(table, rows, files, replace, checkpoint, ready)
-                except (CommitFailedException, ValidationException):
+                except (CommitFailedException, ValidationException, FileNotFoundError):
                     if attempt == CONFLICT_ATTEMPTS - 1:
                         raise
-                    table.refresh()  # another writer got in between: plan again on its snapshot
+                    # Another writer got in between (its expiry may have deleted the manifests of the
+                    # snapshot we planned on): plan again on its snapshot.
+                    table.refresh()
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -732,31 +764,58 @@ class IcebergTable(LakeTable):
             return pa.table({})
         return table.scan(row_filter=EqualTo("source", source)).to_arrow()
 
-    def _read(self, params: list[int], start: int, end: int) -> pa.Table:
-        from pyiceberg.expressions import And, GreaterThanOrEqual, In, LessThan
+    def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
+        from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, In, LessThan
 
-        with self._read_lock:
-            if self._reader is None:
-                self._reader = self._load()
-            table = self._reader
         assert self.time_key is not None
         where = And(
+            EqualTo("source", source),
             In("param_id", set(params)),
             GreaterThanOrEqual(self.time_key, _iso(start)),
             LessThan(self.time_key, _iso(end)),
         )
-        return table.scan(row_filter=where).to_arrow()
+        with self._read_lock:
+            if self._reader is None:
+                self._reader = self._load()
+            table = self._reader
+        try:
+            return table.scan(row_filter=where).to_arrow()
+        except FileNotFoundError:
+            # Another writer (another source's run) expired the snapshot read so far: a newer one holds
+            # the same rows of this source outside the run's windows.
+            with self._read_lock:
+                if self._reader is table:
+                    self._reader = self._load()
+                table = self._reader
+            return table.scan(row_filter=where).to_arrow()
 
     # -- upkeep --------------------------------------------------------------------------------------
 
     def _tasks(self, table: Any) -> list[Any]:
         return list(table.scan().plan_files()) if table.current_snapshot() is not None else []
 
-    def day_files(self) -> list[DayFiles]:
+    def _of(self, table: Any, source: str | None) -> Callable[[Any], bool]:
+        """Whether a data file counts for `source`: every file without one; with one, the files whose
+        bounds say they hold that source's rows alone."""
+        if source is None:
+            return lambda data_file: True
+        field = table.schema().find_field("source").field_id
+
+        def text(bounds: dict[int, bytes] | None) -> str | None:
+            value = (bounds or {}).get(field)
+            return value.decode("utf-8", "replace") if value is not None else None
+
+        return lambda data_file: only_of(source, text(data_file.lower_bounds), text(data_file.upper_bounds))
+
+    def day_files(self, source: str | None = None) -> list[DayFiles]:
         if not self.time_key:
             return []
+        table = self._handle()
+        counted = self._of(table, source)
         groups: dict[tuple, list[int]] = {}
-        for task in self._tasks(self._handle()):
+        for task in self._tasks(table):
+            if not counted(task.file):
+                continue
             key = tuple(task.file.partition)
             groups.setdefault(key, []).append(int(task.file.file_size_in_bytes))
         out = []
@@ -765,32 +824,28 @@ class IcebergTable(LakeTable):
             out.append(DayFiles(int(key[0]), tuple(key[1:]), len(sizes), len(small), sum(small)))
         return out
 
-    def _compact(self, days: list[DayFiles]) -> int:
-        """Each partition's small files rewritten into as few as the target size allows, all in one
-        overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are held)."""
+    def _compact(self, days: list[DayFiles], source: str) -> int:
+        """Each partition's small files of the source rewritten into as few as the target size allows,
+        all in one overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are
+        held)."""
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
         from pyiceberg.table.snapshots import Operation
 
         table = self._handle()
+        counted = self._of(table, source)
         wanted = {(d.day, *d.key) for d in days}
         groups: dict[tuple, list[Any]] = {}
         for task in self._tasks(table):
             key = tuple(task.file.partition)
-            if key in wanted and task.file.file_size_in_bytes < SMALL_FILE:
+            if key in wanted and task.file.file_size_in_bytes < SMALL_FILE and counted(task.file):
                 groups.setdefault(key, []).append(task)
         schema = table.metadata.schema()
         removed, written = [], []
         try:
             for tasks in groups.values():
-                picked: list[Any] = []
-                size = 0
-                for task in sorted(tasks, key=lambda t: t.file.file_size_in_bytes):
-                    if size + task.file.file_size_in_bytes > COMPACT_BYTES and len(picked) > 1:
-                        break
-                    picked.append(task)
-                    size += task.file.file_size_in_bytes
-                if len(picked) < 2:
+                picked = [tasks[i] for i in to_merge([t.file.file_size_in_bytes for t in tasks])]
+                if not picked:
                     continue
                 rows = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table(picked)
                 assert self.time_key is not None
@@ -815,6 +870,10 @@ class IcebergTable(LakeTable):
             raise
         self._forget(table, expired)
         return len(removed)
+
+    def _refresh(self) -> None:
+        if self._table is not None:
+            self._table.refresh()
 
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
         table = self._handle()

@@ -82,7 +82,8 @@ class LakeSlabWriter:
                     quality, days = self._quality(pa.ipc.open_file(mapped).read_all(), windows)
             files: tuple = ()
             nbytes = os.path.getsize(self._path)
-            if self.remote or (nbytes >= EAGER_BYTES and self.table.holds_none_of(Replace.of(windows))):
+            replace = Replace.of(self.layout.source, windows)
+            if self.remote or (nbytes >= EAGER_BYTES and self.table.holds_none_of(replace)):
                 with pa.memory_map(self._path) as mapped:
                     rows = pa.ipc.open_file(mapped).read_all()
                     if not self.remote:  # a Dask run's coordinator made the tables before
@@ -115,7 +116,8 @@ class LakeSlabWriter:
 
     def _quality(self, rows: pa.Table, windows: Windows) -> tuple[pa.Table, Windows]:
         """The quality rows of the slab's parameter-days, from every raw row of each: the fetched ones,
-        and those the table keeps outside the windows (read only when a window misses part of its day)."""
+        and those of this source the table keeps outside the windows (read only when a window misses part
+        of its day)."""
         assert self.quality is not None
         _, tracker = self.quality
         ranges = Ranges.of(windows)
@@ -125,7 +127,7 @@ class LakeSlabWriter:
         schema = SCHEMAS[Series.RAW]
         parts = [_as_schema(rows, schema)]
         if partial:
-            kept = _as_schema(self.table.read(partial, day, day + DAY_MS), schema)
+            kept = _as_schema(self.table.read(self.layout.source, partial, day, day + DAY_MS), schema)
             parts.append(kept.filter(pa.array(~ranges.mask(kept))))
         every = pa.concat_tables(parts)
         every = every.take(pc.sort_indices(every, [("param_id", "ascending"), ("ts", "ascending")]))
