@@ -135,6 +135,8 @@ def summary_text(summary: dict) -> str:
         f"  requests    {summary['requests']}    retries {summary['retries']}    re-sign-ins {summary['relogins']}"
         f"    splits {summary['splits']}    continuations {summary['continuations']}"
     )
+    if line := capacity_text(summary.get("capacity")):
+        lines.append("  capacity    " + line)
     quality = summary.get("quality") or {}
     if quality.get("rows"):
         lowest = quality.get("lowest_completeness")
@@ -148,6 +150,22 @@ def summary_text(summary: dict) -> str:
         lines.append(f"  failed      {summary['failed_window_count']} windows (see the run summary JSON)")
     lines.append(f"  output      {summary['output']}")
     return "\n".join(line for line in lines if line)
+
+
+def capacity_text(capacity: dict | None) -> str:
+    """The limit on requests in flight and what the answers took, in one line (empty: nothing sent)."""
+    if not capacity or capacity["concurrency"]["max"] is None:
+        return ""
+    used, latency = capacity["concurrency"], capacity["latency_ms"]
+    setting = (
+        f"auto (at most {capacity['max']})"
+        if capacity["setting"] == "auto"
+        else f"fixed {capacity['setting']}"
+    )
+    return (
+        f"concurrency {setting}: {used['min']}..{used['max']}, median {used['median']}    "
+        f"latency baseline {latency['baseline']} ms, p95 {latency['p95']} ms    refused {capacity['refused']}"
+    )
 
 
 def plan_text(summary: dict) -> str:
