@@ -218,6 +218,22 @@ _rate = click.FloatRange(0, 1)
     type=click.IntRange(1),
     help="A count above N answers 400 (default: counts above 100000 are served as 100000).",
 )
+@click.option(
+    "--capacity",
+    type=click.IntRange(1),
+    help="Workers: at most N requests served at once, the others wait in a queue (default: no bound).",
+)
+@click.option(
+    "--service-time",
+    default=0.0,
+    type=click.FloatRange(0),
+    help="Seconds a worker is busy with each request (its time in the server without a queue).",
+)
+@click.option(
+    "--queue-max",
+    type=click.IntRange(0),
+    help="With --capacity: past N requests waiting for a worker, answer 503 at once (default: no bound).",
+)
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(
     "--lateness",
@@ -257,7 +273,7 @@ def serve(
 
     \b
     Logins: demo/demo sees every object, restricted/restricted the odd ids.
-    Control API (no sign-in): /_emulator/health, requests, faults, clock, commands.
+    Control API (no sign-in): /_emulator/health, requests, faults (capacity too), clock, commands.
     """
     import uvicorn
 
