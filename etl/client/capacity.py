@@ -17,7 +17,9 @@ mean time), and:
 - a 429, a 503 or a timeout halves it, once for the requests that were in flight together.
 
 Latency alone is no queue: over a 50 ms link the ratio stays near 1 whatever the limit, and the limit
-grows. The baseline is the fastest round seen, measured again now and then (`REMEASURE` seconds, and after
+grows. A difference the answers' own spread explains (two standard errors, the spread as the baseline's
+round saw it) is no queue either. The baseline is the first round's mean, or a later round's when that is
+faster beyond the spread, measured again now and then (`REMEASURE` seconds, and after
 `SUSPECT_CUTS` cuts in a row, which a true queue never needs): the limit is halved for one round, so that
 nothing of ours waits, and that round's time becomes the baseline, up or down. Without that a baseline
 taken on a quiet server would read every later slowdown of the path as a queue, and one taken while we
@@ -29,10 +31,13 @@ what came back (`succeeded`, `dropped`). Times are the caller's clock (seconds):
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 AUTO_START = 4  # requests in flight a learned limit starts from
 AUTO_MAX = 64  # the default of extract.max_concurrency
@@ -262,9 +267,11 @@ class LearnedLimit:
             return
         limit, rtt, in_flight = self.limit, done.seconds, done.in_flight
         # What the answers' own spread (as the baseline's round saw it, without a queue) could explain is
-        # no queue: at least this much waits.
-        floor = self.baseline + NOISE_Z * self._spread * math.sqrt(1 / self._measured + 1 / done.count)
-        queue = max(0.0, in_flight * (1 - floor / rtt))
+        # no queue: at least this much waits. A round faster than that is the new baseline.
+        noise = NOISE_Z * self._spread * math.sqrt(1 / self._measured + 1 / done.count)
+        if rtt < self.baseline - noise:
+            self.baseline, self._spread, self._measured = rtt, done.spread, done.count
+        queue = max(0.0, in_flight * (1 - (self.baseline + noise) / rtt))
         grow, cut = queue_band(limit)
         if queue > cut:
             self._cuts += 1
@@ -303,7 +310,15 @@ class LearnedLimit:
         self._step, self._calm, self._wait = 1.0, 0, CALM_ROUNDS << self._backoff
 
     def _set(self, limit: float, now: float) -> None:
+        before = self.current
         self.limit = max(1.0, min(float(self.maximum), limit))
+        if self.current != before and log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "requests in flight at most: %d -> %d (latency baseline %s)",
+                before,
+                self.current,
+                self.baseline,
+            )
         self.figures.final = self.current
         self.figures.baseline = self.baseline
         self._rounds.restart(now)
