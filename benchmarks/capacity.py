@@ -39,14 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
-import yaml
+from foreign import PER_OBJECT, START, objects_for, session_cookie, write_config
 from servers.record import record
 
 from etl.timeutil import DAY_MS, iso, to_ms
 from harness import HERE, PY, Emulator, environment, free_port, run_child
 
-START = "2026-11-01T00:00:00Z"
-PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
 SERVICE = 0.2
 CONTENDERS = {"auto": "auto", "fixed 16": 16}
 
@@ -92,26 +90,9 @@ class Row:
     refused_share: float
     failed_windows: int
     peak_rss_mb: float
+    status: str = "ok"  # the run's: "failed" when a window's retries gave up (exit 5)
     capacity: dict = field(default_factory=dict)  # the run summary's
     after_change: dict | None = None
-
-
-def objects_for(parameters: int) -> int:
-    return max(1, parameters // sum(PER_OBJECT))
-
-
-def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: int | str) -> Path:
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "source": {"base_url": base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
-                "window": {"start": START, "end": iso(to_ms(START) + days * DAY_MS)},
-                "extract": {"concurrency": concurrency},
-                "sink": {"path": str(out)},
-            }
-        )
-    )
-    return path
 
 
 def emulator_args(s: Scenario, log: Path | None = None) -> list[str]:
@@ -156,8 +137,10 @@ def served(entries: list[dict], since_ms: float | None = None) -> tuple[float, i
 
 
 def etl_once(config: Path, out: Path) -> tuple[dict, dict]:
+    """One `etl run --json`: its summary, whatever the outcome, and its process's figures."""
     shutil.rmtree(out, ignore_errors=True)
-    return run_child([PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"], cwd=out.parent)
+    cmd = [PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"]
+    return run_child(cmd, cwd=out.parent, check=False)
 
 
 def run_emulator_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> list[Row]:
@@ -221,6 +204,7 @@ def row(
         refused / max(requests, 1),
         summary["failed_window_count"],
         usage["peak_rss_mb"],
+        summary["status"],
         summary.get("capacity") or {},
     )
     if changed and s.capacity:
@@ -253,9 +237,6 @@ def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
             emulator.url, emulator.base_url.removeprefix(emulator.url), log, work / f"rec-{s.name}"
         )
         port = free_port()
-        cookie = httpx.post(
-            emulator.base_url + "/auth/login", params={"username": "demo", "password": "demo"}
-        )
         proc = subprocess.Popen(
             [
                 PY,
@@ -267,7 +248,7 @@ def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
                 "--fallback",
                 emulator.url,
                 "--fallback-cookie",
-                "; ".join(f"{k}={cookie.cookies[k]}" for k in ("SEMSESSIONID", "issToken")),
+                session_cookie(emulator.base_url),
                 "--workers",
                 str(s.capacity),
                 "--service-time",
@@ -301,6 +282,7 @@ def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
                     0.0,
                     summary["failed_window_count"],
                     usage["peak_rss_mb"],
+                    summary["status"],
                     summary.get("capacity") or {},
                 )
             )
@@ -328,7 +310,8 @@ def print_row(r: Row) -> None:
     print(
         f"{r.scenario:<15} {r.contender:<9} {r.seconds:>8.2f} {r.requests:>8} {r.served_per_second:>8.1f} "
         f"{share:>11} {p95s:>10} {r.refused:>5} ({r.refused_share:.1%}) {r.failed_windows:>6} {used:>13} "
-        f"{lat.get('baseline')!s:>8} {lat.get('p95')!s:>7} {r.peak_rss_mb:>6.0f}",
+        f"{lat.get('baseline')!s:>8} {lat.get('p95')!s:>7} {r.peak_rss_mb:>6.0f}"
+        + ("" if r.status == "ok" else f"  run {r.status}: a window's retries gave up"),
         flush=True,
     )
     if r.after_change:
