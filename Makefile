@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast lint emulator docs-config bench bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres proxy
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -140,12 +140,22 @@ bench-tools:
 ## make bench: etl run next to the download ceiling, a naive script and dlt (benchmarks/run.py), then the
 ## small fleet (48 parameters x 7 days) against the emulator, the stdlib's ThreadingHTTPServer and nginx
 ## at 0/10/50 ms, next to the latency bound, wrk, bare httpx and the work floor (benchmarks/foreign.py).
-## BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py; results in
-## benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
+## Then bench-capacity. BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py;
+## results in benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
 bench: $(BENCH_STAMP) bench-tools
 	$(COMPILE)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/foreign.py $(FOREIGN_ARGS)
+	$(BIN)/python benchmarks/capacity.py $(CAPACITY_ARGS)
+
+## make bench-capacity: extract.concurrency auto beside a fixed 16 against servers of limited capacity (the
+## emulator's --capacity, a ThreadingHTTPServer with a worker pool): share of the capacity, p95 time in the
+## server, refusals, and the no-regression runs at 50 ms (benchmarks/capacity.py; about 10 minutes).
+## CAPACITY_ARGS="--scenarios small large"; results in benchmarks/results/capacity.json.
+CAPACITY_ARGS ?=
+bench-capacity: $(STAMP)
+	$(COMPILE)
+	$(BIN)/python benchmarks/capacity.py $(CAPACITY_ARGS)
 
 ## make bench-fleet: one-day runs over 800, 8,000 and 40,000 parameters next to bare httpx replaying the same
 ## requests, at 0/10/50 ms answers, and 1 vs 4 weeks of history at 2,000 parameters (benchmarks/fleet.py);

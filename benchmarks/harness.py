@@ -94,9 +94,10 @@ def tree_cpu_seconds(root: psutil.Process) -> float:
 
 
 def run_child(
-    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None
+    cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None, check: bool = True
 ) -> tuple[dict, dict]:
-    """Run one contender through measure.py: its JSON output, and wall, peak_rss_mb, cpu_seconds."""
+    """Run one contender through measure.py: its JSON output, and wall, peak_rss_mb, cpu_seconds.
+    `check`: a contender that fails raises (else its JSON output is read whatever its exit code)."""
     with tempfile.TemporaryDirectory() as tmp:
         out, err, usage = (Path(tmp) / name for name in ("out", "err", "usage"))
         with out.open("wb") as o, err.open("wb") as e:
@@ -107,7 +108,7 @@ def run_child(
                 env=None if env is None else {**os.environ, **env},
                 cwd=cwd,
             )
-        if code != 0:
+        if code != 0 and check:
             raise RuntimeError(f"{' '.join(cmd[:4])}... exited {code}: {err.read_text().strip()[-2000:]}")
         return json.loads(out.read_text()), json.loads(usage.read_text())
 

@@ -252,12 +252,32 @@ class WindowConfig(Strict):
 class ExtractConfig(Strict):
     """How the series are fetched."""
 
-    concurrency: int = Field(16, ge=1, le=256, description="requests in flight, whole run")
+    concurrency: int | Literal["auto"] = Field(
+        "auto",
+        description="requests in flight, whole run: auto (learned from the server's answers, up to "
+        "max_concurrency) or a number",
+    )
+    max_concurrency: int = Field(64, ge=1, le=256, description="the most requests in flight auto may reach")
+    max_rps: float | None = Field(
+        None, gt=0, description="requests a second at most, whole run (none: no cap)"
+    )
     max_points: int = Field(10_000, ge=2, description="count sent with each request; a full answer is split")
     raw_window: Duration = Field(DAY_MS, description="raw windows; at most 24h, aligned to UTC midnight")
     aggregate_window: Duration = Field(7 * DAY_MS, description="average and candle windows")
     slabs_in_flight: int = Field(2, ge=1, le=16, description="slabs worked on at once")
     batch_windows: int = Field(64, ge=1, le=100_000, description="windows handed to the writer at a time")
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _concurrency(cls, value: Any) -> Any:
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256):
+            return value
+        raise ValueError(f"auto or a whole number of requests from 1 to 256, not {value!r}")
+
+    @property
+    def most_in_flight(self) -> int:
+        """The most requests the run has in flight: the fixed number, or what auto may reach."""
+        return self.max_concurrency if self.concurrency == "auto" else self.concurrency
 
     @model_validator(mode="after")
     def _limits(self) -> ExtractConfig:

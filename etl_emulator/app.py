@@ -30,6 +30,7 @@ from etl_emulator.answers import (
     send_answer,
     send_partial,
 )
+from etl_emulator.capacity import Workers
 from etl_emulator.catalog import Catalog
 from etl_emulator.config import EmulatorConfig
 from etl_emulator.control import PREFIX, ControlApi
@@ -68,8 +69,16 @@ class Emulator:
         )
         self.catalog = Catalog(self.dataset, self.clock, self.plan)
         self.measurements = Measurements(self.dataset, self.clock, self.plan)
+        self.workers = Workers(self.plan)
         self.control = ControlApi(
-            self.dataset, self.clock, self.plan, self.log, self.catalog.runs, self.base_path, config.host
+            self.dataset,
+            self.clock,
+            self.plan,
+            self.log,
+            self.catalog.runs,
+            self.base_path,
+            config.host,
+            on_faults=self.workers.settle,
         )
         self.router = Router(self._routes())
         self._date: tuple[int, bytes] = (-1, b"")  # the Date header of the clock's current second
@@ -191,16 +200,9 @@ class Emulator:
                 await asyncio.sleep(decision.delay)
             answer = self._fault_answer(decision) if decision else None
             if answer is None:
-                call = Call(method, path, query, args, decision=decision)
-                if route.sign_in:
-                    form = await _form_body(scope, receive)
-                    call.form = parse_qs(form.decode("utf-8", "replace"), keep_blank_values=True)
-                    if call.form:
-                        entry["form"] = _loggable(call.form)
-                else:
-                    call.account = self.session_store.check(scope["headers"])
-                result = route.handler(call)
-                answer = result if isinstance(result, Answer) else Answer(result)
+                answer, form = await self._served(
+                    scope, receive, route, args, method, path, query, decision, entry
+                )
         except SessionEnded as ended:
             f = self.plan.faults
             answer = session_end_answer(ended, f.session_end, self.base_path, f.error_body)
@@ -240,6 +242,46 @@ class Emulator:
             await send_partial(send, answer)
         else:
             await send_answer(send, answer, receive)
+
+    async def _served(
+        self,
+        scope: dict,
+        receive: Callable,
+        route: Route,
+        args: tuple,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        decision: Decision | None,
+        entry: dict[str, Any],
+    ) -> tuple[Answer, bytes | None]:
+        """The handler's answer, by one of the server's workers (capacity.py), and a sign-in's form body
+        once read: the time the request spent in the server, waiting for one and served, goes in the log
+        (`server_ms`, `queue_ms`)."""
+        arrived = time.perf_counter()
+        if not await self.workers.enter():
+            entry["fault"] = "shed"
+            entry["server_ms"] = entry["queue_ms"] = 0.0
+            busy = Refusal(503, "server_busy", "too many requests waiting")
+            return refused(busy, self.plan.faults.error_body), None
+        entry["queue_ms"] = round((time.perf_counter() - arrived) * 1000, 2)
+        form: bytes | None = None
+        try:
+            if self.plan.faults.service_time:
+                await asyncio.sleep(self.plan.faults.service_time)
+            call = Call(method, path, query, args, decision=decision)
+            if route.sign_in:
+                form = await _form_body(scope, receive)
+                call.form = parse_qs(form.decode("utf-8", "replace"), keep_blank_values=True)
+                if call.form:
+                    entry["form"] = _loggable(call.form)
+            else:
+                call.account = self.session_store.check(scope["headers"])
+            result = route.handler(call)
+            return (result if isinstance(result, Answer) else Answer(result)), form
+        finally:
+            self.workers.leave()
+            entry["server_ms"] = round((time.perf_counter() - arrived) * 1000, 2)
 
     def _date_header(self) -> bytes:
         """The emulator's clock as an HTTP Date (as an origin server with a clock sends it): clients may

@@ -236,6 +236,22 @@ _rate = click.FloatRange(0, 1)
     SEARCH_ENVELOPES,
     'A page of /search/params: a bare array, {"total", "items"}, Spring\'s Page, or {"data"}.',
 )
+@click.option(
+    "--capacity",
+    type=click.IntRange(1),
+    help="Workers: at most N requests served at once, the others wait in a queue (default: no bound).",
+)
+@click.option(
+    "--service-time",
+    default=0.0,
+    type=click.FloatRange(0),
+    help="Seconds a worker is busy with each request (its time in the server without a queue).",
+)
+@click.option(
+    "--queue-max",
+    type=click.IntRange(0),
+    help="With --capacity: past N requests waiting for a worker, answer 503 at once (default: no bound).",
+)
 @click.option("--fault-seed", default=0, show_default=True, type=int, help="Seed of the fault draws.")
 @click.option(
     "--lateness",
@@ -275,7 +291,7 @@ def serve(
 
     \b
     Logins: demo/demo sees every object, restricted/restricted the odd ids.
-    Control API (no sign-in): /_emulator/health, requests, faults, clock, commands.
+    Control API (no sign-in): /_emulator/health, requests, faults (capacity too), clock, commands.
     """
     import uvicorn
 

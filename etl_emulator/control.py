@@ -60,8 +60,11 @@ class ControlApi:
         runs: list[dict],
         base_path: str,
         host: str = "127.0.0.1",
+        on_faults: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_faults`: told after the faults change (the workers take a new capacity at once)."""
         self.dataset, self.clock, self.plan, self.log, self.runs = dataset, clock, plan, log, runs
+        self.on_faults = on_faults
         self.base_path = base_path
         self.host = host.lower()
 
@@ -107,9 +110,11 @@ class ControlApi:
 
     def _set_faults(self, doc: dict) -> dict:
         try:
-            return self.plan.update(doc).as_dict()
+            faults = self.plan.update(doc)
         except (ValueError, TypeError) as exc:
             raise bad(str(exc)) from None
+        self.on_faults()
+        return faults.as_dict()
 
     def _gaps(self, scope: dict) -> list[dict]:
         """?param=ID&start=MS&end=MS: the parameter's silent spans [start, end) that overlap the window."""

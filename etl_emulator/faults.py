@@ -97,6 +97,11 @@ class Faults:
     type_field: str = "type"  # the field of a parameter record that names its type, see TYPE_FIELDS
     signal_marker: str = "type"  # a signal is marked by its type or a flag, see SIGNAL_MARKERS
     search_envelope: str = "array"  # the body of a page of /search/params, see SEARCH_ENVELOPES
+    # The server's capacity (capacity.py): workers, each busy service_time a request; past queue_max
+    # requests waiting for one, 503. None: no bound.
+    capacity: int | None = None
+    service_time: float = 0.0
+    queue_max: int | None = None
 
     def __post_init__(self) -> None:
         self.session_end = str(self.session_end)
@@ -111,19 +116,27 @@ class Faults:
         ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        for name, optional in (
-            ("max_count", True),
-            ("count_default", False),
-            ("count_reject_over", True),
-            ("bomb_mb", False),
+        for name, optional, least in (
+            ("max_count", True, 1),
+            ("count_default", False, 1),
+            ("count_reject_over", True, 1),
+            ("bomb_mb", False, 1),
+            ("capacity", True, 1),
+            ("queue_max", True, 0),
         ):
             value = getattr(self, name)
             if value is None and optional:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(
-                    f"{name} must be an integer of at least 1" + (" or null" if optional else "")
+                    f"{name} must be an integer of at least {least}" + (" or null" if optional else "")
                 )
+        if (
+            isinstance(self.service_time, bool)
+            or not isinstance(self.service_time, int | float)
+            or self.service_time < 0
+        ):
+            raise ValueError("service_time must be a number of seconds, at least 0")
         for name, known in (("hostile", HOSTILE_KINDS), ("odd_records", RECORD_KINDS)):
             kinds = getattr(self, name)
             kinds = tuple(k for k in kinds.split(",") if k) if isinstance(kinds, str) else tuple(kinds)

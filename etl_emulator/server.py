@@ -41,7 +41,8 @@ class EmulatorControl:
         return self._call("GET", "/health")
 
     def requests(self) -> list[dict]:
-        """The request log: ts, method, path, query (no password), status, param_id, interval_ms, fault."""
+        """The request log: ts, method, path, query (no password), status, param_id, interval_ms, fault,
+        queue_ms and server_ms (the time it waited for a worker, and in the server in all)."""
         return self._call("GET", "/requests")
 
     def clear_requests(self) -> None:
@@ -53,6 +54,11 @@ class EmulatorControl:
     def set_faults(self, reset: bool = False, **changes: Any) -> dict:
         """Change the given fault settings (see Faults); reset=True first clears every fault."""
         return self._call("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
+
+    def set_capacity(self, capacity: int | None, **settings: Any) -> dict:
+        """Serve with `capacity` workers from now on (None: no bound); `settings`: service_time,
+        queue_max. The requests that wait take freed workers at once."""
+        return self.set_faults(capacity=capacity, **settings)
 
     def gaps(self, param_id: int, start_ms: int, end_ms: int) -> list[dict]:
         """The parameter's silent spans ({"start", "end"}, end excluded) overlapping the window."""

@@ -4,7 +4,9 @@ per connection, HTTP/1.1 keep-alive, TCP_NODELAY, one process) replaying a recor
     python benchmarks/servers/threaded.py --root DIR --port PORT [--latency 0.01] [--fallback URL]
 
 Each request waits `--latency` seconds (time.sleep in its thread), then gets the recorded body, read
-from its file. Sign-in is answered with the recorded user and two session cookies; no cookie is checked
+from its file. `--workers C --service-time T`: a pool of C workers each busy T seconds a request, the
+others waiting for one (a semaphore): a server of limited capacity; each request's time in the server
+(waiting and served, after the latency) is kept for `GET /_bench/stats` (`server_ms`, its p95). Sign-in is answered with the recorded user and two session cookies; no cookie is checked
 afterwards. A request the recording lacks is passed to `--fallback` (the emulator) and counted.
 `GET /_bench/stats` gives the counts; `PUT /_bench/latency?seconds=S` changes the latency.
 Standard library only.
@@ -36,6 +38,9 @@ class State:
         self.served = self.misses = 0
         self.fallback_cookie = ""  # a session of the fallback's own (the client's cookie is ours)
         self.lock = threading.Lock()
+        self.workers: threading.Semaphore | None = None
+        self.service_time = 0.0
+        self.server_ms: list[float] = []  # each served request's time in the server
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -76,6 +81,17 @@ class Handler(BaseHTTPRequestHandler):
             return self._control(path, query)
         if state.latency:
             time.sleep(state.latency)
+        if state.workers is None:
+            return self._answer_recorded(path, query)
+        arrived = time.perf_counter()
+        with state.workers:
+            time.sleep(state.service_time)
+            self._answer_recorded(path, query)
+        with state.lock:
+            state.server_ms.append((time.perf_counter() - arrived) * 1000)
+
+    def _answer_recorded(self, path: str, query: str) -> None:
+        state = self.state
         if path.endswith("/auth/login"):
             return self._answer(200, state.login, tuple(("Set-Cookie", c) for c in COOKIES))
         try:
@@ -107,9 +123,23 @@ class Handler(BaseHTTPRequestHandler):
             state.latency = float(parse_qs(query)["seconds"][0])
         elif path == "/_bench/nothing":
             return self._answer(204, b"")
+        elif path == "/_bench/reset":
+            with state.lock:
+                state.server_ms = []
+        with state.lock:
+            times = sorted(state.server_ms)
+        p95 = times[min(len(times) - 1, int(0.95 * len(times)))] if times else None
         self._answer(
             200,
-            json.dumps({"served": state.served, "misses": state.misses, "latency": state.latency}).encode(),
+            json.dumps(
+                {
+                    "served": state.served,
+                    "misses": state.misses,
+                    "latency": state.latency,
+                    "timed": len(times),
+                    "server_ms_p95": p95,
+                }
+            ).encode(),
         )
 
     do_GET = do_POST = do_PUT = _serve
@@ -122,9 +152,14 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.0)
     parser.add_argument("--fallback", help="scheme://host:port asked for what the recording lacks")
     parser.add_argument("--fallback-cookie", default="", help="the Cookie header of a session there")
+    parser.add_argument("--workers", type=int, help="at most this many requests served at once")
+    parser.add_argument("--service-time", type=float, default=0.0, help="seconds a worker spends a request")
     args = parser.parse_args()
     Handler.state = State(args.root, args.latency, args.fallback)
     Handler.state.fallback_cookie = args.fallback_cookie
+    if args.workers:
+        Handler.state.workers = threading.Semaphore(args.workers)
+        Handler.state.service_time = args.service_time
     ThreadingHTTPServer.request_queue_size = 128  # 16 connections opened at once must not overflow it
     ThreadingHTTPServer.daemon_threads = True
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)

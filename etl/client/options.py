@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from etl.client.auth import SignIn
+from etl.client.capacity import AUTO_START, Share
 from etl.client.retry import RetryPolicy
 from etl.config import Config, SourceConfig
 from etl.errors import ConfigError
@@ -33,7 +34,9 @@ class ClientOptions:
     `sign_in`: the credentials go to /auth/login as the document's query parameters ("query") or as a
     form-encoded body ("form"). `timeout` bounds each connect and read, `request_timeout` a whole exchange
     (seconds; None: no bound); an answer over `max_answer_bytes` (on the wire or decompressed) is refused.
-    `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight, `verify` is the
+    `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight: always that many
+    may fly, or (`auto_concurrency`) a limit learned from the answers, from `start_in_flight` up to it
+    (etl/client/capacity.py); `max_rps` caps the requests a second (None: no cap). `verify` is the
     TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes.
     `proxy`: the forward proxy of every request (None: the environment's, client/routes.py);
     `http_transport`: etl's own HTTP/1.1 transport or httpx's."""
@@ -44,6 +47,9 @@ class ClientOptions:
     max_answer_bytes: int = 32 * 1024**2
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_in_flight: int = 16
+    auto_concurrency: bool = False
+    start_in_flight: int = AUTO_START
+    max_rps: float | None = None
     verify: bool | ssl.SSLContext = True
     on_answer: AnswerHook | None = None
     proxy: str | None = None
@@ -60,11 +66,17 @@ class ClientOptions:
             request_timeout=source.request_timeout,
             max_answer_bytes=int(source.max_answer_mb * 1024**2),
             retry=RetryPolicy(**config.retry.model_dump()),
-            max_in_flight=config.extract.concurrency,
+            max_in_flight=config.extract.most_in_flight,
+            auto_concurrency=config.extract.concurrency == "auto",
+            max_rps=config.extract.max_rps,
             verify=trust(source),
             proxy=source.proxy,
             http_transport=source.transport,
         )
+
+    def shared(self, share: Share) -> ClientOptions:
+        """These options for one of the clients that share a source's limit (a Dask task)."""
+        return replace(self, max_in_flight=share.maximum, start_in_flight=share.start)
 
     @property
     def limits(self) -> httpx.Limits:

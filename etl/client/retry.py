@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from etl.client.capacity import CapacityFigures
 from etl.errors import EtlError, RetriesExhausted
 from etl.support import redact
 
@@ -55,6 +56,7 @@ class ClientStats:
     relogins: int = 0  # sign-ins after a session ended
     throttled_seconds: float = 0.0
     bytes_received: int = 0
+    capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/capacity.py)
 
     def add(self, other: ClientStats) -> None:
         """Fold in the counts of another client (one per Dask task)."""
@@ -63,6 +65,7 @@ class ClientStats:
         self.relogins += other.relogins
         self.throttled_seconds += other.throttled_seconds
         self.bytes_received += other.bytes_received
+        self.capacity.add(other.capacity)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class ClientStats:
             "relogins": self.relogins,
             "throttled_seconds": round(self.throttled_seconds, 3),
             "bytes_received": self.bytes_received,
+            "capacity": self.capacity.as_dict(),
         }
 
 

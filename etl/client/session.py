@@ -19,9 +19,11 @@ from contextvars import ContextVar
 from typing import Any
 
 import httpx
+from aiolimiter import AsyncLimiter
 
 from etl.client import classify, routes
 from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
+from etl.client.capacity import Limit, make_limit
 from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
@@ -33,11 +35,11 @@ from etl.errors import InvalidResponse, NetworkError, ServerError
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
 
 
-_SENT = "etl.sent"  # request extension: when it went on the wire (perf_counter), for `options.on_answer`
-
-
-async def _stamp(request: httpx.Request) -> None:
-    request.extensions[_SENT] = time.perf_counter()
+_SENT = (
+    "etl.sent"  # request extension: when it went on the wire (perf_counter), for the limit and `on_answer`
+)
+# Answers that refuse a request for the server's load: the limit is cut (a timeout cuts it too).
+_LOAD_STATUSES = frozenset({429, 503})
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
@@ -105,9 +107,14 @@ class Session:
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
         self.auth = SessionAuth(self.base_url, username, password, self.stats, options.sign_in)
-        self.max_in_flight = options.max_in_flight
+        # What admits requests (the senders), and nothing else: fixed, or learned from the answers.
+        self.limit: Limit = make_limit(
+            options.auto_concurrency, options.max_in_flight, options.start_in_flight, self.stats.capacity
+        )
+        self._rate = None if options.max_rps is None else AsyncLimiter(1, 1 / options.max_rps)
         self._queue: deque[_Job] = deque()
         self._senders: set[asyncio.Task[None]] = set()
+        self._on_wire = 0  # exchanges under way
         carriers = (
             routes.transports(options)
             if transport is None
@@ -126,9 +133,14 @@ class Session:
             event_hooks=(
                 {"request": [self._on_the_wire]}
                 if options.on_answer is None
-                else {"request": [self._on_the_wire, _stamp], "response": [self._answered]}
+                else {"request": [self._on_the_wire], "response": [self._answered]}
             ),
         )
+
+    @property
+    def max_in_flight(self) -> int:
+        """The requests that may be on the wire at once now."""
+        return self.limit.current
 
     @property
     def user(self) -> User | None:
@@ -223,11 +235,17 @@ class Session:
             raise type(exc)(f"{method} {path}: {exc}") from None
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
-        """Every request, sign-ins and resends of the auth flow included: counted, and held while a 429
-        pauses the client (the request's own deadline starts again after that wait)."""
-        if await self.gate.wait() and (deadline := _DEADLINE.get()) is not None:
+        """Every request, sign-ins and resends of the auth flow included: held while a 429 pauses the
+        client and within `max_rps` (the request's own deadline starts again after those waits), counted,
+        and stamped with the time it goes."""
+        waited = await self.gate.wait()
+        if self._rate is not None:
+            waited = not self._rate.has_capacity() or waited
+            await self._rate.acquire()
+        if waited and (deadline := _DEADLINE.get()) is not None:
             deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
+        request.extensions[_SENT] = time.perf_counter()
 
     async def _answered(self, response: httpx.Response) -> None:
         """Every answer (its body already read by the transport), timed for `options.on_answer`."""
@@ -235,15 +253,16 @@ class Session:
         self.options.on_answer(response.request, time.perf_counter() - response.request.extensions[_SENT])
 
     async def _send(self, request: httpx.Request) -> httpx.Response:
-        """The answer to `request`, sent by one of at most `max_in_flight` senders (tasks that live while
-        requests wait). A sender that gets an answer sends the next waiting request in the same step of
+        """The answer to `request`, sent by one of at most `limit.current` senders (tasks that live while
+        requests wait; one over the limit when it falls ends after its exchange, and more start when it
+        grows). A sender that gets an answer sends the next waiting request in the same step of
         the event loop, before the task that asked for the answer handles it. Answers that come together
         (after the same latency) thus send the next requests first and are handled while those are on
         the wire; behind a semaphore, each next request waited for the handling of every answer of the
         burst."""
         job = _Job(request)
         self._queue.append(job)
-        if len(self._senders) < self.max_in_flight:
+        if len(self._senders) < self.limit.current:
             self._senders.add(asyncio.ensure_future(self._sender()))
         try:
             return await job.answer
@@ -265,7 +284,7 @@ class Session:
         me = asyncio.current_task()
         assert me is not None
         try:
-            while self._queue:
+            while self._queue and len(self._senders) <= self.limit.current:
                 job = self._queue.popleft()
                 if job.abandoned:
                     continue
@@ -287,16 +306,33 @@ class Session:
                         job.answer.set_result(response)
                 finally:
                     job.sender = None
+                for _ in range(min(len(self._queue) - 1, self.limit.current - len(self._senders))):
+                    self._senders.add(asyncio.ensure_future(self._sender()))  # the limit grew
         finally:
             # At once, not in a done callback: a request queued meanwhile must see the room it leaves.
             self._senders.discard(me)
 
     async def _exchange(self, request: httpx.Request) -> httpx.Response:
-        """One request on the wire: after the 429 gate, within `request_timeout`."""
+        """One request on the wire: after the 429 gate, within `request_timeout`; what it took and how it
+        ended told to the limit."""
         await self.gate.wait()
-        async with asyncio.timeout(self.request_timeout) as deadline:
-            _DEADLINE.set(deadline if self.request_timeout else None)  # this sender's own context
-            response = await self._http.send(request)
+        self._on_wire += 1
+        in_flight, started = self._on_wire, time.perf_counter()
+        try:
+            async with asyncio.timeout(self.request_timeout) as deadline:
+                _DEADLINE.set(deadline if self.request_timeout else None)  # this sender's own context
+                response = await self._http.send(request)
+        except (TimeoutError, httpx.TimeoutException):
+            sent = request.extensions.get(_SENT, started)
+            self.limit.dropped(sent, time.perf_counter() - sent, False)
+            raise
+        finally:
+            self._on_wire -= 1
+        sent = response.request.extensions.get(_SENT, started)  # the last request of an auth flow
+        if response.status_code in _LOAD_STATUSES:
+            self.limit.dropped(sent, time.perf_counter() - sent, True)
+        elif response.status_code < 300:
+            self.limit.succeeded(sent, time.perf_counter() - sent, in_flight)
         self.stats.bytes_received += len(response.content)
         # An httpx Response and its (consumed) stream refer to each other, so only the cyclic GC would
         # free the answer and its body; a run makes too few objects for that to come often, and the

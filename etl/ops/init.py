@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from etl.client.capacity import AUTO_START
 from etl.config import parse_config
 from etl.model import slug
 from etl.ops.findings import Finding, ok, warn
@@ -113,7 +114,9 @@ def report(found: Findings) -> list[Finding]:
     lines.append(
         ok(
             "latency",
-            f"median {found.latency_ms} ms: extract.concurrency {found.suggested_concurrency}",
+            f"median {found.latency_ms} ms: extract.concurrency auto starts at {AUTO_START} requests in flight "
+            f"and learns the server's capacity from there (a fixed number that hides this latency: "
+            f"{found.suggested_concurrency})",
         )
     )
     lines.append(ok("session_end", f"a call without a live session is answered {found.session_end}"))
@@ -183,8 +186,9 @@ def render(found: Findings, choices: Choices) -> str:
         "  end: now",
         "  late_max: 7d  # points that reach the platform late are fetched up to this long after their stamps",
         "extract:",
-        f"  concurrency: {found.suggested_concurrency}  # requests in flight; the median answer took "
-        f"{found.latency_ms} ms",
+        f"  concurrency: auto  # requests in flight, learned from each answer's latency: from {AUTO_START} up "
+        f"to max_concurrency; the median answer took {found.latency_ms} ms (a fixed number: "
+        f"{found.suggested_concurrency})",
         f"  max_points: {points}  # the count each request sends ({count_note})",
         "sink:",
         "  format: parquet  # or csv, delta, iceberg",

@@ -303,7 +303,7 @@ class Coordinator:
         if scheduler is None:
             yield local_executor(client, self.build, self.stop)
         else:
-            async with dask_executor(scheduler) as executor:
+            async with dask_executor(scheduler, self.build.client_options) as executor:
                 yield executor
 
     async def _dimensions(

@@ -11,13 +11,15 @@ they fetched and are committed, on the cluster too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from etl.client import MonitoringClient
+from etl.client import ClientOptions, MonitoringClient
+from etl.client.capacity import Share
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
 from etl.pipeline.slab import FetchFlow, SlabJob, SlabResult, process_slab, run_slab
@@ -41,17 +43,19 @@ class Executor:
     in_flight: int  # slabs admitted at once, whatever their size
     run_job: RunJob
     remote: bool = False  # jobs run in other processes, maybe on other machines
-    # More slabs are admitted while fewer than `queue` of the admitted windows wait for or hold a request
-    # slot, and fewer than `hold` are fetched (or being fetched) and not yet written. 0: no more.
-    queue: int = 0
-    hold: int = 0
+    # More slabs are admitted while fewer than twice the requests that may fly now (`slots()`: the
+    # client's limit, which moves when it is learned) of the admitted windows wait for or hold a request
+    # slot, and fewer than four times as many (`hold_min` at least) are fetched (or being fetched) and
+    # not yet written. 0 slots: no more.
+    slots: Callable[[], int] = lambda: 0
+    hold_min: int = 0
     ahead: int = 0  # windows a slab fetches ahead of its writer at most (what admitting it reserves)
 
 
 class _Admission:
     """Slabs in flight: at least `in_flight` of them, and more whenever the admitted slabs' windows run
-    short of requests to send, so that `extract.concurrency` requests stay in flight whatever a slab's
-    size. A slab counts by what it still has to fetch, not by its size: one whose windows are all
+    short of requests to send, so that as many requests as the client's limit allows stay in flight
+    whatever a slab's size. A slab counts by what it still has to fetch, not by its size: one whose windows are all
     fetched (writing its files, committing its checkpoint) makes room for the next at once. `hold`
     bounds the windows fetched and not yet written (memory), `MAX_SLABS` the open files."""
 
@@ -64,9 +68,10 @@ class _Admission:
 
     def _room(self) -> bool:
         e = self.executor
-        return self.slabs < e.in_flight or (
-            self.slabs < MAX_SLABS and self.queued < e.queue and self.held < e.hold
-        )
+        if self.slabs < e.in_flight:
+            return True
+        slots = e.slots()
+        return self.slabs < MAX_SLABS and self.queued < 2 * slots and self.held < max(4 * slots, e.hold_min)
 
     async def enter(self, size: int) -> _Flow:
         while not self._room():
@@ -176,24 +181,29 @@ async def execute(
 
 
 def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) -> Executor:
-    """Slabs share the run's client: one sign-in, one pool, `extract.concurrency` requests in all."""
+    """Slabs share the run's client: one sign-in, one pool, one limit on the requests in flight."""
     extract = build.config.extract
+    limit = client.session.limit
     return Executor(
         "local",
         extract.slabs_in_flight,
         lambda job, flow: process_slab(job, client, build.slab_writer(job.slab, job.decisions), stop, flow),
         # Twice the request slots waiting: a slab's last answers and the next one's first overlap. The
         # data held is what two slabs of a wide fleet hold anyway (each fetches 2 batches ahead).
-        queue=2 * extract.concurrency,
-        hold=max(4 * extract.concurrency, 2 * extract.batch_windows),
+        slots=lambda: limit.current,
+        hold_min=2 * extract.batch_windows,
         ahead=2 * extract.batch_windows,
     )
 
 
 @asynccontextmanager
-async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIterator[Executor]:
+async def dask_executor(
+    address: str, options: ClientOptions, connect_timeout: float = 30.0
+) -> AsyncIterator[Executor]:
     """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
-    rescheduled by Dask and redone from scratch, which rewrites the same files."""
+    rescheduled by Dask and redone from scratch, which rewrites the same files. The source's limit
+    (`options.max_in_flight`) is divided among the worker threads: each task's client gets its share,
+    learned from where the last task to end left its own (`Share`)."""
     require("distributed", "the dask executor")
     from distributed import Client
     from distributed.client import FutureCancelledError
@@ -205,11 +215,19 @@ async def dask_executor(address: str, connect_timeout: float = 30.0) -> AsyncIte
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise NetworkError(f"cannot reach the Dask scheduler at {address}: {reason}") from None
     run = uuid.uuid4().hex[:8]
+    learned: list[int] = []  # the limit the last task to end had reached
 
     async def run_job(job: SlabJob, _flow: FetchFlow) -> SlabResult:
         key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"
+        threads = sum((await client.nthreads()).values())  # workers come and go
+        share = Share.of(options.max_in_flight, threads, learned[-1] if learned else options.start_in_flight)
         try:
-            return await client.submit(run_slab, job, key=key, pure=False)
+            result: SlabResult = await client.submit(
+                run_slab, dataclasses.replace(job, share=share), key=key, pure=False
+            )
+            if result.client is not None and result.client.capacity.final is not None:
+                learned[:] = [result.client.capacity.final]
+            return result
         except EtlError:
             raise
         except (KilledWorker, FutureCancelledError, OSError) as exc:

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client import ClientStats, MonitoringClient
+from etl.client.capacity import Share
 from etl.config import Config
 from etl.errors import EtlError, ExitCode, without_frames
 from etl.model import Series, Shard, Window, Windows, batches
@@ -44,6 +45,7 @@ class SlabJob:
     slab: Slab
     decisions: Decisions
     shard: Shard | None = None
+    share: Share | None = None  # on Dask: the task's part of the source's limit on requests in flight
 
     def __repr__(self) -> str:  # Dask prints task arguments when a task fails: no config in there
         slab = self.slab
@@ -275,7 +277,7 @@ def run_slab(job: SlabJob) -> SlabResult:
 
     async def go() -> SlabResult:
         stats = ClientStats()
-        async with built.client(stats) as client:
+        async with built.client(stats, job.share) as client:
             result = await process_slab(job, client, built.slab_writer(job.slab, job.decisions, remote=True))
         result.client = stats
         return result.detached()

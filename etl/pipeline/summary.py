@@ -15,7 +15,7 @@ from typing import Any
 from etl.client import ClientStats
 from etl.model import Shard
 from etl.pipeline.counts import Counts
-from etl.timeutil import iso
+from etl.timeutil import duration_text, iso
 
 
 @dataclass
@@ -168,6 +168,17 @@ class RunSummary:
                 f"    splits {summary['splits']}    continuations {summary['continuations']}",
             )
         )
+        if line := _capacity_text(summary.get("capacity")):
+            rows.append(("capacity", line))
+        late = self.late
+        if late.points or late.quiet or late.revised:
+            rows.append(
+                (
+                    "late",
+                    f"{late.points} points, the longest {duration_text(late.longest_ms / 1000) or '0s'} after its "
+                    f"stamp    quiet {late.quiet} (past late_max {late.past_late_max})    revised blocks {late.revised}",
+                )
+            )
         if self.quality_rows:
             lowest = self.lowest_completeness
             rows.append(
@@ -204,3 +215,19 @@ class RunSummary:
             for what, figures in self.rows()
         )
         return f"<p><b>{html.escape(self.headline())}</b></p><table>{cells}</table>"
+
+
+def _capacity_text(capacity: dict[str, Any] | None) -> str:
+    """The limit on requests in flight and what the answers took, in one line (empty: nothing sent)."""
+    if not capacity or capacity["concurrency"]["max"] is None:
+        return ""
+    used, latency = capacity["concurrency"], capacity["latency_ms"]
+    setting = (
+        f"auto (at most {capacity['max']})"
+        if capacity["setting"] == "auto"
+        else f"fixed {capacity['setting']}"
+    )
+    return (
+        f"concurrency {setting}: {used['min']}..{used['max']}, median {used['median']}    "
+        f"latency baseline {latency['baseline']} ms, p95 {latency['p95']} ms    refused {capacity['refused']}"
+    )

@@ -209,7 +209,8 @@ def test_written_config_keeps_what_was_found_and_never_the_password(tmp_path):
         "password": "${ETL_PASSWORD}",
         "sign_in": "form",
     }
-    assert data["extract"] == {"concurrency": 32, "max_points": 3000}
+    assert data["extract"] == {"concurrency": "auto", "max_points": 3000}
+    assert "a fixed number: 32" in text
     assert to_ms(data["window"]["start"]) == to_ms(FIRST)
     assert "cut at 3000" in text and "sem-restservices was added" in text
 

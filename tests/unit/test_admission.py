@@ -70,7 +70,7 @@ async def _settle(_run: _Run) -> None:
 
 def test_small_slabs_are_admitted_until_the_request_slots_have_work():
     run = _Run()
-    executor = Executor("t", 2, run.job, queue=32, hold=128, ahead=128)
+    executor = Executor("t", 2, run.job, slots=lambda: 16, hold_min=128, ahead=128)
     done = _execute(run, executor, [_job(3) for _ in range(40)], _settle)
     assert len(done) == 40
     # 2 slabs in flight would give 6 windows to 16 request slots; admission went on to 32 waiting
@@ -79,7 +79,7 @@ def test_small_slabs_are_admitted_until_the_request_slots_have_work():
 
 def test_a_slab_writing_its_files_makes_room_for_the_next():
     run = _Run()
-    executor = Executor("t", 1, run.job, queue=8, hold=64, ahead=64)
+    executor = Executor("t", 1, run.job, slots=lambda: 4, hold_min=64, ahead=64)
 
     async def fetched_then_check(r: _Run) -> None:
         await _settle(r)
@@ -94,7 +94,7 @@ def test_a_slab_writing_its_files_makes_room_for_the_next():
 
 def test_fetched_but_unwritten_windows_bound_the_admission():
     run = _Run()
-    executor = Executor("t", 1, run.job, queue=8, hold=30, ahead=64)
+    executor = Executor("t", 1, run.job, slots=lambda: 4, hold_min=30, ahead=64)
 
     async def check(r: _Run) -> None:
         r.fetch.set()  # every fetch ends at once; nothing is written

@@ -32,8 +32,8 @@ GOOD = (
         ),
         (
             GOOD.replace("sink: {path: out}", "sink: {path: out, colour: red}\nextract: {concurrency: many}"),
-            "config error: 2 problems: sink.colour: unknown key; extract.concurrency: Input should be a valid "
-            "integer",
+            "config error: 2 problems: sink.colour: unknown key; extract.concurrency: auto or a whole number "
+            "of requests from 1 to 256, not 'many'",
         ),
         (
             GOOD.replace("2026-11-01T00:00:00Z", "2026-13-01T00:00:00Z"),

@@ -8,6 +8,7 @@ import asyncio
 import httpx
 
 from etl.client import ClientOptions
+from etl.client.capacity import CapacityFigures
 from etl.client.session import Session
 
 SIGNED_IN = httpx.Response(
@@ -124,3 +125,45 @@ def test_a_request_cancelled_after_its_answer_came_leaves_no_sender_stuck():
 
     log = asyncio.run(go())
     assert log[-2:] == ["sent next", "handled next"]
+
+
+class Settable:
+    """A limit the test moves by hand."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.figures = CapacityFigures()
+
+    @property
+    def current(self) -> int:
+        return self.n
+
+    def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
+        pass
+
+    def dropped(self, sent: float, seconds: float, refused: bool) -> None:
+        pass
+
+
+def test_the_senders_follow_a_limit_that_moves():
+    async def go() -> list[int]:
+        server = Server([])
+        s = session(server, max_in_flight=1)
+        s.limit = limit = Settable(2)
+        tasks = [asyncio.ensure_future(s.call("GET", f"/db/{i}")) for i in range(12)]
+        await asyncio.sleep(0.02)
+        seen = [server.on_wire]
+        limit.n = 5  # grows: the next answer's sender starts the others
+        server.release("0")
+        await asyncio.sleep(0.02)
+        seen.append(server.on_wire)
+        limit.n = 1  # falls: senders over it end after their exchange
+        server.release("1", "2", "3", "4", "5")
+        await asyncio.sleep(0.02)
+        seen.append(server.on_wire)
+        server.release(*(str(i) for i in range(12)))
+        await asyncio.gather(*tasks)
+        await s.aclose()
+        return seen
+
+    assert asyncio.run(go()) == [2, 5, 1]

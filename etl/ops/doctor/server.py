@@ -58,7 +58,7 @@ def compare(config: Config, found: Findings) -> list[Finding]:
                 f"set extract.max_points below {found.count_refused_over}",
             )
         )
-    if extract.concurrency * 2 < found.suggested_concurrency:
+    if extract.concurrency != "auto" and extract.concurrency * 2 < found.suggested_concurrency:
         out.append(
             warn(
                 "server.latency",
