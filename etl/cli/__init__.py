@@ -23,14 +23,6 @@ def main(argv: list[str] | None = None) -> None:
         restore = interrupts.install()
         if argv is None:
             startup.begin()
-            # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
-            # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
-            # program that embeds etl keeps its httpx whole.
-            sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-            # numpy's OpenBLAS starts a worker thread per core that busy-waits for work it will never
-            # get (etl does no linear algebra): 0.1 CPU-s in every process, a tenth of an hourly run.
-            # Read once, when numpy loads; a value the user set is kept.
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from etl.cli.app import run
 
         run(argv)

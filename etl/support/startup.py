@@ -1,16 +1,17 @@
-"""The cyclic garbage collector while the `etl` command loads (etl's own process only, never a program
-that imports etl).
+"""What the `etl` command changes process-wide, in etl's own process only (never in a program that imports
+etl): the cyclic garbage collector while the command loads, and what libraries read once as they load.
 
-Loading a command makes some 60,000 objects that live as long as the process (classes, functions,
-pydantic's and click's tables), and the collector walks them again and again as they pile up: 0.04-0.05
-CPU-s of a run's 0.4 CPU-s of imports, then 25-45 ms for each full collection during the run. So the
-command loads with the collector off, and what it loaded is then frozen out of the collector's sight
-(`gc.freeze`); the run's own objects are collected as usual.
+Loading a command makes tens of thousands of objects that live as long as the process (classes, functions,
+pydantic's and click's tables), which the collector would walk again and again as they pile up, and at each
+full collection during the run. So the command loads with the collector off, and what it loaded is then
+frozen out of the collector's sight (`gc.freeze`); the run's own objects are collected as usual.
 """
 
 from __future__ import annotations
 
 import gc
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,10 +19,16 @@ _own_process = False
 
 
 def begin() -> None:
-    """From the `etl` command's first statement, until `loaded()`."""
+    """From the `etl` command's first statement, in etl's own process; the collector is off until `loaded()`."""
     global _own_process
     _own_process = True
     gc.disable()
+    # httpx imports its own command-line tool (rich, pygments) when it loads, and falls back to a stub when
+    # that import fails; no etl command runs it.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    # numpy's OpenBLAS starts a worker thread per core that busy-waits for work it will never get (etl does
+    # no linear algebra). Read once, when numpy loads; a value the user set is kept.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def loaded() -> None:
