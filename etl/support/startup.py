@@ -29,6 +29,15 @@ def begin() -> None:
     # numpy's OpenBLAS starts a worker thread per core that busy-waits for work it will never get (etl does
     # no linear algebra). Read once, when numpy loads; a value the user set is kept.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # Arrow's C++ default pool (mimalloc) keeps freed pages in an arena of its own that no later phase of a
+    # run gets back; the system allocator gives them back (support/allocator.py). Read once, when Arrow first
+    # allocates: pyarrow is not loaded yet.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+
+def own_process() -> bool:
+    """Whether this process is the `etl` command's own (`begin` was called)."""
+    return _own_process
 
 
 def loaded() -> None:
