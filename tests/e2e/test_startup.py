@@ -5,10 +5,10 @@ OpenBLAS on one thread, Arrow on the system allocator and the collector frozen o
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from tests.support.cli import environment
 from tests.support.configs import config_dict, write_config
 
 WATCH = """
@@ -53,7 +53,7 @@ except SystemExit as exc:
 print("GC", gc.isenabled(), gc.get_freeze_count(), os.environ.get("OPENBLAS_NUM_THREADS"))
 print("ARROW", os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pool, pa.default_memory_pool().backend_name)
 """
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "ARROW_DEFAULT_MEMORY_POOL")}
+    env = environment(None, {name: None for name in ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS")})
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     collector, arrow = done.stdout.splitlines()[-2:]
