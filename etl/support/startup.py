@@ -35,6 +35,28 @@ def begin() -> None:
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
+def started_as_etl() -> bool:
+    """Whether the interpreter was started as the `etl` command (`python [options] -m etl`, or a script that
+    is sys.argv[0]: the console script) rather than for a program that runs the command in turn (a
+    profiler, runpy, `-c`), read from the interpreter's own arguments."""
+    args = iter(sys.orig_argv[1:])
+    for arg in args:
+        if arg == "--check-hash-based-pycs":
+            next(args, None)
+        elif arg in ("-", "--") or arg.startswith("--"):
+            return False
+        elif not arg.startswith("-"):
+            return arg == sys.argv[0]
+        else:  # short options, several to an argument; -c, -m, -W and -X take a value
+            for at, flag in enumerate(arg[1:], start=2):
+                if flag in "cmWX":
+                    value = arg[at:] or next(args, "")
+                    if flag in "cm":
+                        return flag == "m" and value == "etl"
+                    break
+    return False
+
+
 def own_process() -> bool:
     """Whether this process is the `etl` command's own (`begin` was called)."""
     return _own_process
