@@ -51,13 +51,14 @@ def test_a_notebook_runs_then_reads_named_rows_with_utc_stamps(emulator, tmp_pat
 
 
 # A notebook's settings that only etl's own command may change (tests/e2e/test_startup.py): its environment
-# (ARROW_DEFAULT_MEMORY_POOL...), its warnings filters and pyarrow's memory pool. Taken once it has imported
+# (ARROW_DEFAULT_MEMORY_POOL...), its warnings filters, signal handlers, collector and pyarrow's memory pool. Taken once it has imported
 # what it uses with etl (numpy adds warnings filters of its own as it loads).
 SETTINGS = """
-import os, sys, warnings
+import gc, os, signal, sys, warnings
 import duckdb, numpy, pandas, pyarrow
 def settings():
-    return dict(os.environ), list(warnings.filters), pyarrow.default_memory_pool().backend_name
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    return dict(os.environ), list(warnings.filters), handlers, gc.isenabled(), pyarrow.default_memory_pool().backend_name
 before = settings()
 """
 
@@ -97,7 +98,7 @@ def test_a_run_leaves_the_programs_settings_alone_unless_asked(emulator, tmp_pat
         "before = settings()\n"
         "import etl\n"
         f"assert etl.run({config!r}).status == 'ok'\n"
-        "print(settings() == before, before[2])\n"
+        "print(settings() == before, before[-1])\n"
         f"etl.run({config!r}, tune_memory=True)\n"
         "print(pyarrow.default_memory_pool().backend_name)\n"
     )
