@@ -73,7 +73,7 @@ def main() -> None:
         }
         print(json.dumps(doc), file=sys.stderr, flush=True)
 
-    # The etl command ends its process itself once done (os._exit after the atexit handlers).
+    # At exit, however the command ends the process (etl/cli/app.py runs the atexit handlers before os._exit).
     atexit.register(report)
     sys.argv = ["etl", *[a for a in args.etl if a != "--"]]
     runpy.run_module("etl", run_name="__main__")

@@ -15,16 +15,9 @@ Jupyter it shows as its one line; `etl.debug()` shows the traceback too.
 
 from __future__ import annotations
 
-import os
-
 # Not `from typing import TYPE_CHECKING`: this module is the first the `etl` command loads, and a Ctrl-C
 # while it loads would be a traceback from inside an import (etl/cli/__init__.py catches it after).
 TYPE_CHECKING = False
-
-# Arrow's C++ default pool (mimalloc) reserves a 1 GiB arena and keeps freed pages in it: 30 MB and more
-# of a run's peak RSS that no later phase gets back. Read once, when Arrow first allocates: so it is set
-# here, before anything imports pyarrow. A host application that chose a pool keeps its choice.
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 __version__ = "0.1.0"
 

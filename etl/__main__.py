@@ -1,3 +1,5 @@
-from etl.cli import main
+"""`python -m etl`: the `etl` command, as the console script."""
 
-main()
+from etl.cli import console_main
+
+console_main()

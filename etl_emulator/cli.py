@@ -96,6 +96,13 @@ def _choice(flag: str, choices: tuple[str, ...], help: str) -> Callable[[Callabl
     return click.option(flag, default=default, show_default=True, type=click.Choice(choices), help=help)
 
 
+class MissingExtra(click.ClickException):
+    """A package of an extra that is not installed: one line naming its install command, exit 2 (as etl's
+    own, which this package does not import)."""
+
+    exit_code = 2
+
+
 @click.group()
 def emulator() -> None:
     """A local emulator of the monitoring platform (every endpoint, logins, faults)."""
@@ -293,7 +300,10 @@ def serve(
     Logins: demo/demo sees every object, restricted/restricted the odd ids.
     Control API (no sign-in): /_emulator/health, requests, faults (capacity too), clock, commands.
     """
-    import uvicorn
+    try:
+        import uvicorn
+    except ImportError:
+        raise MissingExtra("'etl emulator serve' needs uvicorn: pip install 'etl[emulator]'") from None
 
     from etl_emulator.app import CONFIG_ENV, create_app
     from etl_emulator.config import EmulatorConfig

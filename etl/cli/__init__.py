@@ -13,33 +13,38 @@ import sys
 from etl.cli.interrupt import INTERRUPTED, interrupted, say_interrupted
 from etl.support import interrupts, startup  # signal, threading, gc: nothing heavy
 
-__all__ = ["cli", "main"]
+__all__ = ["cli", "console_main", "main"]
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The `etl` command: `argv` None reads the process's own arguments and may end the process."""
+    """The `etl` command called from a program (`argv` None: sys.argv[1:]). It ends in SystemExit and
+    changes nothing process-wide: the program keeps its collector, environment and allocators."""
+    _command(argv, own_process=False, leave=False)
+
+
+def console_main() -> None:
+    """The `etl` command in a process of its own: the console script, `python -m etl`. The process is set
+    up for the command (etl/support/startup.py), and ended as soon as it is done (app.end_process) when the
+    interpreter was started as the command; under a program that runs it in turn (`python -m cProfile -m
+    etl`, runpy) it ends as main() does, and that program's work after it is still done."""
+    _command(None, own_process=True, leave=startup.started_as_etl())
+
+
+def _command(argv: list[str] | None, own_process: bool, leave: bool) -> None:
     restore = _nothing
     try:  # from the first statement: a Ctrl-C anywhere after it is one line
         restore = interrupts.install()
-        if argv is None:
+        if own_process:
             startup.begin()
-            # httpx imports its own command-line tool (rich, pygments: 0.05 CPU-s) when it loads, and falls
-            # back to a stub when that import fails; no etl command runs it. Only in etl's own process: a
-            # program that embeds etl keeps its httpx whole.
-            sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
-            # numpy's OpenBLAS starts a worker thread per core that busy-waits for work it will never
-            # get (etl does no linear algebra): 0.1 CPU-s in every process, a tenth of an hourly run.
-            # Read once, when numpy loads; a value the user set is kept.
-            os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         from etl.cli.app import run
 
-        run(argv)
+        run(argv, leave=leave)
     except Exception as exc:  # a Ctrl-C inside a class being made (while a module loads) comes wrapped
         if not interrupted(exc):
             raise
-        _leave_interrupted(argv)
+        _leave_interrupted(argv, leave)
     except KeyboardInterrupt:  # before the command could handle it (loading), or while it reported
-        _leave_interrupted(argv)
+        _leave_interrupted(argv, leave)
     finally:
         restore()
 
@@ -48,9 +53,9 @@ def _nothing() -> None:
     pass
 
 
-def _leave_interrupted(argv: list[str] | None) -> None:
+def _leave_interrupted(argv: list[str] | None, leave: bool) -> None:
     say_interrupted(argv)
-    if argv is None:  # the process's own command: no interpreter shutdown to interrupt again
+    if leave:  # no interpreter shutdown to interrupt again
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(INTERRUPTED)

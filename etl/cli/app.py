@@ -110,25 +110,24 @@ def cli(debug: bool, quiet: bool) -> None:
     _setup_logging(debug, quiet)
 
 
-def run(argv: list[str] | None = None) -> None:
-    """`etl` with these arguments (None: the process's own), ending in SystemExit."""
+def run(argv: list[str] | None = None, *, leave: bool = False) -> None:
+    """`etl` with these arguments (None: the process's own), ending in SystemExit; with `leave` (etl's
+    own process only), in the process's end."""
     try:
         _main(argv)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        # Only as the process's own command (argv None): a caller of main([...]) keeps its interpreter.
-        if argv is None:
-            leave(code)
+        if leave:
+            end_process(exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1))
         raise
 
 
-def leave(code: int) -> None:
+def end_process(code: int) -> None:
     """End the process once its command is done, without the interpreter's teardown: atexit handlers
     run (spool folders go), buffers are flushed, then os._exit. The teardown frees every module's
-    objects one by one, 0.15 CPU-s of an hourly run's 1.2; delta-rs's runtime threads sometimes abort
-    it (SIGABRT, "terminate called without an active exception": exit 134 for a finished command); and
-    after a Ctrl-C the interpreter may still exit by the signal (-2, not 130) when a module being
-    imported saw it first. Everything is committed and written by now."""
+    objects one by one; delta-rs's runtime threads sometimes abort it (SIGABRT, "terminate called
+    without an active exception": exit 134 for a finished command); and after a Ctrl-C the interpreter
+    may still exit by the signal (-2, not 130) when a module being imported saw it first. Everything is
+    committed and written by now."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

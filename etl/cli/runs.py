@@ -82,6 +82,7 @@ def run(
                 scheduler=scheduler,
                 progress=progress,
                 metrics_file=metrics_file,
+                tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
             )
     except EtlError as exc:
         done = exc.summary.as_dict() if exc.summary is not None else {}

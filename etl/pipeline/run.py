@@ -35,6 +35,7 @@ def run(
     progress: bool | None = None,
     metrics_file: str | PathLike[str] | None = None,
     dry_run: bool = False,
+    tune_memory: bool = False,
 ) -> RunSummary:
     """Fetch what the checkpoints do not cover yet, write it, checkpoint it: what `etl run -c` does.
 
@@ -43,7 +44,9 @@ def run(
     a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `progress` None shows a line that updates
     itself in a Jupyter notebook and a bar on a terminal (True: a bar on stderr anywhere, False: none);
-    `metrics_file` receives the run's figures in the Prometheus text format whatever the outcome. Raises an `EtlError` subclass when the run fails
+    `metrics_file` receives the run's figures in the Prometheus text format whatever the outcome;
+    `tune_memory` gives the process's allocators what `etl run` gives its own (etl/support/allocator.py):
+    for good and process-wide, so only when asked. Raises an `EtlError` subclass when the run fails
     or is interrupted (its `summary`, the same `RunSummary`, holds what got done); never exits the process.
     In a notebook, the kernel's interrupt stops the run as Ctrl-C stops `etl run`: the windows in flight
     are finished and checkpointed, and `Interrupted` is raised once the run has stopped.
@@ -71,7 +74,8 @@ def run(
     # A state it cannot read is the run's to report (its lock, its first write), in their own words.
     with suppress(StorageError):
         check_layout(config)
-    allocator.release_freed_memory()
+    if tune_memory:
+        allocator.release_freed_memory()
     coordinator = Coordinator(config, options)
     try:
         summary = in_a_loop(coordinator.run())

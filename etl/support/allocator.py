@@ -24,7 +24,7 @@ def release_freed_memory() -> None:
     # Arrow's default allocator (mimalloc) keeps freed pages in per-thread caches; through the
     # system allocator, with the threshold below, every Arrow buffer over it is unmapped when freed.
     # (This is the pool pyarrow passes; Arrow's C++ readers and writers use the process default, which
-    # etl/__init__.py sets before pyarrow loads.)
+    # the etl command sets before pyarrow loads: etl/support/startup.py.)
     pa.set_memory_pool(pa.system_memory_pool())
     if not sys.platform.startswith("linux"):
         return

@@ -256,10 +256,18 @@ def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     assert [s["status"] for s in summaries] == ["interrupted"]  # the run's record never says "ok"
 
 
+def command_script(folder: Path, code: str) -> list[str]:
+    """`python SCRIPT`, a script of `code` that ends in etl.cli.console_main(): the etl command as the console
+    script runs it, in a process of its own."""
+    script = folder / "etl_command.py"
+    script.write_text(code + "\nimport etl.cli\netl.cli.console_main()\n")
+    return [sys.executable, str(script)]
+
+
 # The child says "started" from etl's first statement, once its SIGINT handler is in: before that, the
 # interpreter's own start and import machinery answer a SIGINT, as for any Python program.
 STARTED = """
-import sys, etl.cli
+import sys
 from etl.support import interrupts
 
 installed = interrupts.install
@@ -271,14 +279,13 @@ def install():
     return restore
 
 interrupts.install = install
-etl.cli.main()
 """
 
 
-def start_marked(*args: str) -> subprocess.Popen:
-    """`etl ARGS`, returned once the child's `main` has its SIGINT handler in."""
+def start_marked(folder: Path, *args: str) -> subprocess.Popen:
+    """`etl ARGS`, returned once the child's command has its SIGINT handler in."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", STARTED, *args],
+        [*command_script(folder, STARTED), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -295,7 +302,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay
     data["source"]["password"] = "${ETL_PASSWORD}"
     emulator.set_faults(latency=0.03)  # the run outlasts the longest delay on a fast machine too
     try:
-        proc = start_marked("run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+        proc = start_marked(tmp_path, "run", "-c", str(write_config(tmp_path / "c.yaml", data)))
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
@@ -312,7 +319,7 @@ import etl.cli, etl.cli.app as app
 
 command = app.run
 
-def run(argv):
+def run(argv, **options):
     # SIGINT lands in a weakref callback, as in the import machinery's: Python prints the
     # KeyboardInterrupt as "Exception ignored" and goes on.
     class Held: pass
@@ -322,17 +329,16 @@ def run(argv):
         for _ in range(1000): pass
     ref = weakref.ref(held, callback)
     del held
-    command(argv)
+    command(argv, **options)
 
 app.run = run
-etl.cli.main()
 """
 
 
 def test_a_ctrl_c_python_loses_while_etl_loads_still_stops_the_run(emulator, tmp_path):
     config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
     done = subprocess.run(
-        [sys.executable, "-c", LOST_CTRL_C, "run", "-c", str(config)],
+        [*command_script(tmp_path, LOST_CTRL_C), "run", "-c", str(config)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -349,7 +355,9 @@ def test_a_ctrl_c_python_loses_while_etl_loads_still_stops_the_run(emulator, tmp
 @pytest.mark.parametrize("delay", [0.02, 0.8])
 def test_json_says_interrupted_on_stdout(slow_emulator, tmp_path, delay):
     """--json: the summary on stdout whatever the outcome; here a Ctrl-C while loading, and while fetching."""
-    proc = start_marked("run", "-c", str(config_file(slow_emulator, tmp_path)), "--no-progress", "--json")
+    proc = start_marked(
+        tmp_path, "run", "-c", str(config_file(slow_emulator, tmp_path)), "--no-progress", "--json"
+    )
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)

@@ -1,12 +1,13 @@
-"""A missing or too old package of the `scale` extra: one line naming it and its install command, through
-the CLI in a process where the package is hidden (None in sys.modules) or replaced by an old version.
-That the requirements are the extras': tests/unit/test_optional_extras.py."""
+"""A missing or too old package of an extra (`scale`, `lake`, `emulator`): one line naming it and its install
+command, exit 2, through the CLI in a process where the package is hidden (None in sys.modules) or replaced
+by an old version. That the requirements are the extras': tests/unit/test_optional_extras.py."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,8 +34,8 @@ def etl_with(module: str, version: str | None, *args: str) -> subprocess.Complet
     )
 
 
-def config(folder: Path, out: Path | str, base_url: str = OFFLINE) -> str:
-    data = config_dict(base_url, out)
+def config(folder: Path, out: Path | str, base_url: str = OFFLINE, **sections: Any) -> str:
+    data = config_dict(base_url, out, **sections)
     data["source"]["password"] = "${ETL_PASSWORD}"
     return str(write_config(folder / "c.yaml", data))
 
@@ -101,3 +102,15 @@ def test_the_dask_executor(emulator, tmp_path, version, line):
         "--no-progress",
     )
     assert_one_line(result, line)
+
+
+@pytest.mark.parametrize(("fmt", "module"), [("delta", "deltalake"), ("iceberg", "pyiceberg")])
+def test_a_lake_format(tmp_path, fmt, module):
+    path = config(tmp_path, tmp_path / "out", sink={"format": fmt})
+    result = etl_with(module, None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, f"sink.format {fmt} needs {module}: pip install 'etl[lake]'")
+
+
+def test_the_emulator_server():
+    result = etl_with("uvicorn", None, "emulator", "serve", "--port", "0")
+    assert_one_line(result, "'etl emulator serve' needs uvicorn: pip install 'etl[emulator]'")

@@ -10,6 +10,7 @@ import sys
 import pandas as pd
 
 import etl
+from tests.support.cli import environment
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import END, START, emulator_config
 from tests.support.expected import expected_table
@@ -49,21 +50,59 @@ def test_a_notebook_runs_then_reads_named_rows_with_utc_stamps(emulator, tmp_pat
     assert etl.connect(config).sql("select count(*) from raw").fetchall() == [(want.num_rows,)]
 
 
+# A notebook's settings that only etl's own command may change (tests/e2e/test_startup.py): its environment
+# (ARROW_DEFAULT_MEMORY_POOL...), its warnings filters, signal handlers, collector and pyarrow's memory pool. Taken once it has imported
+# what it uses with etl (numpy adds warnings filters of its own as it loads).
+SETTINGS = """
+import gc, os, signal, sys, warnings
+import duckdb, numpy, pandas, pyarrow
+def settings():
+    handlers = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+    return dict(os.environ), list(warnings.filters), handlers, gc.isenabled(), pyarrow.default_memory_pool().backend_name
+before = settings()
+"""
+
+
+def program(code: str) -> list[str]:
+    """The lines a program prints that runs SETTINGS, then `code`, without etl's own settings in its
+    environment."""
+    env = environment(None, {name: None for name in ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS")})
+    done = subprocess.run([sys.executable, "-c", SETTINGS + code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
 def test_reading_an_output_loads_no_http_client(emulator, tmp_path):
     """`etl.read` and `etl.connect` open the output alone: neither the platform's client (httpx) nor the
-    writers load in a notebook that only reads."""
+    writers load in a notebook that only reads; and `import etl` and reading change none of its settings."""
     config = write_config(tmp_path / "etl.yaml", config_dict(emulator.base_url, tmp_path / "out"))
     points = etl.run(config).series["raw"].points
-    code = (
-        "import sys, etl; "
-        f"rows = len(etl.read({str(config)!r}, 'raw', named=True)); "
-        f"count = etl.connect({str(config)!r}).sql('select count(*) from raw').fetchall()[0][0]; "
-        "print(rows, count, sorted(m for m in ('httpx', 'etl.client', 'etl.quality.writer') if m in sys.modules))"
+    out = program(
+        "import etl\n"
+        "unchanged = settings() == before\n"
+        f"rows = len(etl.read({str(config)!r}, 'raw', named=True))\n"
+        f"count = etl.connect({str(config)!r}).sql('select count(*) from raw').fetchall()[0][0]\n"
+        "loaded = sorted(m for m in ('httpx', 'etl.client', 'etl.quality.writer') if m in sys.modules)\n"
+        "print(rows, count, unchanged, settings() == before, loaded)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert out.split(" ", 2) == [str(points), str(points), "[]\n"]
+    assert out == [f"{points} {points} True True []"]
+
+
+def test_a_run_leaves_the_programs_settings_alone_unless_asked(emulator, tmp_path):
+    """Iceberg's writer included (pyiceberg's dependencies add warnings filters of their own as they load);
+    `tune_memory=True` gives pyarrow the pool `etl run` has."""
+    data = config_dict(emulator.base_url, tmp_path / "out", series=["raw"], sink={"format": "iceberg"})
+    config = str(write_config(tmp_path / "etl.yaml", data))
+    out = program(
+        "import pyiceberg.catalog\n"
+        "before = settings()\n"
+        "import etl\n"
+        f"assert etl.run({config!r}).status == 'ok'\n"
+        "print(settings() == before, before[-1])\n"
+        f"etl.run({config!r}, tune_memory=True)\n"
+        "print(pyarrow.default_memory_pool().backend_name)\n"
+    )
+    assert out[0].startswith("True ") and out[0] != "True system" and out[1:] == ["system"], out
 
 
 def test_the_api_works_inside_a_running_event_loop(emulator, tmp_path):

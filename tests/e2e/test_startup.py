@@ -1,14 +1,14 @@
 """What an `etl run` process loads: not pandas, which pyarrow would import only to ask whether a value
 is a pandas object (etl/cli/runs.py); etl's own parser of odd stamps still gets it. How it loads: with
-OpenBLAS on one thread and the collector frozen over the loaded modules (etl/support/startup.py), in
-etl's own process only."""
+OpenBLAS on one thread, Arrow on the system allocator and the collector frozen over the loaded modules
+(etl/support/startup.py), in etl's own process only."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
+from tests.support.cli import environment
 from tests.support.configs import config_dict, write_config
 
 WATCH = """
@@ -17,6 +17,8 @@ heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotli
 atexit.register(lambda: print("LOADED", *[m for m in heavy if m in sys.modules], file=sys.stderr))
 atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 10_000,
                               os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr))
+atexit.register(lambda: print("ARROW", os.environ.get("ARROW_DEFAULT_MEMORY_POOL"),
+                              sys.modules["pyarrow"].default_memory_pool().backend_name, file=sys.stderr))
 sys.argv = ["etl", *sys.argv[1:]]
 runpy.run_module("etl", run_name="__main__")
 """
@@ -35,23 +37,29 @@ def test_a_parquet_run_loads_none_of_the_heavy_optional_modules(emulator, tmp_pa
     assert loaded == "LOADED", loaded
     # Collected after loading (the run's objects), the modules' objects frozen, BLAS on one thread.
     assert "GC True True 1" in done.stderr.splitlines()
+    assert "ARROW system system" in done.stderr.splitlines()  # Arrow's C++ pool and pyarrow's
 
 
-def test_a_program_that_runs_etl_keeps_its_collector_and_blas_threads(emulator, tmp_path):
+def test_a_program_that_runs_etl_keeps_its_collector_blas_threads_and_allocators(emulator, tmp_path):
     config = write_config(tmp_path / "c.yaml", config_dict(emulator.base_url, tmp_path / "out"))
     code = f"""
-import gc, os, etl
+import gc, os, pyarrow as pa, etl
 from etl.cli import main
+pool = pa.default_memory_pool().backend_name
 try:
     main(["run", "-c", {str(config)!r}, "--no-progress"])
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 print("GC", gc.isenabled(), gc.get_freeze_count(), os.environ.get("OPENBLAS_NUM_THREADS"))
+print("ARROW", os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pool, pa.default_memory_pool().backend_name)
 """
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env = environment(None, {name: None for name in ("ARROW_DEFAULT_MEMORY_POOL", "OPENBLAS_NUM_THREADS")})
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines()[-1] == "GC True 0 None"
+    collector, arrow = done.stdout.splitlines()[-2:]
+    assert collector == "GC True 0 None"
+    _, variable, before, after = arrow.split()
+    assert (variable, after) == ("None", before) and before != "system"  # pyarrow's own pool, kept
 
 
 def test_odd_stamps_are_parsed_while_pandas_is_kept_from_pyarrow():

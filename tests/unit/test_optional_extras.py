@@ -1,5 +1,5 @@
-"""The optional packages etl asks for are the pyproject extras that bring them (`scale`, `lake`). What the CLI
-says when one is missing or too old: tests/e2e/test_optional.py."""
+"""The optional packages etl asks for are the pyproject extras that bring them (`scale`, `lake`, `emulator`).
+What the CLI says when one is missing or too old: tests/e2e/test_optional.py."""
 
 from __future__ import annotations
 
@@ -21,3 +21,8 @@ def test_the_lake_requirements_are_the_lake_extra():
     extras = pyproject["project"]["optional-dependencies"]
     assert sorted(LAKE_REQUIREMENTS.values()) == sorted(extras["lake"])
     assert set(LAKE_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them
+
+
+def test_the_emulator_extra_brings_the_server_that_etl_emulator_serve_asks_for():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert [r.split("[")[0] for r in pyproject["project"]["optional-dependencies"]["emulator"]] == ["uvicorn"]

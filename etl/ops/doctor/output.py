@@ -17,6 +17,7 @@ from etl.ops.findings import Finding, fail, ok, warn
 from etl.storage import spools as spool_folders
 from etl.storage import tempfiles
 from etl.storage.files import Storage
+from etl.support.optional import require
 from etl.timeutil import HOUR_MS
 
 
@@ -198,8 +199,7 @@ def lake_stats(table: Any, storage: Storage, retain_ms: int, now: int) -> TableS
     table's own metadata (written against etl/sinks/lake as it is: kept here, in one function)."""
     stats = TableStats(table.name)
     if table.kind == "delta":
-        import deltalake
-
+        deltalake = require("deltalake", "sink.format delta")
         dt = deltalake.DeltaTable(table.uri, storage_options=table.options)
         inside = "/" + table.rel.strip("/") + "/"
         folders = Counter(uri.split(inside, 1)[-1].rpartition("/")[0] for uri in dt.file_uris())

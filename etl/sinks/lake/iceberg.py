@@ -26,7 +26,6 @@ import json
 import os
 import time
 import uuid
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import reduce
@@ -69,9 +68,6 @@ TABLE_PROPERTIES = {
     # (another source's run) may have expired meanwhile, and fail.
     "commit.retry.num-retries": "0",
 }
-# A group of new windows deletes nothing: pyiceberg says so each time (process-wide: catch_warnings is not
-# thread-safe, and tables commit from several threads).
-warnings.filterwarnings("ignore", message="Delete operation did not match any records")
 
 
 def catalog(storage: Storage, uri: str | None) -> Any:
