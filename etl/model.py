@@ -342,7 +342,7 @@ SCHEMAS: dict[Series, pa.Schema] = {
     for series in Series
 }
 
-# The quality dataset (etl/quality.py): one row per parameter and UTC day of its raw series, laid out
+# The quality dataset (etl/quality/): one row per parameter and UTC day of its raw series, laid out
 # like the series (partitioned by date, a file per bucket); `day` (the day's midnight) is the time key
 # its rows are sorted and replaced by.
 QUALITY = "quality"

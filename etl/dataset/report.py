@@ -1,4 +1,4 @@
-"""`etl report`: the quality dataset (etl/quality.py) over a span of days, for people and schedulers.
+"""`etl report`: the quality dataset (etl/quality/) over a span of days, for people and schedulers.
 
 Everything is aggregated in DuckDB over the `quality` view (names and units joined when the dimension
 tables are there), so a report holds a few numbers per parameter, and day by day only for the worst

@@ -3,7 +3,7 @@ checking a deployment (`doctor`). Sits above `etl.dataset` and `etl.pipeline`, b
 
 probe.py     polite, bounded probes of an instance, shared by `etl init` and `etl doctor`
 init.py      the findings of a probe as a commented YAML config ready for `etl run`
-doctor.py    the checks of a deployment, each a small function returning findings
+doctor/      the checks of a deployment, each a small function returning findings
 findings.py  Finding: one thing a check found, rendered as one line or as JSON
 """
 

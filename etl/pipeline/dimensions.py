@@ -6,7 +6,7 @@ written by every run; the reference tables fetched for them (units, commands, lo
 snapshot is older than `dimensions.refresh` or was taken of other objects (`due`): an hourly run makes
 none of their requests. Records become Arrow pages spooled to local files (`Rows`), so a wide fleet's
 records never pile up in memory; each file is then written page by page. Columns are snake_case and typed
-(lists of strings, nested records as structs; etl/records.py).
+(lists of strings, nested records as structs; etl/pipeline/records.py).
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ class Rows:
         self._pages.append((path, table.schema))
 
     def schema(self) -> pa.Schema:
-        """Every column of every page; where pages disagree on a type, one that holds both (etl/records.py:
-        records take every field of each), else JSON text."""
+        """Every column of every page; where pages disagree on a type, one that holds both
+        (etl/pipeline/records.py: records take every field of each), else JSON text."""
         types: dict[str, set[pa.DataType]] = {}
         for _, schema in self._pages:
             for field in schema:

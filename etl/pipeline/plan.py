@@ -4,7 +4,7 @@ A slab is one series over an aligned span of time (a UTC day for raw, `extract.a
 average and candles) for the parameters of one file bucket (`etl.sinks.layout`): it rewrites exactly
 that bucket's files in the span's partitions, so slabs are written independently and a slab redone
 after a crash replaces exactly what it wrote before. A slab names at most a bucket's parameters times
-the windows of a span; it is fetched and written a batch at a time (etl/slab.py).
+the windows of a span; it is fetched and written a batch at a time (etl/pipeline/slab.py).
 
 Planning is column-wise: the gaps between what is covered and the run's window are computed for the
 whole fleet at once with numpy, and `Window` objects exist only for the slabs being worked on. An

@@ -11,7 +11,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/log/{seq}.json         one slab's windows and what arrived in them, committed after its files
                                    are durable (lake formats: and the table commit that holds them, see
                                    docs/lake-internals.md)
-    {store}/lock                   the run lock (etl/lock.py)
+    {store}/lock                   the run lock (etl/state/lock.py)
     {store}/dimensions.json        when the reference tables were last fetched, and for which objects
     {store}/layout.json            what the output of this source is: its files per partition (sink.buckets),
                                    format, partitioning, source name and platform, as first decided

@@ -334,7 +334,7 @@ class Storage:
         raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
 
     def _s3(self, call, rel: str, *args):
-        """One of etl/s3.py's calls on this store's bucket and key, from synchronous code."""
+        """One of etl/storage/s3.py's calls on this store's bucket and key, from synchronous code."""
         bucket, _, key = self.full(rel).partition("/")
         return sync(self.fs.loop, call, self.fs, bucket, key, *args)
 
