@@ -23,7 +23,7 @@ WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --ti
 	postgres proxy
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
-# set, every `etl` process would otherwise compile etl's modules anew (0.1-0.3 CPU-s each).
+# set, every `etl` process would otherwise compile etl's modules anew at its start.
 COMPILE = $(BIN)/python -m compileall -q etl etl_emulator
 
 $(RUN_STAMP): pyproject.toml

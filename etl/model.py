@@ -89,8 +89,8 @@ class Params:
 
 class Window(NamedTuple):
     """One parameter's series over [start, end) (epoch ms, UTC). A named tuple: a plan makes one per
-    request, hundreds of thousands for a wide fleet, and a tuple is made several times faster than a
-    frozen dataclass."""
+    request, hundreds of thousands for a wide fleet, and a tuple is cheaper to make than a frozen
+    dataclass."""
 
     param_id: int
     object_id: int

@@ -107,7 +107,7 @@ def run(
 
 class _PandasForEtlOnly(MetaPathFinder):
     """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
-    pyarrow imports it (some 300 modules, 0.15 CPU-s, a sixth of a small run) the first time
+    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
     `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
     is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
 

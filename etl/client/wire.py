@@ -1,9 +1,9 @@
 """HTTP/1.1 for etl's requests: keep-alive connections over asyncio protocols, answers parsed by httptools.
 
 httpx's own transport sends through httpcore: a connection is an anyio stream read a chunk at a time by
-coroutines, and parsed by h11 in Python, with locks and cancel scopes at every step. On the success path
-that was about 0.5 ms of event-loop CPU a request, most of an answer's cost to the client
-(`python benchmarks/client_cpu.py`). Here a connection is an `asyncio.Protocol`: the loop hands it the
+coroutines, and parsed by h11 in Python, with locks and cancel scopes at every step: on the success path
+most of an answer's cost to the client (`python benchmarks/client_cpu.py` measures it; docs/performance.md
+has the figures). Here a connection is an `asyncio.Protocol`: the loop hands it the
 bytes as they come, httptools' C parser calls back once per header and body piece, and the request's
 coroutine wakes once, when its answer is complete. The head is fed to the parser no further than its cap
 and the body is counted and decompressed as it arrives, both within the answer limit
@@ -375,7 +375,7 @@ class WireTransport(httpx.AsyncBaseTransport):
         return connection
 
     def _tls(self) -> ssl.SSLContext:
-        """Made at the first https connection: loading the CA bundle costs a plain-http run 0.05 CPU-s."""
+        """Made at the first https connection: a plain-http run never pays for loading the CA bundle."""
         if self._ssl is None:
             self._ssl = httpx.create_ssl_context(verify=self._verify)
         return self._ssl

@@ -7,8 +7,9 @@ after a crash replaces exactly what it wrote before. A slab names at most a buck
 the windows of a span; it is fetched and written a batch at a time (etl/pipeline/slab.py).
 
 Planning is column-wise: the gaps between what is covered and the run's window are computed for the
-whole fleet at once with numpy, and `Window` objects exist only for the slabs being worked on. An
-incremental run over 100,000 parameters with a year of checkpoints plans in well under a second.
+whole fleet at once with numpy, and `Window` objects exist only for the slabs being worked on, so
+planning does not grow with the history's length (tests/unit/test_state_scale.py plans a year of 100,000
+parameters).
 """
 
 from __future__ import annotations
@@ -186,8 +187,7 @@ class Plan:
     def slabs(self) -> Iterator[Slab]:
         """Every slab, by the end of its span (then series, then bucket): a week's raw days come before
         its average and candle slabs, so a run ends on their small answers, not on a day of raw files
-        written after the last answer (at 50 ms, 2.5% of a one-bucket week's wall). The work is handed
-        out once: each series' arrays are let go with its last slab."""
+        written after the last answer. The work is handed out once: each series' arrays are let go with its last slab."""
         needed, self.needed = self.needed, {}
         streams = [
             self._slabs_of(series, order, *needed.pop(series))

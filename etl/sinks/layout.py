@@ -21,11 +21,10 @@ import pyarrow as pa
 from etl.model import SCHEMAS, Series, Shard, bucket_of
 from etl.timeutil import DAY_MS
 
-# sink.buckets when it is not set. A file costs about 3 ms of CPU to write whatever its size (its writer,
-# column chunks, fsyncs, a quality file beside it), so a small fleet's days are written one file each: at
-# 48 parameters, 4 files a day cost 11-28% more run CPU than 1 (docs/performance.md). From AUTO_WIDE up the
-# fleet's day files are split four ways as before: a day of 800 parameters sampled every 30 s is about
-# 2.3 M rows, and four files of it are written side by side.
+# sink.buckets when it is not set. A file costs CPU to write whatever its size (its writer, column chunks,
+# fsyncs, a quality file beside it), so a small fleet's days are written one file each (docs/performance.md,
+# "Files per partition"). From AUTO_WIDE up the fleet's day files are split four ways as before: a day of
+# 800 parameters sampled every 30 s is about 2.3 M rows, and four files of it are written side by side.
 AUTO_WIDE = 800
 LEGACY_BUCKETS = 4  # every dataset's count before `auto`, and a lake table's
 # The reference tables' folder: dimensions/{table}/{source}.{ext}, one file per source (etl/pipeline/dimensions.py).

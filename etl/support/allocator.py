@@ -1,5 +1,5 @@
 """Allocator settings for long runs: freed large buffers go back to the OS, so a run's memory follows
-what it holds rather than what it once held (the 1-week vs 10-week figures in benchmarks/)."""
+what it holds rather than what it once held (docs/performance.md, "Memory")."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pyarrow as pa
 
 _M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter number
 MMAP_THRESHOLD = 1024 * 1024
-# Free heap worth giving back. Below it a trim costs more than it saves: the pages come straight back as
-# page faults (a 48-parameter run held 7-14 MB free at each of its ~90 trims, and refaulted 140 MB: 10%
-# of its CPU); a wide fleet's run holds more (up to 50 MB at 8,000 parameters) and is trimmed then.
+# Free heap worth giving back. Below it a trim costs more than it saves: the next answers fault the same
+# pages straight back in. A wide fleet's run holds more free heap than this and is trimmed then, and what
+# the heap keeps is bounded by this constant, not by the fleet.
 TRIM_ABOVE = 32 * 1024 * 1024
 
 
@@ -32,8 +32,8 @@ def release_freed_memory() -> None:
         libc = _libc()
         # A slab's tables and encoded files are larger than this: each gets its own mapping, unmapped
         # when freed. Answers and their columns (a few hundred kB) are not: as mappings, each was paged
-        # in and zeroed afresh and its unmapping stopped the other threads' cores (9% of a run's CPU at
-        # 128 kB; at 1 MB, +3 to +10 MB of peak RSS from 48 to 40,000 parameters, docs/performance.md).
+        # in and zeroed afresh and its unmapping stopped the other threads' cores. The heap costs a few MB
+        # of peak RSS instead, an offset that does not grow with the fleet (docs/performance.md, "Memory").
         # A fixed value also stops glibc from raising the threshold after every large free, which would
         # move larger buffers into per-thread heaps that seldom shrink.
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
@@ -69,7 +69,7 @@ class _Mallinfo2(ctypes.Structure):
 
 
 def _free_bytes(libc: ctypes.CDLL) -> int:
-    """Free bytes in every arena of the heap (30-70 us); a glibc before 2.33 (no mallinfo2): as if many."""
+    """Free bytes in every arena of the heap; a glibc before 2.33 (no mallinfo2): as if many."""
     try:
         mallinfo2 = libc.mallinfo2
     except AttributeError:
