@@ -14,6 +14,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   ├── NetworkError               4     yes       yes   timeouts, connection failures
     │   │   └── TlsError               4     no        yes   certificate not verified
     │   ├── ServerError                5     yes       yes   5xx, 429
+    │   │   └── Throttled              5     no        no    a 429 to the end while other requests got past
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
@@ -115,6 +116,15 @@ class ServerError(ApiError):
         self.status = status
         self.retry_after = retry_after
         self.reason = f"http_{status}"
+
+
+class Throttled(ServerError):
+    """A request throttled (429) to the end of its retries while other requests got through: the server
+    limits this work (one parameter), not the run, so only its window fails. `MonitoringClient.series` does
+    not ask that parameter again until the wait the server asked for has passed."""
+
+    retryable = False
+    fatal = False
 
 
 class RequestRejected(ApiError):

@@ -77,13 +77,23 @@ class ClientStats:
 
 
 class RateGate:
-    """A 429 pauses every request of the client, not just the one that got it. The gate adds up the time it
-    held every request (`held`), which a window's deadline does not count (`within`)."""
+    """A 429 pauses every request of the client, not just the one that got it.
+
+    The gate also counts the answers that got through it (`passed`): a request throttled to its end while
+    others were answered was throttled alone (a limit on some parameters, or a rate that only some
+    requests fit in), not the whole client. It adds up the time it held every request (`held`), which
+    a window's deadline does not count (`within`).
+    """
 
     def __init__(self, stats: ClientStats) -> None:
         self._resume_at = 0.0
         self._stats = stats
+        self.passed = 0
         self.held = 0.0  # seconds, including the rest of the current pause
+
+    def answered(self) -> None:
+        """An answer got through (not a 429)."""
+        self.passed += 1
 
     def pause(self, seconds: float) -> None:
         now = time.monotonic()

@@ -24,7 +24,7 @@ import orjson
 
 from etl.client import MonitoringClient
 from etl.config import Config
-from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
+from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, error_from
 from etl.model import Params, Series, Shard
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
@@ -81,6 +81,7 @@ class Coordinator:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
+        self.failed_code: int | None = None  # the exit code of the first window that failed
         self.interrupted = False
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
         self.committed: list[
@@ -280,9 +281,10 @@ class Coordinator:
         if self.interrupted:
             raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         if summary.failed_windows:
-            raise DataError(
+            raise error_from(
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
-                "the rest is written and checkpointed; the next run retries them"
+                "the rest is written and checkpointed; the next run retries them",
+                self.failed_code or ExitCode.DATA,
             )
         if self.left_out:
             raise DataError(
@@ -421,6 +423,8 @@ class Coordinator:
             for failure in result.failures:
                 self.summary.failed_windows.append(failure.describe())
                 self.failed_params.add(failure.window.param_id)
+                if self.failed_code is None:
+                    self.failed_code = failure.exit_code
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.stop.set()

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
 from etl.timeutil import DAY_MS, iso, to_ms
@@ -23,7 +24,7 @@ from tests.support.checks import assert_exact
 from tests.support.cli import etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import START, emulator_config, series_requests
-from tests.support.expected import expected_table
+from tests.support.expected import SERIES, expected_table
 from tests.support.output import checkpoints, read
 
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
@@ -128,6 +129,47 @@ def test_retry_after_is_capped_everywhere_and_unreadable_values_wait_a_default(
     assert throttled and outcome.summary["retries_by_reason"]["http_429"] == throttled
     # Each 429 closed the client's gate for at most retry_after_max (they may overlap).
     assert outcome.summary["throttled_seconds"] <= 0.2 * throttled + 0.01
+
+
+THROTTLED = 1001  # 2 of the fleet's 8 parameters per route: the others' answers get past the gate
+
+
+def throttled_run(hostile: RunningEmulator, tmp_path: Path, retry: dict, guard: float = GUARD) -> None:
+    """Every request of one parameter answers 429 with Retry-After: 600. Each 429 pauses every request of
+    the run (retry.retry_after_max), but that parameter's windows fail alone once their retries run out
+    (other requests got through meanwhile): the run ends with one line (exit 5, the class of a 429),
+    the other parameters' windows are written and checkpointed, that one's stay open and the next run
+    fetches them."""
+    hostile.set_faults(throttled_params=[THROTTLED], retry_after_text="600")
+    out = tmp_path / "out"
+    data = config(hostile, out)
+    data["retry"], data["series"] = retry, SERIES
+    outcome = etl_run(data, tmp_path, guard)
+    assert_one_line(outcome, 5, f"{len(SERIES)} window(s) failed", f"param {THROTTLED}", "HTTP 429")
+    covered = checkpoints(out)
+    for series in SERIES:
+        assert not covered.intervals(THROTTLED, series)
+        want = expected_table(emulator_config(), series, to_ms(START), to_ms(DAY_END))
+        want = want.filter(pc.not_equal(want["param_id"], THROTTLED))
+        for pid in set(want["param_id"].to_pylist()):
+            assert covered.intervals(pid, series) == [(to_ms(START), to_ms(DAY_END))], (pid, series)
+        assert read(out, series).select(want.column_names).equals(want), series
+    hostile.set_faults(reset=True)
+    assert etl_run(data, tmp_path).code == 0
+    assert_exact(out, START, DAY_END, series=SERIES)
+
+
+def test_a_parameter_throttled_for_good_fails_alone_and_the_others_are_checkpointed(hostile, tmp_path):
+    throttled_run(hostile, tmp_path, {"retry_after_max": 0.5, "deadline": 2})
+
+
+@pytest.mark.slow
+def test_with_the_default_retry_settings_a_parameter_throttled_for_good_ends_the_run_in_time(
+    hostile, tmp_path
+):
+    """The same with the defaults: each 429 honoured for 120 s, a window given 300 s. Minutes long:
+    `make soak`."""
+    throttled_run(hostile, tmp_path, {}, guard=1800)
 
 
 def test_a_dripping_answer_ends_at_the_request_timeout_with_its_windows_open(hostile, tmp_path):
