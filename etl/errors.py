@@ -25,6 +25,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     ├── Unhealthy                     10     no        no    etl doctor: something needs a person
+    ├── RunDeadline                    4     no        yes   retry.run_deadline passed (5 if throttled)
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
 
@@ -214,6 +215,18 @@ class Unhealthy(EtlError):
 
     exit_code = ExitCode.UNHEALTHY
     fatal = False
+
+
+class RunDeadline(EtlError):
+    """The run stopped at `retry.run_deadline` as on SIGTERM (what was done is checkpointed), or earlier
+    when a 429 held every request until past it: a timeout of the whole run, or the server's 429."""
+
+    exit_code = ExitCode.NETWORK
+
+    def __init__(self, message: str, throttled: bool = False):
+        super().__init__(message)
+        if throttled:
+            self.exit_code = ExitCode.SERVER
 
 
 class Interrupted(EtlError):

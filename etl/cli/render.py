@@ -146,6 +146,12 @@ def summary_text(summary: dict) -> str:
         lines.append("  warnings    " + ", ".join(f"{k}={v}" for k, v in summary["warnings"].items()))
     if summary["failed_window_count"]:
         lines.append(f"  failed      {summary['failed_window_count']} windows (see the run summary JSON)")
+    if summary.get("windows_not_done"):
+        stopped = (summary.get("stopped") or "").replace("_", " ")
+        lines.append(
+            f"  not done    {summary['windows_not_done']} windows, left open"
+            + (f" (stopped: {stopped})" if stopped else "")
+        )
     lines.append(f"  output      {summary['output']}")
     return "\n".join(line for line in lines if line)
 

@@ -90,7 +90,7 @@ def run(
             echo_json(
                 {**done, "status": status, "error": done.get("error") or str(exc), "exit_code": exc.exit_code}
             )
-        elif done.get("series") or done.get("failed_window_count"):
+        elif done.get("series") or done.get("failed_window_count") or done.get("windows_not_done"):
             click.echo(summary_text(done), err=True)  # what got done; else the error says it
         raise
     if as_json:

@@ -54,7 +54,9 @@ class ClientOptions:
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
             request_timeout=source.request_timeout,
             max_answer_bytes=int(source.max_answer_mb * 1024**2),
-            retry=RetryPolicy(**config.retry.model_dump()),
+            retry=RetryPolicy(
+                **config.retry.model_dump(exclude={"run_deadline"})
+            ),  # the run's, not a request's
             max_in_flight=config.extract.concurrency,
             verify=trust(source),
         )

@@ -82,7 +82,9 @@ class RateGate:
     The gate also counts the answers that got through it (`passed`): a request throttled to its end while
     others were answered was throttled alone (a limit on some parameters, or a rate that only some
     requests fit in), not the whole client. It adds up the time it held every request (`held`), which
-    a window's deadline does not count (`within`).
+    a window's deadline does not count (`within`). And it can be told when the run ends (`ends_at`): a
+    pause that would hold every request past then calls the run's `on_past` at once, for waiting would
+    only end in the run's end.
     """
 
     def __init__(self, stats: ClientStats) -> None:
@@ -90,6 +92,11 @@ class RateGate:
         self._stats = stats
         self.passed = 0
         self.held = 0.0  # seconds, including the rest of the current pause
+        self._end: tuple[float, Callable[[], None]] | None = None
+
+    def ends_at(self, when: float, on_past: Callable[[], None]) -> None:
+        """Call `on_past` once a pause reaches past `when` (time.monotonic())."""
+        self._end = (when, on_past)
 
     def answered(self) -> None:
         """An answer got through (not a 429)."""
@@ -103,6 +110,8 @@ class RateGate:
             self._stats.throttled_seconds += added
             self.held += added
             self._resume_at = now + seconds
+            if self._end is not None and self._resume_at >= self._end[0]:
+                self._end[1]()
 
     async def wait(self) -> bool:
         """Hold while the gate is closed; whether it was."""
