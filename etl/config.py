@@ -62,6 +62,14 @@ class RetryConfig(Strict):
     retry_after_max: float = Field(
         120.0, gt=0, description="seconds of a server's Retry-After honoured at most"
     )
+    # An hourly schedule's next run finds the lock free: what a stopped run still writes and commits
+    # after its deadline fits in the quarter of an hour left.
+    run_deadline: float | None = Field(
+        2700.0,
+        gt=0,
+        description="seconds a run may take; then it stops as on SIGTERM and what is done is checkpointed "
+        "(null: no limit, for a long backfill)",
+    )
 
 
 def source_name(value: str) -> str:

@@ -14,6 +14,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   ├── NetworkError               4     yes       yes   timeouts, connection failures
     │   │   └── TlsError               4     no        yes   certificate not verified
     │   ├── ServerError                5     yes       yes   5xx, 429
+    │   │   └── Throttled              5     no        no    a 429 to the end while other requests got past
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
@@ -24,6 +25,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     ├── Unhealthy                     10     no        no    etl doctor: something needs a person
+    ├── RunDeadline                    4     no        yes   retry.run_deadline passed (5 if throttled)
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
 
@@ -135,6 +137,15 @@ class ServerError(ApiError):
         self.reason = f"http_{status}"
 
 
+class Throttled(ServerError):
+    """A request throttled (429) to the end of its retries while other requests got through: the server
+    limits this work (one parameter), not the run, so only its window fails. `MonitoringClient.series` does
+    not ask that parameter again until the wait the server asked for has passed."""
+
+    retryable = False
+    fatal = False
+
+
 class RequestRejected(ApiError):
     """A 4xx the server will give again."""
 
@@ -222,6 +233,18 @@ class Unhealthy(EtlError):
 
     exit_code = ExitCode.UNHEALTHY
     fatal = False
+
+
+class RunDeadline(EtlError):
+    """The run stopped at `retry.run_deadline` as on SIGTERM (what was done is checkpointed), or earlier
+    when a 429 held every request until past it: a timeout of the whole run, or the server's 429."""
+
+    exit_code = ExitCode.NETWORK
+
+    def __init__(self, message: str, throttled: bool = False):
+        super().__init__(message)
+        if throttled:
+            self.exit_code = ExitCode.SERVER
 
 
 class Interrupted(EtlError):

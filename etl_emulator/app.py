@@ -195,7 +195,9 @@ class Emulator:
                 entry["param_id"], entry["interval_ms"] = args[0], args[2] - args[1]
             elif "{param_id}" in route.template:
                 entry["param_id"] = args[0]
-            decision = self.plan.decide(sign_in=route.sign_in, series=route.series is not None)
+            decision = self.plan.decide(
+                sign_in=route.sign_in, series=route.series is not None, param_id=entry.get("param_id")
+            )
             if decision and decision.delay:
                 await asyncio.sleep(decision.delay)
             answer = self._fault_answer(decision) if decision else None

@@ -62,6 +62,13 @@ def _hostile(_ctx, _param, value: str | None) -> tuple[str, ...]:
     return kinds
 
 
+def _ids(_ctx, _param, value: str | None) -> tuple[int, ...]:
+    try:
+        return tuple(int(i) for i in (value or "").split(",") if i.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use parameter ids, comma-separated (e.g. 1001,2002)") from None
+
+
 def _lateness(_ctx, _param, value: str | None) -> Lateness:
     if not value:
         return Lateness()
@@ -173,6 +180,12 @@ _rate = click.FloatRange(0, 1)
 )
 @click.option("--error-rate", default=0.0, type=_rate, help="Share of 500/502/503 answers (half HTML).")
 @click.option("--rate-limit-rate", default=0.0, type=_rate, help="Share of 429 answers.")
+@click.option(
+    "--throttled-params",
+    callback=_ids,
+    metavar="IDS",
+    help="Parameter ids (comma-separated) whose every request answers 429 with Retry-After.",
+)
 @click.option(
     "--retry-after", default=1.0, show_default=True, type=float, help="Retry-After of 429s, seconds."
 )

@@ -73,6 +73,8 @@ class Faults:
 
     error_rate: float = 0.0  # 500/502/503, half JSON bodies, half HTML pages
     rate_limit_rate: float = 0.0  # 429 with Retry-After
+    # Parameters whose every request answers 429 with Retry-After (not drawn): a throttle on some only.
+    throttled_params: tuple[int, ...] = ()
     retry_after: float = 1.0
     retry_after_text: str | None = None  # sent as the Retry-After header instead (e.g. "soon", "inf")
     latency: float = 0.0  # added to every answer
@@ -137,6 +139,12 @@ class Faults:
             or self.service_time < 0
         ):
             raise ValueError("service_time must be a number of seconds, at least 0")
+        given: Any = self.throttled_params  # a list from JSON, a comma-separated string
+        ids = [i for i in given.split(",") if i.strip()] if isinstance(given, str) else list(given)
+        try:
+            self.throttled_params = tuple(int(i) for i in ids)
+        except (TypeError, ValueError):
+            raise ValueError(f"throttled_params must be parameter ids, got {ids!r}") from None
         for name, known in (("hostile", HOSTILE_KINDS), ("odd_records", RECORD_KINDS)):
             kinds = getattr(self, name)
             kinds = tuple(k for k in kinds.split(",") if k) if isinstance(kinds, str) else tuple(kinds)
@@ -160,6 +168,7 @@ class Faults:
             **dataclasses.asdict(self),
             "hostile": list(self.hostile),
             "odd_records": list(self.odd_records),
+            "throttled_params": list(self.throttled_params),
         }
 
     def updated(self, changes: dict[str, Any]) -> Faults:
@@ -174,6 +183,7 @@ class Faults:
         return bool(
             self.error_rate
             or self.rate_limit_rate
+            or self.throttled_params
             or self.latency
             or self.latency_spike_rate
             or self.truncate_rate
@@ -217,11 +227,15 @@ class FaultPlan:
                 self._rng = random.Random(new.seed)
         return new
 
-    def decide(self, *, sign_in: bool, series: bool) -> Decision | None:
+    def decide(self, *, sign_in: bool, series: bool, param_id: int | None = None) -> Decision | None:
+        """`param_id`: the parameter the request names, if any (`throttled_params`)."""
         f = self.faults
         if not f.active:
             return None
         d = Decision(delay=f.latency)
+        if param_id is not None and param_id in f.throttled_params:
+            d.rate_limited = True  # not drawn: the other draws of this request are not made
+            return d
         with self._lock:
             rnd = self._rng.random
             if f.latency_spike_rate and rnd() < f.latency_spike_rate:

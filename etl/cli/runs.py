@@ -96,7 +96,9 @@ def run(
                     "exit_code": exc.exit_code,
                 }
             )
-        elif exc.summary is not None and (done.get("series") or done.get("failed_window_count")):
+        elif exc.summary is not None and (
+            done.get("series") or done.get("failed_window_count") or done.get("windows_not_done")
+        ):
             click.echo(exc.summary.text(), err=True)  # what got done; else the error says it
         raise
     if as_json:

@@ -8,6 +8,7 @@ import itertools
 import logging
 import ssl
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -36,7 +37,7 @@ from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Session
-from etl.errors import InvalidArgument, InvalidResponse
+from etl.errors import InvalidArgument, InvalidResponse, Throttled
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, Time, now_ms, to_ms
 
@@ -172,7 +173,9 @@ class MonitoringClient:
 
     `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
     as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
-    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`).
+    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`);
+    `throttled`, the parameters whose series the server throttled to the end of a request's retries
+    (`Throttled`), until when it asked to wait: `series` does not ask them again before then.
     A record of a listing that cannot be used (an id that is not a 64-bit integer, a field of the wrong
     type, nesting deeper than the parser reads) is left out of what the methods return and noted in
     `skipped`, one line each."""
@@ -206,6 +209,7 @@ class MonitoringClient:
         )
         self.session = Session(base_url, username, password, options, transport=transport, stats=stats)
         self.caps = AnswerCaps()
+        self.throttled: dict[int, float] = {}  # param_id -> time.monotonic() the server's wait ends
         self.skipped: list[str] = []
 
     @property
@@ -429,11 +433,24 @@ class MonitoringClient:
         self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
     ) -> Points | Candles:
         """One series of a parameter from the route its kind takes (`/db/signal` takes no count). The
-        answer's length is noted in `caps`."""
+        answer's length is noted in `caps`; a parameter `throttled` is not asked before its wait ends."""
         kind, series = ParamKind(kind), Series(series)
         if kind is ParamKind.SIGNAL and series is Series.RAW:
             count = None
-        data = await self._route(ROUTES[kind, series], series, param_id, start, end, count)
+        if (wait := self.throttled.get(param_id, 0.0) - time.monotonic()) > 0:
+            # Asking would only wait on the same throttle, past the request's deadline.
+            raise Throttled(
+                f"param {param_id}: throttled (HTTP 429) for {wait:.0f}s more, as the server asked; "
+                "not asked again before then",
+                429,
+                wait,
+            )
+        try:
+            data = await self._route(ROUTES[kind, series], series, param_id, start, end, count)
+        except Throttled as exc:
+            if exc.retry_after:
+                self.throttled[param_id] = time.monotonic() + exc.retry_after
+            raise
         self.caps.saw(kind, series, len(data))
         return data
 

@@ -65,7 +65,9 @@ class ClientOptions:
             timeout=httpx.Timeout(source.read_timeout, connect=source.connect_timeout),
             request_timeout=source.request_timeout,
             max_answer_bytes=int(source.max_answer_mb * 1024**2),
-            retry=RetryPolicy(**config.retry.model_dump()),
+            retry=RetryPolicy(
+                **config.retry.model_dump(exclude={"run_deadline"})
+            ),  # a request's, not the run's
             max_in_flight=config.extract.most_in_flight,
             auto_concurrency=config.extract.concurrency == "auto",
             max_rps=config.extract.max_rps,

@@ -7,7 +7,8 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -80,18 +81,41 @@ class ClientStats:
 
 
 class RateGate:
-    """A 429 pauses every request of the client, not just the one that got it."""
+    """A 429 pauses every request of the client, not just the one that got it.
+
+    The gate also counts the answers that got through it (`passed`): a request throttled to its end while
+    others were answered was throttled alone (a limit on some parameters, or a rate that only some
+    requests fit in), not the whole client. It adds up the time it held every request (`held`), which
+    a window's deadline does not count (`within`). And it can be told when the run ends (`ends_at`): a
+    pause that would hold every request past then calls the run's `on_past` at once, for waiting would
+    only end in the run's end.
+    """
 
     def __init__(self, stats: ClientStats) -> None:
         self._resume_at = 0.0
         self._stats = stats
+        self.passed = 0
+        self.held = 0.0  # seconds, including the rest of the current pause
+        self._end: tuple[float, Callable[[], None]] | None = None
+
+    def ends_at(self, when: float, on_past: Callable[[], None]) -> None:
+        """Call `on_past` once a pause reaches past `when` (time.monotonic())."""
+        self._end = (when, on_past)
+
+    def answered(self) -> None:
+        """An answer got through (not a 429)."""
+        self.passed += 1
 
     def pause(self, seconds: float) -> None:
         now = time.monotonic()
         if now + seconds > self._resume_at:
             # Wall-clock time held back, once, however many requests wait behind the gate.
-            self._stats.throttled_seconds += now + seconds - max(self._resume_at, now)
+            added = now + seconds - max(self._resume_at, now)
+            self._stats.throttled_seconds += added
+            self.held += added
             self._resume_at = now + seconds
+            if self._end is not None and self._resume_at >= self._end[0]:
+                self._end[1]()
 
     async def wait(self) -> bool:
         """Hold while the gate is closed; whether it was."""
@@ -100,6 +124,33 @@ class RateGate:
             waited = True
             await asyncio.sleep(delay)
         return waited
+
+
+@asynccontextmanager
+async def within(seconds: float | None, gate: RateGate) -> AsyncIterator[None]:
+    """`asyncio.timeout(seconds)` (TimeoutError when it passes), not counting the time `gate` held every
+    request meanwhile: a throttle on other requests does not use up this work's own time."""
+    if seconds is None:
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    held, due = gate.held, loop.time() + seconds
+    handle: asyncio.TimerHandle
+    async with asyncio.timeout(None) as timeout:
+
+        def check() -> None:
+            nonlocal handle
+            when = due + gate.held - held
+            if when > loop.time():
+                handle = loop.call_at(when, check)
+            else:
+                timeout.reschedule(loop.time())
+
+        handle = loop.call_at(due, check)
+        try:
+            yield
+        finally:
+            handle.cancel()
 
 
 async def retrying(once: Callable[[], Awaitable[T]], policy: RetryPolicy, stats: ClientStats, what: str) -> T:

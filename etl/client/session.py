@@ -29,7 +29,7 @@ from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
-from etl.errors import InvalidResponse, NetworkError, ServerError
+from etl.errors import InvalidResponse, NetworkError, ServerError, Throttled
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
@@ -171,13 +171,20 @@ class Session:
     ) -> Any:
         """The answer's body through `decode` (JSON by default); in a thread of the loop's pool for bodies
         over `in_thread_over` bytes (for decoders that release the GIL on large bodies). An
-        InvalidResponse from it is retried like a bad status."""
-        return await retrying(
-            lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
-            self.policy,
-            self.stats,
-            f"{method} {path}",
-        )
+        InvalidResponse from it is retried like a bad status. Throttled (429) to the end while other
+        requests got through, it raises `Throttled`, which ends only its own work."""
+        passed = self.gate.passed
+        try:
+            return await retrying(
+                lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
+                self.policy,
+                self.stats,
+                f"{method} {path}",
+            )
+        except ServerError as exc:
+            if exc.status == 429 and self.gate.passed > passed:
+                raise Throttled(str(exc), 429, exc.retry_after) from None
+            raise
 
     async def answer(self, request: httpx.Request) -> httpx.Response:
         """The answer to `request` as the server gives it, for callers that read what it says (how a
@@ -221,6 +228,7 @@ class Session:
         try:
             response = await self._send(self._http.build_request(method, url, params=params))
             body = self._classified(response, method, path, expect_json)
+            self.gate.answered()
             if body is None:
                 return None
             if in_thread_over is not None and len(body) > in_thread_over:

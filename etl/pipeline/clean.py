@@ -3,11 +3,15 @@
 The platform's intervals are inclusive, ours half-open: `keep_span` drops the point at a window's end,
 which is expected there and not counted as odd.
 
-Stamps that mostly fall outside their window, or collapse onto a few instants, mean the server writes
-time in another format than the document's (epoch seconds, dates without a time): that window fails
-(`TimeFormatError`) rather than being written as nothing or as a handful of points. Of several points
-at one stamp the first sent is kept; repeats of the same values are counted as `duplicate_points`, repeats
-with other values as `conflicting_duplicates`.
+A point outside the window asked for is the server's fault. A stamp that reads as a time orders of
+magnitude away from its window (epoch seconds read as milliseconds fall in January 1970) says alone that
+the server writes time in another unit; stamps that mostly fall outside their window, or pile up on a
+few instants, say it for a longer answer; every stamp a UTC midnight, two or more of them outside, or
+three or more values piled on one instant, half the answer, say "dates without a time". Then the window
+fails (`TimeFormatError`) rather than being written as nothing or as a handful of points, and
+checkpointed. A point just outside its window (a server's slack) is dropped and counted as
+`points_outside_window`. Of several points at one stamp the first sent is kept; repeats of the same
+values are counted as `duplicate_points`, repeats with other values as `conflicting_duplicates`.
 """
 
 from __future__ import annotations
@@ -26,10 +30,16 @@ from etl.timeutil import DAY_MS, iso
 __all__ = ["SCHEMAS", "TS", "TimeFormatError", "WindowData", "clean", "to_table"]
 
 # An answer this long or longer whose stamps are more than half outside its window, or more than half
-# repeats piled up on few instants, is read in the wrong time format. Shorter ones are too few to tell (a point or two outside a
-# window is a server's slack, counted and dropped).
+# repeats piled up on few instants, is read in the wrong time format. A shorter one is judged by what each
+# stamp says alone (`MAGNITUDE`), and by the points of other values piled on one instant (`PILED`).
 JUDGED_FROM = 8
 COLLAPSED = 16  # points on one instant that no duplication explains
+# Points of different values on one instant, half the answer or more: a server that sends a point twice
+# sends the same value, and sends its conflicting duplicates one at a time, not piled up.
+PILED = 3
+# A stamp below the window's start divided by this, or above its end times this, is in another unit
+# (seconds, microseconds): no server's slack reaches that far.
+MAGNITUDE = 10
 
 
 class TimeFormatError(DataError):
@@ -82,11 +92,21 @@ def _looks_like(window: Window, ts: np.ndarray) -> str:
 
 
 def check_outside(window: Window, ts: np.ndarray, outside: int) -> None:
-    """TimeFormatError if `outside` of the answer's stamps `ts` are more than half of a long answer."""
+    """TimeFormatError if `outside` of the answer's stamps `ts` are more than half of a long answer, if
+    any stamp is in another unit (`MAGNITUDE`), or if every stamp is a UTC midnight and two or more fall
+    outside: whatever the answer's length."""
+    if not outside:
+        return
     if len(ts) >= JUDGED_FROM and outside * 2 > len(ts):
         raise TimeFormatError(
             f"the server's time format is not what we read: {outside} of {len(ts)} stamps fall outside "
             f"the window; they look like {_looks_like(window, ts)}"
+        )
+    far = (ts < window.start // MAGNITUDE) | (ts > window.end * MAGNITUDE)
+    if far.any() or (outside > 1 and (ts % DAY_MS == 0).all()):
+        raise TimeFormatError(
+            f"the server's time format is not what we read: {outside} of {len(ts)} stamps fall outside "
+            f"the window; they look like {_looks_like(window, ts[far] if far.any() else ts)}"
         )
 
 
@@ -139,6 +159,12 @@ def _clean_any(window: Window, data: Points | Candles, counts: Counts) -> Window
             for v in values.values():
                 differs |= v != v[head]
             conflicting = int(differs.sum())
+            if conflicting * 2 >= len(ts) and np.bincount(head[differs]).max() >= PILED - 1:
+                raise TimeFormatError(
+                    f"the server's time format is not what we read: {len(ts)} points fall on "
+                    f"{int(first.sum())} instant(s), piled up with other values; they look like "
+                    f"{_looks_like(window, ts)}"
+                )
             if conflicting:
                 counts.conflicting_duplicates += conflicting
             if (same := int((~first).sum()) - conflicting) > 0:

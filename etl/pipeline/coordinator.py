@@ -24,7 +24,7 @@ import orjson
 
 from etl.client import MonitoringClient
 from etl.config import Config
-from etl.errors import ConfigError, DataError, EtlError, Interrupted, error_from
+from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, RunDeadline, error_from
 from etl.model import Params, Series, Shard
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
@@ -81,7 +81,15 @@ class Coordinator:
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
+        self.failed_code: int | None = None  # the exit code of the first window that failed
         self.interrupted = False
+        # retry.run_deadline passed, or a 429 closed the gate until past it (`throttled`)
+        self.out_of_time = False
+        self.throttled = False
+        self.deadline: float | None = None  # time.monotonic() when the run must stop
+        self.snapshot: asyncio.Future[None] | None = None  # the dimension tables being fetched
+        self.task: asyncio.Task[Any] | None = None  # the run's own, cancelled by a stop before slabs run
+        self.fetched = False  # every slab and the dimension tables are done: no deadline stops the run now
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
         self.committed: list[
             tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -145,7 +153,9 @@ class Coordinator:
 
     async def run(self) -> RunSummary:
         started, cpu = time.monotonic(), time.process_time()
+        self.task = asyncio.current_task()
         restore = self._handle_signals()
+        timer = self._set_deadline(started)
         try:
             if interrupts.pending():  # a Ctrl-C while etl loaded, whose KeyboardInterrupt was lost
                 raise Interrupted("interrupted before the run started")
@@ -160,20 +170,36 @@ class Coordinator:
                 await self._run_locked()
             if self.interrupted:  # a signal whose cancellation was absorbed (an await that suppresses it)
                 raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
+        except asyncio.CancelledError as exc:
+            if not self.out_of_time or self.interrupted:
+                self._failed(exc)
+                raise
+            # The deadline passed before any slab ran: nothing was written.
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            error = RunDeadline(self._deadline_text(), self.throttled)
+            self._failed(error)
+            raise error from None
         except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
-            stopped = isinstance(exc, Interrupted | KeyboardInterrupt | asyncio.CancelledError)
-            self.summary.status = "interrupted" if stopped else "failed"
-            self.summary.error = redact.redact(
-                str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
-            )
+            self._failed(exc)
             raise
         finally:
+            if timer is not None:
+                timer.cancel()
             restore()
             self.summary.seconds = time.monotonic() - started
             self.summary.cpu_seconds = time.process_time() - cpu
             if not self.options.dry_run and self.summary.window is not None:
                 self._save_summary()
         return self.summary
+
+    def _failed(self, exc: BaseException) -> None:
+        """The run's record says how it ended: interrupted (a signal, its deadline) or failed."""
+        stopped = isinstance(exc, Interrupted | RunDeadline | KeyboardInterrupt | asyncio.CancelledError)
+        self.summary.status = "interrupted" if stopped else "failed"
+        self.summary.error = redact.redact(
+            str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
+        )
 
     def _save_summary(self) -> None:
         try:
@@ -197,6 +223,8 @@ class Coordinator:
         findings: Findings | None = None
         now = now_ms()
         async with self.build.client(summary.client) as client:
+            if self.deadline is not None:
+                client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
             try:
                 await client.sign_in()
                 server_now = client.server_now()
@@ -243,7 +271,7 @@ class Coordinator:
             if self.options.dry_run:
                 return
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = (
+            snapshot = self.snapshot = (
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
@@ -260,29 +288,37 @@ class Coordinator:
                     snapshot.cancel()
                 raise
             if snapshot is not None:
-                if self.interrupted:  # its requests may be as stuck as the windows were
+                if self.stop.is_set():  # its requests may be as stuck as the windows were
                     snapshot.cancel()
                 with suppress(asyncio.CancelledError):
                     await snapshot
             self.left_out[:0] = client.skipped
+        self.fetched = True  # what is left to do here writes, and is not cut by the deadline
         if self.left_out:
             summary.records_left_out += len(self.left_out)
-        if findings is not None and self.fatal is None and not self.interrupted:
+        stopped = self.fatal is not None or self.interrupted or self.out_of_time
+        if findings is not None and not stopped:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
             await asyncio.to_thread(self._compact, coverage, now)
-        if self.build.lake is not None and self.fatal is None and not self.interrupted:
-            from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
+        if self.build.lake is not None and not stopped:
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                log.info("lake upkeep skipped: the run is past retry.run_deadline; the next run does it")
+            else:
+                from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
 
-            summary.upkeep = await asyncio.to_thread(upkeep, self.build, end)
+                summary.upkeep = await asyncio.to_thread(upkeep, self.build, end)
         if self.fatal is not None:
             raise self.fatal
         if self.interrupted:
             raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
+        if self.out_of_time:
+            raise RunDeadline(self._deadline_text(), self.throttled)
         if summary.failed_windows:
-            raise DataError(
+            raise error_from(
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
-                "the rest is written and checkpointed; the next run retries them"
+                "the rest is written and checkpointed; the next run retries them",
+                self.failed_code or ExitCode.DATA,
             )
         if self.left_out:
             raise DataError(
@@ -415,14 +451,18 @@ class Coordinator:
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
             self.fatal = self.fatal or exc
+            self.summary.stopped = self.summary.stopped or "error"
             self.stop.set()
 
         async def commit(job: SlabJob, result: SlabResult) -> None:
             for failure in result.failures:
                 self.summary.failed_windows.append(failure.describe())
                 self.failed_params.add(failure.window.param_id)
+                if self.failed_code is None:
+                    self.failed_code = failure.exit_code
                 if failure.fatal and self.fatal is None:
                     self.fatal = failure.error or error_from(failure.message, failure.exit_code)
+                    self.summary.stopped = self.summary.stopped or "error"
                     self.stop.set()
             written, files = result.written, result.written.files
             if written.staged is not None and committer is not None:
@@ -493,6 +533,60 @@ class Coordinator:
             if committer is not None:
                 committer.discard()
             progress.close()
+            summary = self.summary
+            done = sum(totals.windows for totals in summary.series.values())
+            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
+
+    def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:
+        """`retry.run_deadline` from the run's start: then the run stops (`_out_of_time`)."""
+        seconds = self.config.retry.run_deadline
+        if seconds is None or self.options.dry_run:
+            return None
+        self.deadline = started + seconds
+        return asyncio.get_running_loop().call_later(self.deadline - time.monotonic(), self._out_of_time)
+
+    def _out_of_time(self, throttled: bool = False) -> None:
+        """The deadline passed, or (`throttled`) a 429 holds every request until past it: the run stops as
+        on SIGTERM (slabs write what they fetched; windows still out after STOP_GRACE stay open), or is
+        cancelled if no slab has started."""
+        if self.out_of_time or self.interrupted or self.fetched:
+            return
+        self.out_of_time, self.throttled = True, throttled
+        self.summary.stopped = "throttled" if throttled else "run_deadline"
+        if not self.executing:
+            if (task := self.task) is not None:
+                task.cancel()
+            return
+        log.warning(
+            "%s: stopping after the windows in flight (those still out in %gs are cancelled and stay open)",
+            self._deadline_reason(),
+            STOP_GRACE,
+        )
+        self.stop.set()
+        if self.snapshot is not None:  # the dimension tables wait on the same server
+            self.snapshot.cancel()
+
+    def _deadline_reason(self) -> str:
+        seconds = f"retry.run_deadline, {self.config.retry.run_deadline:g}s"
+        if self.throttled:
+            return f"a 429 holds every request until past the run's deadline ({seconds})"
+        return f"the run reached its deadline ({seconds})"
+
+    def _deadline_text(self) -> str:
+        """The run's one line when it stopped at its deadline: why, and what it left undone."""
+        summary = self.summary
+        if not self.executing:
+            return (
+                f"{self._deadline_reason()}: stopped before any window was fetched; the next run starts again"
+            )
+        undone = [f"{summary.windows_not_done} window(s) not fetched"] if summary.windows_not_done else []
+        if summary.failed_windows:
+            undone.append(f"{len(summary.failed_windows)} failed (first: {summary.failed_windows[0]})")
+        done = any(totals.windows for totals in summary.series.values())
+        return (
+            f"{self._deadline_reason()}: stopped; {' and '.join(undone) or 'no window'} left open for the "
+            "next run; " + ("the rest is written and checkpointed" if done else "nothing was written")
+        )
 
     def _handle_signals(self) -> Callable[[], None]:
         """SIGINT and SIGTERM for the whole run: while slabs run, a graceful stop; before, the run is
@@ -512,6 +606,7 @@ class Coordinator:
                     signal.Signals(signum).name,
                     STOP_GRACE,
                 )
+                self.summary.stopped = self.summary.stopped or "signal"
             self.interrupted = True
             self.stop.set()
 

@@ -15,9 +15,10 @@ too. Only when the wider span is no longer is the answer continued.
 A server that ignores the interval asked would make continuations go on for ever (each resuming 1 ms
 later): an answer that would be continued although less than half of it is new ground is a stall, and
 after `MAX_STALLS` of them the window fails. The first answer of a window, read as the document says,
-must also fit it: stamps mostly outside it or collapsed onto a few instants fail the window at once
+must also fit it: stamps in another time format fail the window at once
 (`etl.pipeline.clean.TimeFormatError`), before any continuation. And a window takes at most
-`retry.deadline` seconds in all, however many requests it needs.
+`retry.deadline` seconds in all, however many requests it needs, besides the time a 429 held every
+request of the run (a throttle on other parameters does not use up this window's time).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import numpy as np
 from etl.client import MonitoringClient
 from etl.client.caps import Verdict
 from etl.client.models import Candles, Points
+from etl.client.retry import within
 from etl.errors import DataError, NetworkError, RequestRejected
 from etl.model import ParamKind, Series, Window
 from etl.pipeline.clean import check_collapse, check_outside
@@ -94,7 +96,7 @@ async def fetch_window(
     start, end = window.request()
     deadline = client.session.policy.deadline
     try:
-        async with asyncio.timeout(deadline):
+        async with within(deadline, client.session.gate):  # the 429 gate's holds not counted
             parts = await _fetch(client, window, start, end, max_points, counts, _Stalls(window), True)
     except TimeoutError:
         raise NetworkError(

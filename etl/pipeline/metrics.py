@@ -88,6 +88,11 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
         "Windows that failed in the last run (fetched again next time)",
         summary.get("failed_window_count", 0),
     )
+    gauge(
+        f"{PREFIX}_windows_not_done",
+        "Windows a stop (a signal, retry.run_deadline) left open in the last run (fetched next time)",
+        summary.get("windows_not_done", 0),
+    )
     late = summary.get("late") or {}
     gauge(
         "etl_late_points",

@@ -70,6 +70,11 @@ class RunSummary:
     checkpoints_past_the_server_clock: int = 0  # (parameter, series) whose checkpoints reach past it
     records_left_out: int = 0  # records and reference tables the platform sent that could not be used
     failed_windows: list[str] = field(default_factory=list)
+    # Planned windows neither written nor failed: a stop left them open for the next run.
+    windows_not_done: int = 0
+    # What stopped the run before its end: "signal", "run_deadline", "throttled" (a 429 until past the
+    # deadline), "error" (a fatal one); None when it ran to its end.
+    stopped: str | None = None
     client: ClientStats = field(default_factory=ClientStats)
     temp_files_removed: int = 0
     executor: str = "local"
@@ -122,6 +127,8 @@ class RunSummary:
             "warnings": self.warnings(),
             "failed_windows": self.failed_windows[:50],
             "failed_window_count": len(self.failed_windows),
+            "windows_not_done": self.windows_not_done,
+            "stopped": self.stopped,
             "temp_files_removed": self.temp_files_removed,
             "executor": self.executor,
             "shard": str(self.shard) if self.shard else None,
@@ -192,6 +199,15 @@ class RunSummary:
             rows.append(("warnings", ", ".join(f"{k}={v}" for k, v in summary["warnings"].items())))
         if self.failed_windows:
             rows.append(("failed", f"{len(self.failed_windows)} windows (listed in {self.record()})"))
+        if summary.get("windows_not_done"):
+            stopped = (summary.get("stopped") or "").replace("_", " ")
+            rows.append(
+                (
+                    "not done",
+                    f"{summary['windows_not_done']} windows, left open"
+                    + (f" (stopped: {stopped})" if stopped else ""),
+                )
+            )
         rows.append(("output", self.output))
         return rows
 

@@ -468,6 +468,16 @@ def test_rate_limit_has_retry_after(fresh):
     assert httpx.get(f"{fresh.base_url}/db/object").headers["retry-after"] == "0.25"
 
 
+def test_throttled_params_answer_429_for_those_parameters_only(fresh):
+    fresh.set_faults(throttled_params=[ANALOG], retry_after_text="600")
+    with signed_in(fresh) as c:  # the sign-in and the other parameters are served
+        throttled = c.get(SERIES)
+        other = c.get(SERIES.replace(f"/{ANALOG}/", f"/{ANALOG + 1}/"))
+    assert throttled.status_code == 429 and throttled.headers["retry-after"] == "600"
+    assert other.status_code == 200
+    assert [r.get("fault") for r in fresh.requests() if r.get("param_id")] == ["rate_limit", None]
+
+
 def test_truncated_body_is_not_json(fresh):
     fresh.set_faults(truncate_rate=1.0)
     with signed_in(fresh) as c:  # sign-in is never truncated

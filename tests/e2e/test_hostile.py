@@ -5,22 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  pa.compute
 import pytest
 
 import etl
 from etl.errors import DataError
-from etl.timeutil import to_ms
+from etl.model import Series
+from etl.timeutil import HOUR_MS, to_ms
 from etl_emulator.faults import HOSTILE_KINDS
 from etl_emulator.hostile import BOGUS
+from etl_emulator.lateness import Lateness
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
 from tests.support.configs import make_config
 from tests.support.emulator import END, START, emulator_config
-from tests.support.expected import SERIES, expected_table
+from tests.support.expected import SERIES, SOURCE, expected_table
 from tests.support.output import checkpoints, read
 from tests.support.pipeline import run
+from tests.support.schedule import FIRST_RUN, config_for, late_emulator, run_schedule
+from tests.support.schedule import expected as expected_schedule
 
 KEPT = {"shuffle", "extra_fields", "missing_fields", "wrong_content_type", "offsets", "huge"}
 DROPPED = {"duplicates": "duplicate_points", "outside": "points_outside_window"}
@@ -149,3 +154,67 @@ def test_odd_bodies_now_and_then_are_retried_within_the_run(hostile_emulator, tm
     hostile_emulator.set_faults(reset=True)
     assert summary["retries_by_reason"]["invalid_body"] > 0
     assert_exact(tmp_path)
+
+
+def _aggregates_state(out) -> tuple[list[tuple], list[tuple]]:
+    """The checkpoints of averages and candles a run left, and their newest rows received."""
+    from etl.state import StateStore
+    from etl.state.coverage import key_of
+    from etl.storage.files import Storage
+
+    store = StateStore(Storage(f"{out}/_state/{SOURCE}"))
+    coverage, arrivals = store.load(), store.arrivals
+    raw = set(key_of(np.unique(coverage.key // 4), Series.RAW).tolist())
+    return (
+        [
+            r
+            for r in zip(coverage.key.tolist(), coverage.start.tolist(), coverage.end.tolist(), strict=True)
+            if r[0] not in raw
+        ],
+        [r for r in zip(arrivals.key.tolist(), arrivals.newest.tolist(), strict=True) if r[0] not in raw],
+    )
+
+
+def _raw_checkpoints_exact(out, settings, end: int) -> None:
+    """Every raw point of the checkpointed intervals is in the output (an empty window is checkpointed)."""
+    coverage = checkpoints(out)
+
+    def covered(table: pa.Table) -> list[tuple[int, int]]:
+        pid, ts = table["param_id"].to_pylist(), table["ts"].cast(pa.int64()).to_pylist()
+        return [
+            (p, t)
+            for p, t in zip(pid, ts, strict=True)
+            if any(a <= t < b for a, b in coverage.intervals(p, Series.RAW))
+        ]
+
+    assert covered(read(out, "raw")) == covered(expected_schedule(settings, "raw", end))
+
+
+@pytest.mark.parametrize("series", [SERIES, ["average", "candles"]], ids=["all", "aggregates"])
+def test_epoch_seconds_in_the_hourly_windows_leave_no_checkpoint_over_missing_rows(tmp_path, series):
+    """The hourly schedule's windows hold 4-5 averages or candles: stamps in epoch seconds fail them as
+    they fail long ones (not checkpointed, no newest row moved), and the run after the server heals is
+    exact."""
+    settings = late_emulator(Lateness())
+    with run_emulator(settings) as emu:
+        states: list = []  # after each run but the last
+
+        def between(i: int) -> None:
+            if i:
+                states.append(_aggregates_state(tmp_path))
+            if i == 3 and "raw" in series:
+                _raw_checkpoints_exact(tmp_path, settings, FIRST_RUN + 2 * HOUR_MS)
+            emu.set_faults(reset=True, **({"hostile": ["epoch_seconds"]} if i in (1, 2) else {}))
+
+        schedule = run_schedule(emu, config_for(emu, tmp_path, series=series), 3, between)
+    first, *hostile, healed = schedule.summaries
+    assert first.status == healed.status == "ok"
+    for summary in hostile:
+        assert summary.status == "failed" and "epoch seconds" in (summary.error or ""), summary.error
+        assert not ({"average", "candles"} & set(summary.series))  # nothing written
+    assert states[0][0] and states[0] == states[1] == states[2]
+    final = type(settings)(**{**settings.__dict__, "now_ms": schedule.last_end + 60_000})
+    for name in series:
+        want = expected_schedule(final, name, schedule.last_end)
+        got = read(tmp_path, name).select(want.column_names)
+        assert got.equals(want), name

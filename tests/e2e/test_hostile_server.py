@@ -16,15 +16,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pytest
 
+from etl.config import RetryConfig
+from etl.pipeline.slab import STOP_GRACE
 from etl.timeutil import DAY_MS, iso, to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact
 from tests.support.cli import ETL_COMMAND, environment, etl_process
 from tests.support.configs import config_dict, write_config
 from tests.support.emulator import START, emulator_config, series_requests
-from tests.support.expected import expected_table
+from tests.support.expected import SERIES, expected_table
 from tests.support.output import checkpoints, read
 
 DAY_END = iso(to_ms(START) + DAY_MS)  # one day of raw series keeps each run short
@@ -151,6 +154,91 @@ def test_retry_after_is_capped_everywhere_and_unreadable_values_wait_a_default(
     assert outcome.summary["throttled_seconds"] <= 0.2 * throttled + 0.01
 
 
+THROTTLED = 1001  # 2 of the fleet's 8 parameters per route: the others' answers get past the gate
+
+
+def throttled_run(hostile: RunningEmulator, tmp_path: Path, retry: dict, guard: float = GUARD) -> None:
+    """Every request of one parameter answers 429 with Retry-After: 600. Each 429 pauses every request of
+    the run (retry.retry_after_max), but that parameter's windows fail alone once their retries run out
+    (other requests got through meanwhile): the run ends within its deadline with one line (exit 5, the
+    class of a 429), the other parameters' windows are written and checkpointed, that one's stay open
+    and the next run fetches them."""
+    hostile.set_faults(throttled_params=[THROTTLED], retry_after_text="600")
+    out = tmp_path / "out"
+    data = config(hostile, out)
+    data["retry"], data["series"] = retry, SERIES
+    outcome = etl_run(data, tmp_path, guard)
+    assert_one_line(outcome, 5, f"{len(SERIES)} window(s) failed", f"param {THROTTLED}", "HTTP 429")
+    summary = outcome.summary
+    assert summary["windows_not_done"] == 0 and summary["stopped"] is None  # every window was tried
+    assert summary["seconds"] < RetryConfig(**retry).run_deadline
+    covered = checkpoints(out)
+    for series in SERIES:
+        assert not covered.intervals(THROTTLED, series)
+        want = expected_table(emulator_config(), series, to_ms(START), to_ms(DAY_END))
+        want = want.filter(pc.not_equal(want["param_id"], THROTTLED))
+        for pid in set(want["param_id"].to_pylist()):
+            assert covered.intervals(pid, series) == [(to_ms(START), to_ms(DAY_END))], (pid, series)
+        assert read(out, series).select(want.column_names).equals(want), series
+    hostile.set_faults(reset=True)
+    assert etl_run(data, tmp_path).code == 0
+    assert_exact(out, START, DAY_END, series=SERIES)
+
+
+def test_a_parameter_throttled_for_good_fails_alone_and_the_others_are_checkpointed(hostile, tmp_path):
+    throttled_run(hostile, tmp_path, {"retry_after_max": 0.5, "deadline": 2})
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(RetryConfig().run_deadline + 600)  # the run's own bound, and the rerun
+def test_with_the_default_retry_settings_a_parameter_throttled_for_good_ends_the_run_in_time(
+    hostile, tmp_path
+):
+    """The same with the defaults: each 429 honoured for 120 s, a window given 300 s, the run 45 min.
+    Minutes long: `make soak`."""
+    throttled_run(hostile, tmp_path, {}, guard=RetryConfig().run_deadline + 300)
+
+
+def test_a_run_stops_at_its_deadline_saying_what_it_left_open(hostile, tmp_path):
+    """retry.run_deadline: the run stops as on SIGTERM (windows in flight get STOP_GRACE), writes and
+    checkpoints what it fetched, and says what it left; the next run fetches the rest."""
+    hostile.set_faults(latency=0.3)  # sign-in and listings take about 3 s, the 24 windows 8 or more
+    out = tmp_path / "out"
+    data = config(hostile, out, extract={"concurrency": 1}, retry={"run_deadline": 6})
+    data["series"] = SERIES
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(outcome, 4, "reached its deadline (retry.run_deadline, 6s)", "window(s) not fetched")
+    summary = outcome.summary
+    assert summary["status"] == "interrupted" and summary["stopped"] == "run_deadline"
+    planned = sum(p["windows"] for p in summary["planned"].values())
+    done = sum(s["windows"] for s in summary["series"].values())
+    assert summary["windows_not_done"] == planned - done > 0
+    assert f"{summary['windows_not_done']} window(s) not fetched" in outcome.errors[0]
+    # The deadline, the grace of the windows in flight, and the writing of what was fetched.
+    assert summary["seconds"] < 6 + STOP_GRACE + 5
+    assert_covered_exact(out, checkpoints(out), SERIES)
+    hostile.set_faults(reset=True)
+    assert etl_run(data, tmp_path).code == 0
+    assert_exact(out, START, DAY_END, series=SERIES)
+
+
+def test_a_throttle_past_the_run_deadline_stops_the_run_without_waiting(hostile, tmp_path):
+    """Every series request answers 429 with Retry-After: 600, honoured for 60 s, and the run may take 30:
+    waiting would only end in the deadline, so the run stops at the first 429 (windows left open)."""
+    hostile.set_faults(throttled_params=list(range(1001, 1004)) + [1501, 2001, 2002, 2003, 2501])
+    hostile.set_faults(retry_after_text="600")
+    out = tmp_path / "out"
+    data = config(hostile, out, retry={"retry_after_max": 60, "deadline": 300, "run_deadline": 30})
+    outcome = etl_run(data, tmp_path)
+    assert_one_line(
+        outcome, 5, "a 429 holds every request until past the run's deadline (retry.run_deadline, 30s)"
+    )
+    summary = outcome.summary
+    assert summary["stopped"] == "throttled" and summary["seconds"] < 30  # it did not wait
+    assert summary["windows_not_done"] == sum(p["windows"] for p in summary["planned"].values())
+    assert not len(checkpoints(out))
+
+
 def test_a_dripping_answer_ends_at_the_request_timeout_with_its_windows_open(hostile, tmp_path):
     hostile.set_faults(hostile=["drip"])  # 1 byte a second: no read ever waits long enough to time out
     out = tmp_path / "out"
@@ -188,13 +276,14 @@ def test_a_continuation_that_does_not_advance_fails_its_window_after_a_few_reque
     assert_covered_exact(out, checkpoints(out))
 
 
-def assert_covered_exact(out: Path, covered) -> None:
-    """The output holds exactly the source's points of the windows the checkpoints cover."""
-    want = expected_table(emulator_config(), "raw", to_ms(START), to_ms(DAY_END))
-    keep = [bool(covered.intervals(p, "raw")) for p in want["param_id"].to_pylist()]
-    want = want.filter(keep)
-    got = read(out, "raw") if (out / "raw").exists() else want.schema.empty_table()
-    assert got.select(want.column_names).equals(want)
+def assert_covered_exact(out: Path, covered, series=("raw",)) -> None:
+    """The output holds exactly the source's points of the windows the checkpoints cover (one a day)."""
+    for name in series:
+        want = expected_table(emulator_config(), name, to_ms(START), to_ms(DAY_END))
+        keep = [bool(covered.intervals(p, name)) for p in want["param_id"].to_pylist()]
+        want = want.filter(keep)
+        got = read(out, name) if (out / name).exists() else want.schema.empty_table()
+        assert got.select(want.column_names).equals(want), name
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
