@@ -268,9 +268,9 @@ def parse_candles(doc: Any) -> Candles:
     )
 
 
-# Arrow's reader costs ~0.3 ms a call whatever the size; below this, orjson and the numpy stamp parser
-# are 2-4x cheaper (measured on the emulator's answers: 50 to 500 points). Above it Arrow is as fast or
-# faster, and it releases the GIL, so such bodies are decoded in a thread beside the event loop.
+# Arrow's reader has a fixed cost a call whatever the size; below this, orjson and the numpy stamp
+# parser are cheaper (docs/performance.md). Above it Arrow is as fast or faster, and it releases the GIL,
+# so such bodies are decoded in a thread beside the event loop.
 SMALL_ANSWER = 48 * 1024
 
 
@@ -278,7 +278,7 @@ def decode_points(body: bytes) -> Points:
     """The points of a point answer. Whatever is wrong with it is an InvalidResponse raised here, inside
     the request, so that it is retried like any unreadable answer."""
     # Arrow's reader refuses an answer that holds a key it reads twice, so the answers it takes skip the
-    # check for a repeated series key: two scans of the whole body that hold the GIL (0.3 ms of 360 kB).
+    # check for a repeated series key: two scans of the whole body that hold the GIL.
     if len(body) > SMALL_ANSWER and (points := read_points(body)) is not None:
         return points
     if (key := _repeated_keys(body)) is not None:
@@ -313,8 +313,8 @@ def read_points(body: bytes) -> Points | None:
     """Points of a `{"points": [{"timestmp": ISO, "value": number}, ...]}` answer; None if unusual."""
     options = pajson.ReadOptions(use_threads=False, block_size=max(len(body) + 1, 1 << 16))
     try:
-        # The streaming reader, not `read_json`: that one starts (and ends) a thread on every call, which
-        # is 60-80 us and a dozen futex calls of each answer's decoding.
+        # The streaming reader, not `read_json`: that one starts (and ends) a thread on every call of each
+        # answer's decoding.
         reader = pajson.open_json(pa.BufferReader(body), read_options=options, parse_options=_PARSE)
         table = reader.read_all()
     except (pa.ArrowException, ValueError):

@@ -200,7 +200,7 @@ def to_table(series: Series, pieces: list[WindowData], source: str, by_object: b
 
 def _repeated(values: list[str], counts: list[int]) -> pa.Array:
     """Each value as many times as its count, as one string column built from its buffers: Arrow's `take`
-    of a one-value column copies strings row by row (0.13 ms for 23,000 rows, against 8 us)."""
+    of a one-value column copies strings row by row."""
     encoded = [v.encode() for v in values]
     sizes = np.repeat(np.array([len(b) for b in encoded], dtype=np.int64), counts)
     data = b"".join(b * n for b, n in zip(encoded, counts, strict=True))
