@@ -59,3 +59,36 @@ def test_the_installed_pyiceberg_is_supported_and_others_are_refused(monkeypatch
         f" pip install '{pyiceberg_compat.REQUIREMENT}'"
     )
     assert refused.value.exit_code == 2
+
+
+def test_a_transaction_computes_its_metadata_once_per_change(tmp_path, monkeypatch):
+    """pyiceberg's transaction applies its staged updates to the table's metadata and deep-copies it at
+    every read of `table_metadata`; ours once per change of either. When pyiceberg's caches too (the
+    first assertion fails), the override can go."""
+    import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    from etl.sinks.lake import pyiceberg_compat
+
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
+    catalog.create_namespace("n")
+    table = catalog.create_table(("n", "t"), schema=pa.schema([("a", pa.int64())]))
+    theirs = table.transaction()
+    assert theirs.table_metadata is not theirs.table_metadata  # computed again at each read
+
+    computed = []
+    compute = pyiceberg_compat.update_table_metadata
+    monkeypatch.setattr(
+        pyiceberg_compat, "update_table_metadata", lambda *a: computed.append(1) or compute(*a)
+    )
+    txn = pyiceberg_compat.transaction(table)
+    first = txn.table_metadata
+    assert txn.table_metadata is first and len(computed) == 1
+    txn.set_properties({"k": "v"})  # a staged update: computed again, once
+    assert txn.table_metadata.properties["k"] == "v" and txn.table_metadata is txn.table_metadata
+    assert len(computed) == 2
+    with txn.update_snapshot().merge_append() as append:  # what a commit stages reads the latest
+        pass
+    assert txn.table_metadata.current_snapshot_id == append.snapshot_id
+    txn.commit_transaction()
+    assert table.metadata.properties["k"] == "v" and table.current_snapshot() is not None

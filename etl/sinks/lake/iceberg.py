@@ -338,6 +338,7 @@ def _pyiceberg_files(metadata: TableMetadata, io: FileIO, rows: pa.Table) -> lis
 def check_fits(metadata: TableMetadata, schema: pa.Schema) -> None:
     """Raise ValueError unless rows of `schema` fit the table: each column one of the table's, of its type
     or of one that promotes to it, and none of its required columns missing or nullable."""
+    from pyiceberg.exceptions import ResolveError
     from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import promote
     from pyiceberg.types import PrimitiveType
@@ -357,7 +358,10 @@ def check_fits(metadata: TableMetadata, schema: pa.Schema) -> None:
             continue
         if not (isinstance(found.field_type, PrimitiveType) and isinstance(field.field_type, PrimitiveType)):
             raise ValueError(f"column {field.name}: {found.field_type}, the table has {field.field_type}")
-        promote(found.field_type, field.field_type)  # ResolveError (a ValueError) when it cannot
+        try:
+            promote(found.field_type, field.field_type)
+        except ResolveError as exc:
+            raise ValueError(f"column {field.name}: {exc}") from None
 
 
 class _Files:
@@ -668,6 +672,8 @@ class IcebergTable(LakeTable):
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
 
+        from etl.sinks.lake.pyiceberg_compat import transaction
+
         written: list[DataFile] = []
         try:
             new = list(files)
@@ -704,7 +710,7 @@ class IcebergTable(LakeTable):
             if not (new or removed or checkpoint):
                 return []
             properties = checkpoint.properties() if checkpoint else {}
-            txn = table.transaction()
+            txn = transaction(table)
             replaces = expression(replace) if replace is not None else None
             staged = _stage(txn, table.io, removed, new, properties, replaces)
             if checkpoint is not None:
@@ -902,6 +908,8 @@ class IcebergTable(LakeTable):
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
 
+        from etl.sinks.lake.pyiceberg_compat import transaction
+
         table = self._handle()
         counted = self._of(table, source)
         wanted = {(d.day, *d.key) for d in days}
@@ -925,7 +933,7 @@ class IcebergTable(LakeTable):
                 removed += [t.file for t in picked]
             if not removed:
                 return 0
-            txn = table.transaction()
+            txn = transaction(table)
             staged = _stage(txn, table.io, removed, written, {})
             expired = self._stage_expiry(table, txn, staged, self.policy.retention_ms, self.policy.versions)
             txn.commit_transaction()
@@ -942,10 +950,12 @@ class IcebergTable(LakeTable):
             self._table.refresh()
 
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
+        from etl.sinks.lake.pyiceberg_compat import transaction
+
         table = self._handle()
         if retention_ms is None and len(table.metadata.snapshots) <= versions:
             return 0
-        txn = table.transaction()
+        txn = transaction(table)
         expired = self._stage_expiry(table, txn, 0, retention_ms, versions, force=now)
         if not expired:
             return 0

@@ -1,5 +1,13 @@
 """The one place etl reaches past pyiceberg's public surface, for the pyiceberg versions it is tested with
-(checked at import: any other stops the run with one line naming the supported range).
+(checked at import: any other stops the run with one line naming the supported range). Each override has
+a test that fails once pyiceberg no longer needs it (tests/unit/test_iceberg_race.py,
+tests/unit/test_pyiceberg_compat.py).
+
+`transaction`: `Table.transaction()` whose `table_metadata` is computed once per change of the table's
+metadata or of the staged updates, not at each read. pyiceberg's applies every staged update to the
+table's metadata and deep-copies the result at each of the dozens of reads a commit makes, a cost that
+grows with the snapshots the table keeps. Unneeded once apache/iceberg-python#3784 (or #3302, the same
+cache) is released.
 
 `overwrite`: the snapshot producer of `Transaction.update_snapshot().overwrite()`, whose manifest
 evaluator is safe to call from several threads. pyiceberg's overwrite (its own `delete` and `overwrite`
@@ -20,7 +28,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import pyiceberg
+from pyiceberg.table import Transaction
 from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from etl.errors import ConfigError
@@ -29,7 +39,9 @@ from etl.support.optional import LAKE_REQUIREMENTS
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyiceberg.manifest import ManifestFile
-    from pyiceberg.table import Transaction
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.update import TableUpdate
 
 REQUIREMENT = LAKE_REQUIREMENTS["pyiceberg"]  # the lake extra's: >=A.B,<C.D, the releases etl is tested with
 
@@ -51,6 +63,23 @@ if not supported(pyiceberg.__version__):
         f"sink.format iceberg needs {REQUIREMENT}, found pyiceberg {pyiceberg.__version__}:"
         f" pip install '{REQUIREMENT}'"
     )
+
+
+class _Transaction(Transaction):
+    _seen: tuple[TableMetadata, tuple[TableUpdate, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        # Both inputs are replaced, never changed in place: the same objects mean the same result.
+        base, updates = self._table.metadata, self._updates
+        if self._seen is None or self._seen[0] is not base or self._seen[1] is not updates:
+            self._seen = (base, updates, update_table_metadata(base, updates))
+        return self._seen[2]
+
+
+def transaction(table: Table) -> Transaction:
+    """`table.transaction()`, its metadata computed once per change (the module's docstring)."""
+    return _Transaction(table)
 
 
 def thread_safe(evaluate: Callable[[ManifestFile], bool]) -> Callable[[ManifestFile], bool]:
