@@ -16,7 +16,7 @@ Metadata does not grow with history: the same transaction expires snapshots beyo
 manifests are deleted; the append merges small manifests once MERGE_MANIFESTS_AT add up and drops those
 left with no live file (table properties `commit.manifest-merge.*`); the catalog keeps at most
 PREVIOUS_METADATA older metadata files (`write.metadata.previous-versions-max`, deleted after commit).
-The one override of pyiceberg's internals is in `pyiceberg_compat.py`.
+The overrides of pyiceberg's internals this needs are in `pyiceberg_compat.py`.
 """
 
 from __future__ import annotations
