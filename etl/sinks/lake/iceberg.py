@@ -240,7 +240,8 @@ def _parquet_options(properties: dict[str, str]) -> dict[str, Any]:
     from pyiceberg.utils.properties import property_as_int
 
     def number(name: str, default: int | None) -> int | None:
-        return property_as_int(properties, name, default)
+        value = property_as_int(properties, name, default)
+        return None if value is None else int(value)
 
     codec = properties.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT)
     return {
@@ -504,7 +505,7 @@ class IcebergTable(LakeTable):
             None  # the handle: pyiceberg updates its metadata in place with each commit
         )
         self._exists = False
-        self._plans: dict[tuple, _Files | None] = {}  # per (schema, spec, settings, rows' schema)
+        self._plans: dict[tuple[Any, ...], _Files | None] = {}  # per (schema, spec, settings, rows' schema)
 
     @property
     def uri(self) -> str:
@@ -890,7 +891,7 @@ class IcebergTable(LakeTable):
             return []
         table = self._handle()
         counted = self._of(table, source)
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for task in self._tasks(table):
             if not counted(task.file):
                 continue
