@@ -51,20 +51,18 @@ def test_a_reference_table_is_not_partitioned(tmp_path):
 
 @pytest.mark.parametrize("partition_by", [["date"], ["date", "object_id"]])
 def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
-    """Rows of the table's own schema are written without pyiceberg's writer (which works out the
-    schema, settings and statistics plan again for every file): the same rows, schema and records,
-    but dictionaries only on the columns etl's Parquet datasets give one (not timestamps, values)."""
-    import itertools
-    import uuid
-
+    """Rows of the table's own schema are written without pyiceberg's writer (`write_file`, which works
+    out the schema, settings and statistics plan again for every file): the same rows, schema and
+    records, but dictionaries only on the columns etl's Parquet datasets give one (not timestamps,
+    values)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
     from etl.sinks.lake.common import with_date
+    from etl.sinks.lake.iceberg import _pyiceberg_files
     from etl.storage.files import Storage
 
     start = 1_793_491_200_000  # 2026-11-01
@@ -90,12 +88,7 @@ def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
     table.prepare(rows.schema)
     handle = table._handle()
     ours = sorted(table.write_files(rows), key=lambda f: str(f.partition))
-    theirs = sorted(
-        _dataframe_to_data_files(
-            handle.metadata, rows, handle.io, write_uuid=uuid.uuid4(), counter=itertools.count()
-        ),
-        key=lambda f: str(f.partition),
-    )
+    theirs = sorted(_pyiceberg_files(handle.metadata, handle.io, rows), key=lambda f: str(f.partition))
     assert len(ours) == len(theirs) == (2 if partition_by == ["date"] else 4)
     for a, b in zip(ours, theirs, strict=True):
         for field in (
@@ -163,3 +156,57 @@ def test_rows_larger_than_the_target_file_size_are_split_by_pyiceberg(tmp_path):
         txn.set_properties({"write.target-file-size-bytes": str(rows.nbytes // 3)})
     files = table.write_files(rows)
     assert len(files) >= 3 and sum(f.record_count for f in files) == n
+
+
+def test_a_table_of_nested_columns_gets_the_schema_pyiceberg_gives_it(tmp_path):
+    """Field ids from pyiceberg's public conversion (every field numbered, then fresh ids): the same
+    schema as pyiceberg's own `create_table` of the arrow schema."""
+    import pyarrow as pa
+
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage.files import Storage
+
+    point = pa.struct([("timestmp", pa.timestamp("us", tz="UTC")), ("value", pa.float64())])
+    schema = pa.schema(
+        [
+            ("source", pa.string()),
+            ("id", pa.int64(), False),
+            ("points", pa.list_(point)),
+            ("tags", pa.map_(pa.string(), pa.string())),
+            ("where", pa.struct([("x", pa.float64()), ("names", pa.large_list(pa.string()))])),
+        ]
+    )
+    lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))
+    table = lake.dimension("nested")
+    table.prepare(schema)
+    ours = table._handle().schema()
+    theirs = table.catalog.create_table(("etl", "theirs"), schema=schema).schema()
+    assert ours == theirs
+
+
+def test_rows_that_do_not_fit_the_table_are_refused_before_any_file_is_written(tmp_path):
+    import pyarrow as pa
+    import pytest
+
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.sinks.lake.iceberg import check_fits
+    from etl.storage.files import Storage
+
+    lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))
+    table = lake.dimension("units")
+    table.prepare(pa.schema([("source", pa.string()), ("id", pa.int64(), False), ("scale", pa.float64())]))
+    metadata = table._handle().metadata
+    check_fits(metadata, pa.schema([("id", pa.int32(), False), ("source", pa.large_string())]))  # promoted
+    for schema, reason in (
+        (pa.schema([("source", pa.string()), ("id", pa.int64(), False), ("new", pa.int8())]), "lacks: new"),
+        (pa.schema([("source", pa.string()), ("id", pa.int64())]), "id is required"),
+        (pa.schema([("source", pa.string()), ("scale", pa.float64())]), "id is required"),
+        (pa.schema([("source", pa.int64()), ("id", pa.int64(), False)]), "source"),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            check_fits(metadata, schema)
+    with pytest.raises(Exception, match="cannot commit to the Iceberg table etl.dimensions_units"):
+        table.commit(pa.table({"source": ["a"], "id": [1], "new": [1]}), None)
+    assert not list((tmp_path / "etl" / "dimensions_units").rglob("*.parquet"))

@@ -1,5 +1,6 @@
 """The race behind "cannot commit to the Iceberg table etl.raw: Missing required files to delete", and
-its fix (etl/sinks/lake/iceberg.py): replayed without threads, so it fails the same way every time."""
+its fix (etl/sinks/lake/pyiceberg_compat.py, `overwrite`): replayed without threads, so it fails the same
+way every time. When pyiceberg's own overwrite passes, the override can go."""
 
 from __future__ import annotations
 
@@ -16,11 +17,10 @@ def test_an_overwrite_judges_each_manifest_by_its_own_partition_bounds(tmp_path)
     from pyiceberg.catalog import load_catalog
     from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan, LessThanOrEqual
     from pyiceberg.expressions.visitors import manifest_evaluator
-    from pyiceberg.table.snapshots import Operation
-    from pyiceberg.table.update.snapshot import _OverwriteFiles
     from pyiceberg.transforms import DayTransform
 
-    from etl.sinks.lake.iceberg import _iso, _producers, _thread_safe
+    from etl.sinks.lake.iceberg import _iso
+    from etl.sinks.lake.pyiceberg_compat import overwrite, thread_safe
 
     catalog = load_catalog("t", type="sql", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
     catalog.create_namespace("n")
@@ -63,18 +63,16 @@ def test_an_overwrite_judges_each_manifest_by_its_own_partition_bounds(tmp_path)
     shared = manifest_evaluator(spec_, iceberg_schema, where)
     assert shared(first) and not shared(second)  # alone, each is judged right
     assert not interleaved(shared)  # pyiceberg's: A judged by B's bounds, its files skipped
-    assert interleaved(_thread_safe(manifest_evaluator(spec_, iceberg_schema, where)))  # ours: A by A's
+    assert interleaved(thread_safe(manifest_evaluator(spec_, iceberg_schema, where)))  # ours: A by A's
 
-    # The same through the overwrites themselves: pyiceberg's, and ours (etl/sinks/lake/iceberg.py)
+    # The same through the overwrites themselves: pyiceberg's public one, and ours
     on_ts = And(
         GreaterThanOrEqual("ts", _iso(day * 86_400_000)), LessThan("ts", _iso((day + 1) * 86_400_000))
     )
 
-    def evaluator(cls):
-        producer = cls(Operation.OVERWRITE, table.transaction(), table.io)
+    def evaluator(producer):
         producer.delete_by_predicate(on_ts)
         return producer._build_manifest_evaluator(spec_.spec_id)
 
-    _, overwrite = _producers()
-    assert not interleaved(evaluator(_OverwriteFiles))
-    assert interleaved(evaluator(overwrite))
+    assert not interleaved(evaluator(table.transaction().update_snapshot().overwrite()))
+    assert interleaved(evaluator(overwrite(table.transaction(), table.io, {})))

@@ -2,25 +2,26 @@
 `etl.dimensions_{name}` in a catalog (by default SQLite at `{sink.path}/catalog.db`, warehouse
 `{sink.path}`), partitioned by day of the time key (plus identity `object_id` when asked).
 
-A commit is ONE snapshot made visible by one swap of the table's metadata pointer in the catalog (which
-refuses a swap from a stale pointer: optimistic concurrency). When no stored file's partition and
-statistics overlap the group's windows it is an append; otherwise the files that hold replaced rows are
-rewritten without them (copy-on-write, only those files: the scan plan prunes the rest) and one
-overwrite snapshot removes them and adds their rewrites and the new files. The snapshot's summary
+A commit is one transaction made visible by one swap of the table's metadata pointer in the catalog
+(which refuses a swap from a stale pointer: optimistic concurrency), through pyiceberg's snapshot API
+(`Transaction.update_snapshot`). When no stored file's partition and statistics overlap the group's
+windows it is one append snapshot; otherwise the files that hold replaced rows are rewritten without
+them (copy-on-write, only those files: the scan plan prunes the rest), an overwrite snapshot removes
+them and an append snapshot then adds their rewrites and the new files. The last snapshot's summary
 carries the checkpoint, and the same transaction sets the table property `etl.checkpoint.{app}` to it:
 properties outlive expired snapshots, so recovery finds our last commit whatever expiry removed.
 
 Metadata does not grow with history: the same transaction expires snapshots beyond the newest
 `sink.versions` (or older than the retention) once enough add up, and their manifest lists and
-manifests are deleted; small manifests are merged as they add up; the catalog keeps at most
+manifests are deleted; the append merges small manifests once MERGE_MANIFESTS_AT add up and drops those
+left with no live file (table properties `commit.manifest-merge.*`); the catalog keeps at most
 PREVIOUS_METADATA older metadata files (`write.metadata.previous-versions-max`, deleted after commit).
+The overrides of pyiceberg's internals this needs are in `pyiceberg_compat.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
-import functools
 import itertools
 import json
 import os
@@ -29,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import reduce
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -52,6 +53,17 @@ from etl.storage.files import Storage
 from etl.support import redact
 from etl.support.optional import require
 
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.partitioning import PartitionKey, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import FileScanTask, Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
+
 NAMESPACE = "etl"
 CHECKPOINT_PROPERTY = "etl.checkpoint."  # + app: our last commit's checkpoint, kept through expiry
 PREVIOUS_METADATA = 4  # older metadata files the catalog keeps (for a rollback); the rest are deleted
@@ -61,6 +73,10 @@ TABLE_PROPERTIES = {
     "write.metadata.previous-versions-max": str(PREVIOUS_METADATA),
     "write.metadata.delete-after-commit.enabled": "true",
     "write.parquet.compression-codec": "zstd",
+    # Each commit's append merges the small manifests and drops those left with no live file.
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": str(MERGE_MANIFESTS_AT),
+    "commit.manifest.target-size-bytes": str(MANIFEST_TARGET),
     # Whole bounds of `source` (not its first 16 characters): a file's own tell the sources apart.
     "write.metadata.metrics.column.source": "full",
     # A commit that lost a race is planned again by us, on the newer snapshot (its replaced files and its
@@ -68,14 +84,16 @@ TABLE_PROPERTIES = {
     # (another source's run) may have expired meanwhile, and fail.
     "commit.retry.num-retries": "0",
 }
+FIELD_ID = b"PARQUET:field_id"
 
 
-def catalog(storage: Storage, uri: str | None) -> Any:
+def catalog(storage: Storage, uri: str | None) -> Catalog:
     """The configured catalog, or SQLite at {sink.path}/catalog.db with the warehouse at {sink.path}."""
     require("pyiceberg", "sink.format iceberg")
-    from pyiceberg.catalog import _ENV_CONFIG, load_catalog
-    from pyiceberg.utils.config import merge_config
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.utils.config import Config, merge_config
 
+    from etl.sinks.lake import pyiceberg_compat  # noqa: F401 - a pyiceberg etl is not tested with stops here
     from etl.sinks.lake.sqlite_catalog import SqliteCatalog, sqlite_path
 
     warehouse = f"file://{os.path.abspath(storage.full(''))}" if storage.local else storage.display()
@@ -96,9 +114,11 @@ def catalog(storage: Storage, uri: str | None) -> Any:
     if storage.s3:
         props.update(s3_properties(storage.options))
     try:
+        found: Catalog
         if props["type"] == "sql" and sqlite_path(props["uri"]) is not None:
-            # SQLite through the standard library, as pyiceberg's SQL catalog keeps it (sqlite_catalog.py)
-            found = SqliteCatalog("etl", **merge_config(_ENV_CONFIG.get_catalog_config("etl") or {}, props))
+            # SQLite through the standard library, as pyiceberg's SQL catalog keeps it (sqlite_catalog.py),
+            # with the settings `load_catalog` would add (~/.pyiceberg.yaml, PYICEBERG_CATALOG__ETL__*)
+            found = SqliteCatalog("etl", **merge_config(Config().get_catalog_config("etl") or {}, props))
         else:
             found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
@@ -134,7 +154,7 @@ def s3_properties(options: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in props.items() if v}
 
 
-def expression(replace: Replace) -> Any:
+def expression(replace: Replace) -> BooleanExpression:
     """pyiceberg's row filter, of the replace's source alone (its scan plan then skips every other
     source's files, and a concurrent commit of another source is no conflict)."""
     from pyiceberg.expressions import AlwaysFalse, And, EqualTo, GreaterThanOrEqual, In, LessThan, Or
@@ -150,7 +170,7 @@ def expression(replace: Replace) -> Any:
     return And(source, reduce(Or, parts)) if parts else AlwaysFalse()
 
 
-def _may_hold(table: Any, replace: Replace) -> Iterator[Any]:
+def _may_hold(table: Table, replace: Replace) -> Iterator[FileScanTask]:
     """The scan tasks of the current snapshot's files that may hold a row `replace` removes: pyiceberg's
     plan prunes by partition and statistics, without reading a data file."""
     if table.current_snapshot() is None:
@@ -162,80 +182,42 @@ def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="microseconds")
 
 
-def _properties(snapshot) -> dict[str, str]:
+def _properties(snapshot: Snapshot) -> dict[str, str]:
     summary = snapshot.summary
-    return dict(getattr(summary, "additional_properties", {}) or {}) if summary is not None else {}
+    return dict(summary.additional_properties or {}) if summary is not None else {}
 
 
-def _thread_safe(evaluate: Any) -> Any:
-    """pyiceberg's manifest evaluator keeps the manifest it is looking at on itself (`partition_fields`)
-    while it walks the filter, and an overwrite evaluates manifests from a thread pool with one shared
-    evaluator: a thread could judge its manifest by another one's partition bounds, skip the manifest
-    holding a file it must remove, and fail the commit with "Missing required files to delete". Each
-    call here evaluates on a copy of its own."""
-    visitor = evaluate.__self__
-    return lambda manifest: copy.copy(visitor).eval(manifest)
+def _stage(
+    txn: Transaction,
+    io: FileIO,
+    removed: Sequence[DataFile],
+    added: Sequence[DataFile],
+    properties: dict[str, str],
+    replaces: BooleanExpression | None = None,
+) -> int:
+    """Stage a commit's snapshots in `txn`: an overwrite that removes `removed` (the files holding rows
+    `replaces` matches), then an append that adds `added` (what the removed files keep among them) and
+    merges the manifests; the last one carries `properties`. Both become visible with the transaction's
+    one swap; how many were staged."""
+    from etl.sinks.lake.pyiceberg_compat import overwrite
+
+    staged = 0
+    if removed:
+        with overwrite(txn, io, {} if added else properties) as producer:
+            if replaces is not None:  # the overwrite's conflict filter
+                producer.delete_by_predicate(replaces)
+            for data_file in removed:
+                producer.delete_data_file(data_file)
+        staged += 1
+    if added or not removed:
+        with txn.update_snapshot(snapshot_properties=properties).merge_append() as append:
+            for data_file in added:
+                append.append_data_file(data_file)
+        staged += 1
+    return staged
 
 
-@functools.cache
-def _transaction_type() -> type:
-    from pyiceberg.table import Transaction
-    from pyiceberg.table.update import update_table_metadata
-
-    class Cached(Transaction):
-        """pyiceberg's transaction computes its metadata (the table's with the staged updates applied,
-        then deep-copied whole) at each of the dozens of reads a commit makes; here once per change of
-        the table's metadata or of the staged updates (both replaced, never changed in place)."""
-
-        _seen: tuple = ()
-
-        @property
-        def table_metadata(self) -> Any:
-            base, updates = self._table.metadata, self._updates
-            if not self._seen or self._seen[0] is not base or self._seen[1] is not updates:
-                self._seen = (base, updates, update_table_metadata(base, updates))
-            return self._seen[2]
-
-    return Cached
-
-
-def _transaction(table: Any) -> Any:
-    return _transaction_type()(table)
-
-
-def _producers() -> tuple[type, type]:
-    """pyiceberg's append and overwrite snapshot producers, made to keep the manifest list short: small
-    manifests are merged once MERGE_MANIFESTS_AT add up, and an overwrite drops the manifests left with
-    no live file (pyiceberg's overwrite carries every earlier delete's manifest along forever)."""
-    from pyiceberg.manifest import ManifestContent
-    from pyiceberg.table.update.snapshot import _ManifestMergeManager, _MergeAppendFiles, _OverwriteFiles
-
-    def merged(producer: Any, manifests: list) -> list:
-        data = [m for m in manifests if m.content == ManifestContent.DATA]
-        others = [m for m in manifests if m.content != ManifestContent.DATA]
-        return (
-            _ManifestMergeManager(MANIFEST_TARGET, MERGE_MANIFESTS_AT, True, producer).merge_manifests(data)
-            + others
-        )
-
-    class Append(_MergeAppendFiles):
-        def _process_manifests(self, manifests: list) -> list:
-            return merged(self, manifests)
-
-    class Overwrite(_OverwriteFiles):
-        def _build_manifest_evaluator(self, spec_id: int) -> Any:
-            return _thread_safe(super()._build_manifest_evaluator(spec_id))
-
-        def _existing_manifests(self) -> list:
-            return [m for m in super()._existing_manifests() if m.has_added_files() or m.has_existing_files()]
-
-        def _process_manifests(self, manifests: list) -> list:
-            return merged(self, manifests)
-
-    return Append, Overwrite
-
-
-def same_schema(metadata: Any, schema: pa.Schema) -> bool:
+def same_schema(metadata: TableMetadata, schema: pa.Schema) -> bool:
     """Is the arrow schema the table's own: the same columns in the same order, of the same Iceberg types
     and nullability (then the rows fit without pyiceberg's check, which renders a rich text table of
     every field each time)?"""
@@ -251,21 +233,148 @@ def same_schema(metadata: Any, schema: pa.Schema) -> bool:
     return bool(given.as_struct() == table_schema.as_struct())
 
 
+def _parquet_options(properties: dict[str, str]) -> dict[str, Any]:
+    """pyarrow's Parquet writer settings from the table's `write.parquet.*` properties, as pyiceberg's
+    writer reads them."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_int
+
+    def number(name: str, default: int | None) -> int | None:
+        value = property_as_int(properties, name, default)
+        return None if value is None else int(value)
+
+    codec = properties.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT)
+    return {
+        "compression": "none" if codec == "uncompressed" else codec,
+        "compression_level": number(
+            TableProperties.PARQUET_COMPRESSION_LEVEL, TableProperties.PARQUET_COMPRESSION_LEVEL_DEFAULT
+        ),
+        "data_page_size": number(
+            TableProperties.PARQUET_PAGE_SIZE_BYTES, TableProperties.PARQUET_PAGE_SIZE_BYTES_DEFAULT
+        ),
+        "dictionary_pagesize_limit": number(
+            TableProperties.PARQUET_DICT_SIZE_BYTES, TableProperties.PARQUET_DICT_SIZE_BYTES_DEFAULT
+        ),
+        "write_batch_size": number(
+            TableProperties.PARQUET_PAGE_ROW_LIMIT, TableProperties.PARQUET_PAGE_ROW_LIMIT_DEFAULT
+        ),
+    }
+
+
+def _target_size(properties: dict[str, str]) -> int:
+    """`write.target-file-size-bytes`: rows beyond it (in memory) are split into several files."""
+    from pyiceberg.table import TableProperties
+    from pyiceberg.utils.properties import property_as_int
+
+    size = property_as_int(
+        properties,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+        TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+    )
+    return int(size or TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT)
+
+
+def _partitions(
+    spec: PartitionSpec, table_schema: Schema, rows: pa.Table
+) -> list[tuple[PartitionKey | None, pa.Table]]:
+    """(partition key, rows) per partition of the spec; no copy when there is one (a slab's day)."""
+    import pyarrow.compute as pc
+    from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
+
+    if spec.is_unpartitioned():
+        return [(None, rows)]
+    keys = {}
+    for i, field in enumerate(spec.fields):
+        source = table_schema.find_field(field.source_id)
+        column = rows.column(table_schema.find_column_name(field.source_id))
+        keys[f"_partition_{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
+    values = pa.table(keys)
+    unique = values.group_by(list(keys)).aggregate([]).to_pylist()
+    out: list[tuple[PartitionKey | None, pa.Table]] = []
+    for combination in unique:
+        key = PartitionKey(
+            field_values=[
+                PartitionFieldValue(field=field, value=combination[f"_partition_{i}"])
+                for i, field in enumerate(spec.fields)
+            ],
+            partition_spec=spec,
+            schema=table_schema,
+        )
+        if len(unique) == 1:
+            out.append((key, rows))
+            continue
+        mask = reduce(
+            pc.and_kleene,
+            [
+                pc.is_null(values.column(name))
+                if value is None
+                else pc.equal(values.column(name), pa.scalar(value, values.column(name).type))
+                for name, value in combination.items()
+            ],
+        )
+        out.append((key, rows.filter(mask)))
+    return out
+
+
+def _pyiceberg_files(metadata: TableMetadata, io: FileIO, rows: pa.Table) -> list[DataFile]:
+    """The rows as data files written by pyiceberg's writer (`write_file`), a file per partition and per
+    `write.target-file-size-bytes` of rows: for rows of another schema than the table's own, or too many
+    for one file."""
+    from pyiceberg.io.pyarrow import bin_pack_arrow_table, pyarrow_to_schema, write_file
+    from pyiceberg.table import WriteTask
+
+    table_schema = metadata.schema()
+    schema = pyarrow_to_schema(
+        rows.schema, name_mapping=table_schema.name_mapping, format_version=metadata.format_version
+    )
+    write_uuid, counter = uuid.uuid4(), itertools.count()
+    tasks = (
+        WriteTask(write_uuid, next(counter), schema, batches, partition_key=key)
+        for key, part in _partitions(metadata.spec(), table_schema, rows)
+        for batches in bin_pack_arrow_table(part, _target_size(metadata.properties))
+    )
+    return list(write_file(io, metadata, tasks))
+
+
+def check_fits(metadata: TableMetadata, schema: pa.Schema) -> None:
+    """Raise ValueError unless rows of `schema` fit the table: each column one of the table's, of its type
+    or of one that promotes to it, and none of its required columns missing or nullable."""
+    from pyiceberg.exceptions import ResolveError
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.schema import promote
+    from pyiceberg.types import PrimitiveType
+
+    table_schema = metadata.schema()
+    extra = sorted(set(schema.names) - {f.name for f in table_schema.fields})
+    if extra:
+        raise ValueError(f"the rows have columns the table lacks: {', '.join(extra)}")
+    given = pyarrow_to_schema(
+        schema, name_mapping=table_schema.name_mapping, format_version=metadata.format_version
+    )
+    for field in table_schema.fields:
+        found = next((f for f in given.fields if f.field_id == field.field_id), None)
+        if found is None or found.field_type == field.field_type:
+            if field.required and (found is None or found.optional):
+                raise ValueError(f"column {field.name} is required")
+            continue
+        if not (isinstance(found.field_type, PrimitiveType) and isinstance(field.field_type, PrimitiveType)):
+            raise ValueError(f"column {field.name}: {found.field_type}, the table has {field.field_type}")
+        try:
+            promote(found.field_type, field.field_type)
+        except ResolveError as exc:
+            raise ValueError(f"column {field.name}: {exc}") from None
+
+
 class _Files:
     """How rows of one arrow schema become data files of one table schema and partition spec: what
-    pyiceberg's writer (`_dataframe_to_data_files`) works out again for every file (the rows' schema
-    converted, checked and projected, its configuration read, the statistics plan made: several
-    milliseconds a file) is worked out once. The files hold the same: the table's columns with their
-    field ids, pyiceberg's Parquet settings (but for dictionaries) and statistics, its file names and
-    locations. Only rows whose schema is the table's own, flat, take this path (`of` says None
-    otherwise)."""
+    pyiceberg's writer (`write_file`) works out again for every file (the rows' schema converted, checked
+    and projected, its configuration read, the statistics plan made: several milliseconds a file) is
+    worked out once. The files hold the same: the table's columns with their field ids, pyiceberg's
+    Parquet settings (but for dictionaries) and statistics, its file names and locations. Only rows whose
+    schema is the table's own, flat, take this path (`of` says None otherwise)."""
 
-    def __init__(self, metadata: Any, schema: pa.Schema) -> None:
-        from pyiceberg.io.pyarrow import (
-            _get_parquet_writer_kwargs,
-            compute_statistics_plan,
-            parquet_path_to_id_mapping,
-        )
+    def __init__(self, metadata: TableMetadata, schema: pa.Schema) -> None:
+        from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
         from pyiceberg.table import TableProperties
         from pyiceberg.table.locations import load_location_provider
         from pyiceberg.utils.properties import property_as_int
@@ -274,7 +383,7 @@ class _Files:
         self.spec, self.table_schema, self.spec_id = metadata.spec(), table_schema, metadata.default_spec_id
         self.schema = pa.schema(
             [
-                f.with_metadata({b"PARQUET:field_id": str(table_schema.find_field(f.name).field_id).encode()})
+                f.with_metadata({FIELD_ID: str(table_schema.find_field(f.name).field_id).encode()})
                 for f in schema
             ]
         )
@@ -282,27 +391,22 @@ class _Files:
         self.columns = parquet_path_to_id_mapping(table_schema)
         # pyiceberg's settings, but dictionaries only where they pay off, as in etl's Parquet datasets
         # (etl/sinks/formats.py): on timestamps and measured values the dictionary's hash table grows
-        # with every distinct value, for files a third larger (raw rows of the bench: 10-18 ms a file
-        # and 630 kB with them, 6 ms and 430 kB without).
+        # with every distinct value, for larger files that take longer to write.
         keyed = [
             f.name for f in schema if not (pa.types.is_floating(f.type) or pa.types.is_timestamp(f.type))
         ]
-        self.options = {**_get_parquet_writer_kwargs(properties), "use_dictionary": keyed}
+        self.options = {**_parquet_options(properties), "use_dictionary": keyed}
         self.row_group = property_as_int(
             properties,
             TableProperties.PARQUET_ROW_GROUP_LIMIT,
             TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT,
         )
         # Rows beyond this (in memory) are split into several files by pyiceberg's writer: left to it.
-        self.target = property_as_int(
-            properties,
-            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
-            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
-        )
+        self.target = _target_size(properties)
         self.locations = load_location_provider(metadata.location, properties)
 
     @staticmethod
-    def of(metadata: Any, schema: pa.Schema) -> _Files | None:
+    def of(metadata: TableMetadata, schema: pa.Schema) -> _Files | None:
         """The plan, when `schema` is the table's (`same_schema`), flat, and every name one Avro
         accepts (pyiceberg would rename it in files)."""
         from pyiceberg.schema import sanitize_column_names
@@ -313,56 +417,19 @@ class _Files:
             return None
         return _Files(metadata, schema) if sanitize_column_names(table_schema) == table_schema else None
 
-    def write(self, rows: pa.Table, io: Any) -> list[Any]:
+    def write(self, rows: pa.Table, io: FileIO) -> list[DataFile]:
         from pyiceberg.utils.concurrent import ExecutorFactory
 
         write_uuid = uuid.uuid4()
-        parts = self._partitions(pa.Table.from_arrays(rows.columns, schema=self.schema))
+        parts = _partitions(
+            self.spec, self.table_schema, pa.Table.from_arrays(rows.columns, schema=self.schema)
+        )
         tasks = [(f"00000-{i}-{write_uuid}.parquet", key, part) for i, (key, part) in enumerate(parts)]
         if len(tasks) == 1:
             return [self._file(io, *tasks[0])]
         return list(ExecutorFactory.get_or_create().map(lambda task: self._file(io, *task), tasks))
 
-    def _partitions(self, rows: pa.Table) -> list[tuple[Any, pa.Table]]:
-        """(partition key, rows) per partition; no copy when there is one (a slab's day)."""
-        import pyarrow.compute as pc
-        from pyiceberg.partitioning import PartitionFieldValue, PartitionKey
-
-        if self.spec.is_unpartitioned():
-            return [(None, rows)]
-        keys = {}
-        for i, field in enumerate(self.spec.fields):
-            source = self.table_schema.find_field(field.source_id)
-            column = rows.column(self.table_schema.find_column_name(field.source_id))
-            keys[f"_partition_{i}"] = field.transform.pyarrow_transform(source.field_type)(column)
-        values = pa.table(keys)
-        unique = values.group_by(list(keys)).aggregate([]).to_pylist()
-        out = []
-        for combination in unique:
-            key = PartitionKey(
-                field_values=[
-                    PartitionFieldValue(field=field, value=combination[f"_partition_{i}"])
-                    for i, field in enumerate(self.spec.fields)
-                ],
-                partition_spec=self.spec,
-                schema=self.table_schema,
-            )
-            if len(unique) == 1:
-                out.append((key, rows))
-                continue
-            mask = reduce(
-                lambda a, b: pc.and_kleene(a, b),
-                [
-                    pc.is_null(values.column(name))
-                    if value is None
-                    else pc.equal(values.column(name), pa.scalar(value, values.column(name).type))
-                    for name, value in combination.items()
-                ],
-            )
-            out.append((key, rows.filter(mask)))
-        return out
-
-    def _file(self, io: Any, name: str, key: Any, rows: pa.Table) -> Any:
+    def _file(self, io: FileIO, name: str, key: PartitionKey | None, rows: pa.Table) -> DataFile:
         import pyarrow.parquet as pq
         from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
         from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -395,12 +462,36 @@ class _Files:
         )
 
 
+def _with_field_ids(schema: pa.Schema) -> pa.Schema:
+    """`schema` with a field id on every field, nested ones included (numbered as met): what pyiceberg's
+    `pyarrow_to_schema` converts without a name mapping."""
+    counter = itertools.count(1)
+
+    def field(f: pa.Field) -> pa.Field:
+        return pa.field(
+            f.name, kind(f.type), f.nullable, {**(f.metadata or {}), FIELD_ID: str(next(counter)).encode()}
+        )
+
+    def kind(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_struct(t):
+            return pa.struct([field(t.field(i)) for i in range(t.num_fields)])
+        if pa.types.is_map(t):
+            return pa.map_(field(t.key_field), field(t.item_field))
+        if pa.types.is_large_list(t):
+            return pa.large_list(field(t.value_field))
+        if pa.types.is_list(t):
+            return pa.list_(field(t.value_field))
+        return t
+
+    return pa.schema([field(f) for f in schema], metadata=schema.metadata)
+
+
 class IcebergTable(LakeTable):
     kind: ClassVar[str] = "iceberg"
 
     def __init__(
         self,
-        catalog_: Any,
+        catalog_: Catalog,
         storage: Storage,
         name: str,
         partition_by: tuple[str, ...],
@@ -410,9 +501,11 @@ class IcebergTable(LakeTable):
         super().__init__(name, partition_by, time_key, policy)
         self.catalog, self.storage = catalog_, storage
         self.identifier = (NAMESPACE, name.replace("/", "_"))
-        self._table: Any = None  # the handle: pyiceberg updates its metadata in place with each commit
+        self._table: Table | None = (
+            None  # the handle: pyiceberg updates its metadata in place with each commit
+        )
         self._exists = False
-        self._plans: dict[tuple, _Files | None] = {}  # per (schema, spec, settings, rows' schema)
+        self._plans: dict[tuple[Any, ...], _Files | None] = {}  # per (schema, spec, settings, rows' schema)
 
     @property
     def uri(self) -> str:
@@ -427,7 +520,7 @@ class IcebergTable(LakeTable):
             self._exists = self.catalog.table_exists(self.identifier)
         return self._table is not None or self._exists
 
-    def _load(self) -> Any:
+    def _load(self) -> Table:
         try:
             return self.catalog.load_table(self.identifier)
         except Exception as exc:  # noqa: BLE001
@@ -435,7 +528,7 @@ class IcebergTable(LakeTable):
                 f"cannot open the Iceberg table {self.label}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _handle(self, schema: pa.Schema | None = None) -> Any:
+    def _handle(self, schema: pa.Schema | None = None) -> Table:
         """The table, loaded once per run (made first, when `schema` is given and it is missing)."""
         if self._table is None:
             from pyiceberg.exceptions import TableAlreadyExistsError
@@ -453,13 +546,13 @@ class IcebergTable(LakeTable):
 
                 # Best effort: another writer setting them at the same moment wins, and the table works
                 # without them until then.
-                with contextlib.suppress(CommitFailedException), _transaction(self._table) as txn:
+                with contextlib.suppress(CommitFailedException), self._table.transaction() as txn:
                     txn.set_properties(TABLE_PROPERTIES)
         if schema is not None:
             self._add_columns(self._table, schema)
         return self._table
 
-    def _add_columns(self, table: Any, schema: pa.Schema) -> None:
+    def _add_columns(self, table: Table, schema: pa.Schema) -> None:
         from pyiceberg.exceptions import CommitFailedException
 
         for attempt in range(CONFLICT_ATTEMPTS):
@@ -479,7 +572,7 @@ class IcebergTable(LakeTable):
         with table_lock(self.uri):
             self._handle(schema)
 
-    def write_files(self, rows: pa.Table) -> list[Any]:
+    def write_files(self, rows: pa.Table) -> list[DataFile]:
         """The files pyiceberg's writer makes (the table's schema with its field ids, partition spec,
         Parquet settings and statistics: `_Files`, or pyiceberg's own writer for rows of another schema)."""
         table = self._handle()
@@ -495,17 +588,17 @@ class IcebergTable(LakeTable):
         except FileNotFoundError:  # another writer expired the snapshot it holds: unknown, so no
             return False
 
-    def _create(self, schema: pa.Schema) -> Any:
+    def _create(self, schema: pa.Schema) -> Table:
         """The table, made with its partition spec in one catalog commit (a create transaction would
         recompute and deep-copy the whole metadata at each step, then have it read back)."""
-        from pyiceberg.catalog import Catalog
+        from pyiceberg.io.pyarrow import pyarrow_to_schema
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.schema import assign_fresh_schema_ids
         from pyiceberg.table import TableProperties
         from pyiceberg.transforms import DayTransform, IdentityTransform
 
         version = int(TABLE_PROPERTIES.get("format-version", TableProperties.DEFAULT_FORMAT_VERSION))
-        fields = assign_fresh_schema_ids(Catalog._convert_schema_if_needed(schema, version))
+        fields = assign_fresh_schema_ids(pyarrow_to_schema(_with_field_ids(schema), format_version=version))
         partitions = [(self.time_key, DayTransform(), f"{self.time_key}_day")] if self.time_key else []
         partitions += [(column, IdentityTransform(), column) for column in self.partition_by]
         spec = PartitionSpec(
@@ -523,7 +616,7 @@ class IcebergTable(LakeTable):
     def _commit(
         self,
         rows: pa.Table | None,
-        files: Sequence[Any],
+        files: Sequence[DataFile],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
         ready: Callable[[], object] | None = None,
@@ -549,54 +642,47 @@ class IcebergTable(LakeTable):
             ) from None
         return []
 
-    def _plan(self, table: Any, schema: pa.Schema) -> _Files | None:
+    def _plan(self, table: Table, schema: pa.Schema) -> _Files | None:
         """How rows of `schema` are written into the table (None: by pyiceberg's writer), once checked
-        that they fit it (pyiceberg's check builds a rich text table of every field each time)."""
-        from pyiceberg.io.pyarrow import _check_pyarrow_schema_compatible
-
+        that they fit it."""
         metadata = table.metadata
         settings = tuple(sorted((k, v) for k, v in metadata.properties.items() if k.startswith("write.")))
         key = (metadata.table_uuid, metadata.current_schema_id, metadata.default_spec_id, settings, schema)
         if key not in self._plans:
             plan = _Files.of(metadata, schema)
             if plan is None and not same_schema(metadata, schema):
-                _check_pyarrow_schema_compatible(
-                    metadata.schema(), schema, format_version=metadata.format_version
-                )
+                check_fits(metadata, schema)
             self._plans[key] = plan
         return self._plans[key]
 
-    def _write(self, table: Any, rows: pa.Table) -> list[Any]:
-        from pyiceberg.io.pyarrow import _dataframe_to_data_files
-
+    def _write(self, table: Table, rows: pa.Table) -> list[DataFile]:
         plan = self._plan(table, rows.schema)
-        if plan is not None and rows.nbytes <= (plan.target or 0):
+        if plan is not None and rows.nbytes <= plan.target:
             return plan.write(rows, table.io)
-        return list(
-            _dataframe_to_data_files(
-                table.metadata, rows, table.io, write_uuid=uuid.uuid4(), counter=itertools.count()
-            )
-        )
+        return _pyiceberg_files(table.metadata, table.io, rows)
 
     def _commit_once(
         self,
-        table: Any,
+        table: Table,
         rows: pa.Table | None,
-        files: Sequence[Any],
+        files: Sequence[DataFile],
         replace: Replace | None,
         checkpoint: Checkpoint | None,
         ready: Callable[[], object] | None = None,
     ) -> list[str]:
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.table.snapshots import Operation
 
-        written: list[Any] = []
+        from etl.sinks.lake.pyiceberg_compat import transaction
+
+        written: list[DataFile] = []
         try:
             new = list(files)
             if rows is not None and rows.num_rows:
                 self._plan(table, rows.schema)  # rows that do not fit fail here, before any file is read
-            removed, kept, kept_bytes = [], [], 0
+            removed: list[DataFile] = []
+            kept: list[pa.Table] = []
+            kept_bytes = 0
             if replace is not None:
                 schema = table.metadata.schema()
                 for task in _may_hold(table, replace):
@@ -625,22 +711,12 @@ class IcebergTable(LakeTable):
             if not (new or removed or checkpoint):
                 return []
             properties = checkpoint.properties() if checkpoint else {}
-            append, overwrite = _producers()
-            txn = _transaction(table)
-            if removed:
-                producer = overwrite(Operation.OVERWRITE, txn, table.io, snapshot_properties=properties)
-                if replace is not None:  # a concurrent writer's files in our ranges fail the commit
-                    producer.delete_by_predicate(expression(replace))
-            else:
-                producer = append(Operation.APPEND, txn, table.io, snapshot_properties=properties)
-            with producer:
-                for data_file in removed:
-                    producer.delete_data_file(data_file)
-                for data_file in new:
-                    producer.append_data_file(data_file)
+            txn = transaction(table)
+            replaces = expression(replace) if replace is not None else None
+            staged = _stage(txn, table.io, removed, new, properties, replaces)
             if checkpoint is not None:
                 txn.set_properties({CHECKPOINT_PROPERTY + checkpoint.app: json.dumps(properties)})
-            expired = self._stage_expiry(txn, self.policy.retention_ms, self.policy.versions)
+            expired = self._stage_expiry(table, txn, staged, self.policy.retention_ms, self.policy.versions)
             if ready is not None:
                 ready()
             txn.commit_transaction()
@@ -653,17 +729,24 @@ class IcebergTable(LakeTable):
         return [f.file_path for f in new]
 
     def _stage_expiry(
-        self, txn: Any, retention_ms: int | None, versions: int, force: bool = False
-    ) -> list[Any]:
-        """Snapshots beyond the newest `versions` or older than the retention, expired in `txn` once
-        `policy.slack` of them add up (the cleanup that follows reads every kept snapshot's list)."""
+        self,
+        table: Table,
+        txn: Transaction,
+        staged: int,
+        retention_ms: int | None,
+        versions: int,
+        force: bool = False,
+    ) -> list[Snapshot]:
+        """Snapshots beyond the newest `versions` or older than the retention, expired in `txn` (a
+        transaction of `table` that stages `staged` snapshots) once `policy.slack` of them add up (the
+        cleanup that follows reads every kept snapshot's list)."""
         from pyiceberg.table.update.snapshot import ExpireSnapshots
 
-        before = txn._table.metadata  # without this transaction's changes: cheap to read
+        before = table.metadata  # without this transaction's changes: cheap to read
         cutoff = None if retention_ms is None else time.time() * 1000 - retention_ms
         oldest = min((s.timestamp_ms for s in before.snapshots), default=None)
         young = cutoff is None or oldest is None or oldest >= cutoff
-        if not force and young and len(before.snapshots) + 1 < versions + self.policy.slack:
+        if not force and young and len(before.snapshots) + staged < versions + self.policy.slack:
             return []  # nothing past `versions` or the retention yet
         metadata = txn.table_metadata
         current = metadata.current_snapshot_id
@@ -680,7 +763,7 @@ class IcebergTable(LakeTable):
         ExpireSnapshots(txn).by_ids([s.snapshot_id for s in old]).commit()
         return old
 
-    def _forget(self, table: Any, expired: list[Any]) -> None:
+    def _forget(self, table: Table, expired: list[Snapshot]) -> None:
         """The manifest lists of expired snapshots, and the manifests no kept snapshot lists."""
         if not expired:
             return
@@ -695,7 +778,7 @@ class IcebergTable(LakeTable):
 
     # -- checkpoints -----------------------------------------------------------------------------------
 
-    def _property(self, table: Any, app: str) -> Checkpoint | None:
+    def _property(self, table: Table, app: str) -> Checkpoint | None:
         value = table.metadata.properties.get(CHECKPOINT_PROPERTY + app)
         return Checkpoint.parse(json.loads(value)) if value else None
 
@@ -787,10 +870,10 @@ class IcebergTable(LakeTable):
 
     # -- upkeep --------------------------------------------------------------------------------------
 
-    def _tasks(self, table: Any) -> list[Any]:
+    def _tasks(self, table: Table) -> list[FileScanTask]:
         return list(table.scan().plan_files()) if table.current_snapshot() is not None else []
 
-    def _of(self, table: Any, source: str | None) -> Callable[[Any], bool]:
+    def _of(self, table: Table, source: str | None) -> Callable[[DataFile], bool]:
         """Whether a data file counts for `source`: every file without one; with one, the files whose
         bounds say they hold that source's rows alone."""
         if source is None:
@@ -808,7 +891,7 @@ class IcebergTable(LakeTable):
             return []
         table = self._handle()
         counted = self._of(table, source)
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for task in self._tasks(table):
             if not counted(task.file):
                 continue
@@ -822,22 +905,23 @@ class IcebergTable(LakeTable):
 
     def _compact(self, days: list[DayFiles], source: str) -> int:
         """Each partition's small files of the source rewritten into as few as the target size allows,
-        all in one overwrite snapshot (pyiceberg has no rewrite action; the rows of one partition are
-        held)."""
+        all in one commit (pyiceberg has no rewrite action; the rows of one partition are held)."""
         from pyiceberg.expressions import AlwaysTrue
         from pyiceberg.io.pyarrow import ArrowScan
-        from pyiceberg.table.snapshots import Operation
+
+        from etl.sinks.lake.pyiceberg_compat import transaction
 
         table = self._handle()
         counted = self._of(table, source)
         wanted = {(d.day, *d.key) for d in days}
-        groups: dict[tuple, list[Any]] = {}
+        groups: dict[tuple[Any, ...], list[FileScanTask]] = {}
         for task in self._tasks(table):
             key = tuple(task.file.partition)
             if key in wanted and task.file.file_size_in_bytes < SMALL_FILE and counted(task.file):
                 groups.setdefault(key, []).append(task)
         schema = table.metadata.schema()
-        removed, written = [], []
+        removed: list[DataFile] = []
+        written: list[DataFile] = []
         try:
             for tasks in groups.values():
                 picked = [tasks[i] for i in to_merge([t.file.file_size_in_bytes for t in tasks])]
@@ -850,14 +934,9 @@ class IcebergTable(LakeTable):
                 removed += [t.file for t in picked]
             if not removed:
                 return 0
-            _, overwrite = _producers()
-            txn = _transaction(table)
-            with overwrite(Operation.OVERWRITE, txn, table.io) as producer:
-                for data_file in removed:
-                    producer.delete_data_file(data_file)
-                for data_file in written:
-                    producer.append_data_file(data_file)
-            expired = self._stage_expiry(txn, self.policy.retention_ms, self.policy.versions)
+            txn = transaction(table)
+            staged = _stage(txn, table.io, removed, written, {})
+            expired = self._stage_expiry(table, txn, staged, self.policy.retention_ms, self.policy.versions)
             txn.commit_transaction()
         except BaseException:
             for data_file in written:
@@ -872,11 +951,13 @@ class IcebergTable(LakeTable):
             self._table.refresh()
 
     def _expire(self, retention_ms: int | None, versions: int, now: bool = False) -> int:
+        from etl.sinks.lake.pyiceberg_compat import transaction
+
         table = self._handle()
         if retention_ms is None and len(table.metadata.snapshots) <= versions:
             return 0
-        txn = _transaction(table)
-        expired = self._stage_expiry(txn, retention_ms, versions, force=now)
+        txn = transaction(table)
+        expired = self._stage_expiry(table, txn, 0, retention_ms, versions, force=now)
         if not expired:
             return 0
         txn.commit_transaction()
