@@ -140,13 +140,15 @@ bench-tools:
 ## make bench: etl run next to the download ceiling, a naive script and dlt (benchmarks/run.py), then the
 ## small fleet (48 parameters x 7 days) against the emulator, the stdlib's ThreadingHTTPServer and nginx
 ## at 0/10/50 ms, next to the latency bound, wrk, bare httpx and the work floor (benchmarks/foreign.py).
-## Then bench-capacity. BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py;
-## results in benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
+## Then bench-capacity, and a year of checkpoints for 100,000 parameters loaded and planned (state.py).
+## BENCH_ARGS="--repeat 5 --latency 0.05" for run.py, FOREIGN_ARGS for foreign.py; results in
+## benchmarks/results/latest.json and foreign.json. docs/performance.md has the figures.
 bench: $(BENCH_STAMP) bench-tools
 	$(COMPILE)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 	$(BIN)/python benchmarks/foreign.py $(FOREIGN_ARGS)
 	$(BIN)/python benchmarks/capacity.py $(CAPACITY_ARGS)
+	$(BIN)/python benchmarks/state.py
 
 ## make bench-capacity: extract.concurrency auto beside a fixed 16 against servers of limited capacity (the
 ## emulator's --capacity, a ThreadingHTTPServer with a worker pool): share of the capacity, p95 time in the

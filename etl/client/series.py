@@ -295,7 +295,7 @@ def decode_candles(body: bytes) -> Candles:
 # -- the fast path -------------------------------------------------------------------------------
 # Arrow's JSON reader parses the whole answer in C++ without holding the GIL (so it runs beside the
 # event loop), straight into columns, stamps included. Where it accepts a value it reads it as the
-# JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/unit/test_decode.py);
+# JSON path does (numbers bit for bit, ISO 8601 stamps to the same instant; tests/unit/client/test_decode.py);
 # what it refuses (NaN, epoch-ms stamps, odd shapes) and nulls are left to the JSON path.
 
 _POINTS_SCHEMA = pa.schema(

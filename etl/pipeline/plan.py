@@ -8,7 +8,7 @@ the windows of a span; it is fetched and written a batch at a time (etl/pipeline
 
 Planning is column-wise: the gaps between what is covered and the run's window are computed for the
 whole fleet at once with numpy, and `Window` objects exist only for the slabs being worked on, so
-planning does not grow with the history's length (tests/unit/test_state_scale.py plans a year of 100,000
+planning does not grow with the history's length (tests/unit/state/test_state_scale.py plans a year of 100,000
 parameters).
 """
 

@@ -8,8 +8,8 @@ from types import ModuleType
 
 from etl.errors import ConfigError
 
-# Module -> the requirement of pyproject's `scale` extra that brings it (tests/unit/test_optional_extras.py keeps
-# the two equal).
+# Module -> the requirement of pyproject's `scale` extra that brings it
+# (tests/unit/support/test_optional_extras.py keeps the two equal).
 REQUIREMENTS = {
     "distributed": "dask[distributed]>=2024.4",
     "s3fs": "s3fs>=2024.2",

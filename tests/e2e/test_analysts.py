@@ -1,5 +1,5 @@
 """Analyst commands: `etl query` (DuckDB views), `etl pull` (one-off export), `etl plot` (PNG).
-The gaps a plot breaks its lines at, on their own: tests/unit/test_gaps.py."""
+The gaps a plot breaks its lines at, on their own: tests/unit/dataset/test_gaps.py."""
 
 from __future__ import annotations
 

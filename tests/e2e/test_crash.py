@@ -197,10 +197,8 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
         assert proc.poll() is None and time.monotonic() < kill_when_ready, proc.communicate()
         time.sleep(0.005)
     proc.send_signal(signum)
-    sent = time.monotonic()
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
-    assert time.monotonic() - sent < 10  # one slab of eight 50 ms windows, two at a time, not the whole run
     assert f"{signum.name} received: stopping after the windows in flight" in stderr
     errors = [line for line in stderr.splitlines() if line.startswith("etl: ")]
     assert (
@@ -212,6 +210,9 @@ def test_signal_stops_after_the_slab_in_flight_and_the_next_run_resumes(slow_emu
     assert_output_matches_state(out, state)
     summaries = [json.loads(p.read_bytes()) for p in (out / "_runs").glob("*.json")]
     assert [s["status"] for s in summaries] == ["interrupted"]
+    # It stopped after the slab in flight, not at the run's end: its own record says so.
+    done, planned = (sum(s["slabs"] for s in summaries[0][k].values()) for k in ("series", "planned"))
+    assert 0 < done < planned, summaries[0]
 
     slow_emulator.clear_requests()
     result = etl("run", "-c", str(path))

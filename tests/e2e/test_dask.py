@@ -1,5 +1,5 @@
 """Distributed execution on a dask.distributed LocalCluster of separate worker processes. What a
-job shows of the config, without a cluster: tests/unit/test_dask_jobs.py."""
+job shows of the config, without a cluster: tests/unit/pipeline/test_dask_jobs.py."""
 
 from __future__ import annotations
 

@@ -28,24 +28,36 @@ def nine_objects():
 class _Rounds(httpx.AsyncBaseTransport):
     """Counts the requests that start while none is in flight (each begins a round trip), and can strip
     `objectId` from the search's records (a search that cannot be trusted) or ask every search page at
-    offset 0 (a server that ignores `offset`)."""
+    offset 0 (a server that ignores `offset`). Answers come together, as from a server with latency: each
+    is held until every request in flight with it has its answer."""
 
     def __init__(self, untrusted: bool, ignore_offset: bool = False) -> None:
         self.inner, self.untrusted, self.ignore_offset = WireTransport(), untrusted, ignore_offset
-        self.in_flight = self.rounds = 0
+        self.in_flight = self.rounds = self.unanswered = 0
+        self.together = asyncio.Event()  # set: the answers of the requests in flight together are let go
+        self.together.set()
         self.paths: list[str] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if not self.in_flight:
             self.rounds += 1
         self.in_flight += 1
+        if self.together.is_set():  # those in flight before were let go: this one starts a new group
+            self.together = asyncio.Event()
+        together = self.together
+        self.unanswered += 1
         self.paths.append(request.url.path)
         if self.ignore_offset and request.url.path.endswith("/search/params"):
             request.url = request.url.copy_set_param("offset", "0")
         try:
-            response = await self.inner.handle_async_request(request)
-            body = await response.aread()
-            await asyncio.sleep(0.02)  # answers arrive together, as from a server with latency
+            try:
+                response = await self.inner.handle_async_request(request)
+                body = await response.aread()
+            finally:
+                self.unanswered -= 1
+                if not self.unanswered:
+                    together.set()
+            await together.wait()
         finally:
             self.in_flight -= 1
         if self.untrusted and request.url.path.endswith("/search/params"):

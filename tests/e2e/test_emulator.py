@@ -1,5 +1,5 @@
 """The emulator over a real socket with plain httpx: the contract of docs/emulator.md. Its session
-table on its own: tests/unit/test_emulator_sessions.py."""
+table on its own: tests/unit/emulator/test_emulator_sessions.py."""
 
 from __future__ import annotations
 

@@ -296,12 +296,12 @@ def test_a_signal_stops_a_stuck_run_within_seconds_keeping_what_finished(hostile
         assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
         time.sleep(0.02)
     proc.send_signal(signum)
-    sent = time.monotonic()
-    outcome = finish(proc, tmp_path, out, guard=30)
-    stopped_in = time.monotonic() - sent
+    outcome = finish(proc, tmp_path, out, guard=30)  # a run that waits for its stuck answers hangs
     assert_one_line(outcome, 130, "etl: interrupted")
-    assert stopped_in < 10, stopped_in  # the grace period (2 s) and the slab's writing: seconds
     assert outcome.summary["status"] == "interrupted"
+    # The stuck windows were cancelled once the grace period (2 s) ran out: none failed, as one would at
+    # retry.deadline (30 s) or source.request_timeout.
+    assert outcome.summary["failed_window_count"] == 0, outcome.summary["failed_windows"]
     dripping = {r["param_id"] for r in hostile.requests() if r.get("fault") == "hostile_drip"}
     covered = checkpoints(out)
     assert not any(covered.intervals(p, "raw") for p in dripping)  # stuck windows stay open...

@@ -1,5 +1,6 @@
 """Lake tables over many runs: grouped commits, plain appends, metadata that does not grow, the upkeep
-each run does. The Iceberg race behind "Missing required files to delete": tests/unit/test_iceberg_race.py."""
+each run does. The Iceberg race behind "Missing required files to delete":
+tests/unit/sinks/test_iceberg_race.py."""
 
 from __future__ import annotations
 

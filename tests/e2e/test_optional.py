@@ -1,6 +1,6 @@
 """A missing or too old package of an extra (`scale`, `lake`, `emulator`): one line naming it and its install
 command, exit 2, through the CLI in a process where the package is hidden (None in sys.modules) or replaced
-by an old version. That the requirements are the extras': tests/unit/test_optional_extras.py."""
+by an old version. That the requirements are the extras': tests/unit/support/test_optional_extras.py."""
 
 from __future__ import annotations
 

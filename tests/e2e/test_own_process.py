@@ -1,7 +1,7 @@
 """Whose process it is: the `etl` command started as the console script or `python -m etl` ends its process as
 soon as it is done (os._exit after the atexit handlers, etl/cli/app.py); a program that runs the command in
 turn (a profiler, a script calling etl.cli.main) keeps its own ending. Which start is which:
-tests/unit/test_started_as_etl.py."""
+tests/unit/support/test_started_as_etl.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The quality dataset `etl run` keeps: one row per parameter and UTC day, right against the emulator's
 generator, the same whether a day is fetched at once or in pieces, in every layout. The rows computed on
-their own, without a run: tests/unit/test_quality_rows.py."""
+their own, without a run: tests/unit/quality/test_quality_rows.py."""
 
 from __future__ import annotations
 

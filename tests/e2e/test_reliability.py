@@ -90,8 +90,11 @@ def test_all_faults_through_the_cli_summary(fresh_emulator, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert_exact(tmp_path / "out")
-    time.sleep(ALL_TOGETHER["latency_spike"])  # requests the client gave up on finish on the server
-    log = fresh_emulator.requests()
+    # A request the client gave up on (a spike past its read timeout) is logged once the server is done
+    # with it: wait for the log to hold every request the run made (a guard against a hang only).
+    deadline = time.monotonic() + 60
+    while len(log := fresh_emulator.requests()) < summary["requests"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     faults = [r["fault"] for r in log if r.get("fault")]
     # Every injected fault cost one retry (a spike shorter than the read timeout costs none, a 401
     # of an expired session a re-sign-in, not a retry).

@@ -1,5 +1,5 @@
 """Temp files on a local folder: only those of dead writers are removed (a child process that has exited
-gives a dead writer's pid). The rest of Storage on a local folder: tests/unit/test_storage.py."""
+gives a dead writer's pid). The rest of Storage on a local folder: tests/unit/storage/test_storage.py."""
 
 from __future__ import annotations
 

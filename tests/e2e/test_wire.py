@@ -1,5 +1,5 @@
 """etl.client.wire against the real emulator: connections reused and bounded, never reused when unusable.
-Against scripted peers (framings, failures, timeouts): tests/unit/test_wire.py."""
+Against scripted peers (framings, failures, timeouts): tests/unit/client/test_wire.py."""
 
 from __future__ import annotations
 

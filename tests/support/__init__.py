@@ -14,6 +14,8 @@
 - client.py     the client against an emulator (client_for, FAST retries)
 - credentials.py  a login with an awkward password (PASSWORD, USERS, etl_user_config), leaks()
 - postgres.py   a throwaway PostgreSQL cluster (running_postgres) for the Iceberg SQL catalog
+- turns.py      tasks of one event loop brought to a state by turns of the loop, not the clock
+                (until, settle)
 
 The fixtures that start servers stay in tests/e2e/conftest.py; nothing here starts one on import.
 """

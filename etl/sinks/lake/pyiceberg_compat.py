@@ -1,7 +1,7 @@
 """The one place etl reaches past pyiceberg's public surface, for the pyiceberg versions it is tested with
 (checked at import: any other stops the run with one line naming the supported range). Each override has
-a test that fails once pyiceberg no longer needs it (tests/unit/test_iceberg_race.py,
-tests/unit/test_pyiceberg_compat.py).
+a test that fails once pyiceberg no longer needs it (tests/unit/sinks/test_iceberg_race.py,
+tests/unit/sinks/test_pyiceberg_compat.py).
 
 `transaction`: `Table.transaction()` whose `table_metadata` is computed once per change of the table's
 metadata or of the staged updates, not at each read. pyiceberg's applies every staged update to the

@@ -10,6 +10,7 @@ import httpx
 from etl.client import ClientOptions
 from etl.client.capacity import CapacityFigures
 from etl.client.session import Session
+from tests.support.turns import settle, until
 
 SIGNED_IN = httpx.Response(
     200,
@@ -64,7 +65,7 @@ def test_the_next_request_goes_out_before_an_answer_is_handled():
         server = Server(log)
         s = session(server, max_in_flight=1)
         tasks = [asyncio.ensure_future(handled(s, name, log)) for name in ("a", "b")]
-        await asyncio.sleep(0.05)
+        await until(lambda: log == ["sent a"], "a on the wire, b waiting for the sender")
         server.release("a", "b")
         await asyncio.gather(*tasks)
         await s.aclose()
@@ -76,13 +77,14 @@ def test_the_next_request_goes_out_before_an_answer_is_handled():
 
 def test_at_most_max_in_flight_requests_are_on_the_wire():
     async def go() -> int:
-        server = Server([])
+        log: list[str] = []
+        server = Server(log)
         s = session(server, max_in_flight=3)
-        names = [str(i) for i in range(10)]
-        tasks = [asyncio.ensure_future(s.call("GET", f"/db/{n}")) for n in names]
-        for n in names:
-            await asyncio.sleep(0.01)
-            server.release(n)
+        tasks = [asyncio.ensure_future(s.call("GET", f"/db/{i}")) for i in range(10)]
+        for answered in range(10):
+            sent = min(answered + 3, 10)  # every sender has a request on the wire, or none is left to send
+            await until(lambda sent=sent: len(log) >= sent, f"{sent} requests sent")
+            server.release(log[answered].removeprefix("sent "))  # then the oldest is answered
         await asyncio.gather(*tasks)
         await s.aclose()
         return server.most_on_wire
@@ -97,7 +99,7 @@ def test_a_cancelled_request_leaves_its_sender_to_the_others():
         s = session(server, max_in_flight=1)
         stuck = asyncio.ensure_future(handled(s, "stuck", log))  # on the wire, never answered
         queued = asyncio.ensure_future(handled(s, "queued", log))  # waits for the only sender
-        await asyncio.sleep(0.05)
+        await until(lambda: log == ["sent stuck"], "the stuck request on the wire")
         queued.cancel()
         stuck.cancel()
         server.release("after")
@@ -115,7 +117,7 @@ def test_a_request_cancelled_after_its_answer_came_leaves_no_sender_stuck():
         server = Server(log)
         s = session(server, max_in_flight=1)
         first = asyncio.ensure_future(handled(s, "first", log))
-        await asyncio.sleep(0.05)
+        await until(lambda: log == ["sent first"], "the first request on the wire")
         server.release("first", "next")
         first.cancel()  # its answer is set (or about to be) before the task resumes: asyncio cancels it
         nxt = asyncio.ensure_future(handled(s, "next", log))
@@ -151,15 +153,15 @@ def test_the_senders_follow_a_limit_that_moves():
         s = session(server, max_in_flight=1)
         s.limit = limit = Settable(2)
         tasks = [asyncio.ensure_future(s.call("GET", f"/db/{i}")) for i in range(12)]
-        await asyncio.sleep(0.02)
+        await settle()
         seen = [server.on_wire]
         limit.n = 5  # grows: the next answer's sender starts the others
         server.release("0")
-        await asyncio.sleep(0.02)
+        await settle()
         seen.append(server.on_wire)
         limit.n = 1  # falls: senders over it end after their exchange
         server.release("1", "2", "3", "4", "5")
-        await asyncio.sleep(0.02)
+        await settle()
         seen.append(server.on_wire)
         server.release(*(str(i) for i in range(12)))
         await asyncio.gather(*tasks)

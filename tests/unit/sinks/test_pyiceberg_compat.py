@@ -1,5 +1,5 @@
 """pyiceberg's private names stay in etl/sinks/lake/pyiceberg_compat.py, which refuses a pyiceberg release
-etl is not tested with. Its one override is tested by tests/unit/test_iceberg_race.py."""
+etl is not tested with. Its one override is tested by tests/unit/sinks/test_iceberg_race.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from etl.errors import ConfigError
 
-ETL = Path(__file__).resolve().parents[2] / "etl"
+ETL = Path(__file__).resolve().parents[3] / "etl"
 COMPAT = ETL / "sinks" / "lake" / "pyiceberg_compat.py"
 
 

@@ -12,6 +12,7 @@ from etl.errors import StorageError
 from etl.model import ParamKind, Series, Window, Windows
 from etl.pipeline.group_commit import GroupCommit
 from etl.state.arrivals import Arrivals
+from tests.support.turns import until
 
 
 def _windows(param_id: int) -> Windows:
@@ -39,7 +40,10 @@ async def _slabs(store: _Store, count: int) -> list[BaseException | None]:
     first = asyncio.ensure_future(group.commit(_windows(1), Arrivals()))
     await asyncio.to_thread(store.first.wait, 10)
     rest = [asyncio.ensure_future(group.commit(_windows(p), Arrivals())) for p in range(2, count + 1)]
-    await asyncio.sleep(0.05)  # every other slab is waiting
+    if not store.go.is_set():
+        await until(
+            lambda: len(group.waiting) == count - 1, "every other slab waiting for the next checkpoint"
+        )
     store.go.set()
     return await asyncio.gather(first, *rest, return_exceptions=True)
 

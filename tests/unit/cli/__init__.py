@@ -1,0 +1,1 @@
+"""etl.cli on its own: what people read."""

@@ -1,0 +1,1 @@
+"""etl.dataset on its own: what analysts read."""

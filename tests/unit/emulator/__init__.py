@@ -1,0 +1,1 @@
+"""etl_emulator's parts on their own, without serving."""

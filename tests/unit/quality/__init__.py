@@ -1,0 +1,1 @@
+"""etl.quality on its own: the quality rows."""

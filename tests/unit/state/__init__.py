@@ -1,0 +1,1 @@
+"""etl.state on its own: checkpoints at scale."""

@@ -1,0 +1,1 @@
+"""etl.storage on its own: a local folder or memory://."""
