@@ -13,8 +13,10 @@ mean time), and:
   then by its square root a round;
 - while it stays within a band, the limit holds: the server is busy, and a few of ours wait so that it
   never idles between two of them;
-- past the band, the limit is cut by what waits in excess, at most by half a round;
-- a 429, a 503 or a timeout halves it, once for the requests that were in flight together.
+- past the band, the limit is cut by what waits in excess, at most by half a round, and never below
+  `AUTO_START` (with fewer in flight, etl's own work no longer overlaps the server's: a run on a busy
+  machine, whose own slowness reads as a queue, would crawl);
+- a 429, a 503 or a timeout halves it, once for the requests that were in flight together, down to 1.
 
 Latency alone is no queue: over a 50 ms link the ratio stays near 1 whatever the limit, and the limit
 grows. A difference the answers' own spread explains (two standard errors, the spread as the baseline's
@@ -216,6 +218,9 @@ class LearnedLimit:
     def __init__(self, maximum: int, start: int = AUTO_START, figures: CapacityFigures | None = None) -> None:
         self.maximum = maximum
         self.limit = float(max(1, min(start, maximum)))
+        # What a queue alone cuts the limit to at least: a few requests in flight keep etl's own work
+        # (decoding, writing) going beside the server's, and a server this small refuses when it must.
+        self.floor = float(min(AUTO_START, maximum))
         self.figures = _reset(figures, "auto", maximum, self.current)
         self.baseline: float | None = None
         self._spread, self._measured = 0.0, 1  # the baseline round's standard deviation and answers
@@ -278,7 +283,7 @@ class LearnedLimit:
             # A step that met a queue at once: the next try waits twice as long.
             self._backoff = min(self._backoff + 1, BACKOFF_MAX) if self._grew else 0
             self._grew = False
-            self._set(max(limit / 2, min(limit, in_flight) - (queue - cut)), now)
+            self._set(max(self.floor, limit / 2, min(limit, in_flight) - (queue - cut)), now)
             self._after_cut()
         else:
             self._cuts = 0
