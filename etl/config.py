@@ -366,7 +366,7 @@ class SinkConfig(Strict):
 
     @field_validator("retention", mode="before")
     @classmethod
-    def _retention(cls, value: Any) -> int | None:
+    def _retention(cls, value: object) -> object:  # what the field's own validation then reads
         if value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off"):
             return None
         return value
@@ -506,7 +506,7 @@ def _substitute(node: Any, where: str, offline: bool) -> Any:
     if not isinstance(node, str):
         return node
 
-    def value(match: re.Match) -> str:
+    def value(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in os.environ:
             return os.environ[name]
@@ -532,7 +532,7 @@ def _message(error: ErrorDetails) -> str:
     return error["msg"].removeprefix("Value error, ")
 
 
-def _model_at(path: tuple) -> type[BaseModel] | None:
+def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The section model that holds the keys at `path` (() is the top level)."""
     model: type[BaseModel] = Config
     for part in path:
@@ -552,7 +552,7 @@ def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
             yield from _keys(field.annotation, f"{prefix}{name}.")
 
 
-def _did_you_mean(loc: tuple) -> str:
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """A key close to an unknown one: in its own section, else anywhere (a key put in the wrong section)."""
     key, section = str(loc[-1]), _model_at(loc[:-1])
     if section is not None and (close := difflib.get_close_matches(key, list(section.model_fields), 1, 0.6)):
@@ -623,7 +623,11 @@ class _Loader(yaml.SafeLoader):
     key of an impossible one (an unquoted 2026-13-01T00:00:00Z), where the YAML parser would just fail."""
 
 
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+def _timestamp_text(loader: _Loader, node: yaml.Node) -> str:
+    return loader.construct_yaml_str(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
 
 
 def _local_relative(path: str) -> bool:
