@@ -227,7 +227,7 @@ class WindowConfig(Strict):
 
     @field_validator("start", "end", mode="before")
     @classmethod
-    def _aware(cls, value: Any) -> Any:
+    def _aware(cls, value: object) -> object:
         if isinstance(value, datetime) and value.tzinfo is None:
             raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
         if isinstance(value, date) and not isinstance(value, datetime):  # YAML reads 2026-11-25 as a date
@@ -238,7 +238,7 @@ class WindowConfig(Strict):
 
     @field_validator("late_max", "revisions", mode="before")
     @classmethod
-    def _or_off(cls, value: Any) -> Any:
+    def _or_off(cls, value: object) -> object:
         return 0 if value in ("off", False, None) else value
 
     @model_validator(mode="after")
@@ -277,7 +277,7 @@ class ExtractConfig(Strict):
 
     @field_validator("concurrency", mode="before")
     @classmethod
-    def _concurrency(cls, value: Any) -> Any:
+    def _concurrency(cls, value: object) -> object:
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256):
             return value
         raise ValueError(f"auto or a whole number of requests from 1 to 256, not {value!r}")
@@ -301,7 +301,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IG
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
-def parse_size(value: Any) -> int:
+def parse_size(value: object) -> int:
     """Bytes: a number, or '128MB', '1GiB'..."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -373,7 +373,7 @@ class SinkConfig(Strict):
 
     @field_validator("buckets", mode="before")
     @classmethod
-    def _auto(cls, value: Any) -> Any:
+    def _auto(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip().isdigit():
             if value.strip().lower() != "auto":
                 raise ValueError(f"give a number of files per partition (1-4096) or auto, not {value!r}")
@@ -461,7 +461,7 @@ class DimensionsConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _shorthand(cls, value: Any) -> Any:
+    def _shorthand(cls, value: object) -> object:
         return {"enabled": value} if isinstance(value, bool) else value
 
 
