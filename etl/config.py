@@ -227,7 +227,7 @@ class WindowConfig(Strict):
 
     @field_validator("start", "end", mode="before")
     @classmethod
-    def _aware(cls, value: Any) -> Any:
+    def _aware(cls, value: object) -> object:
         if isinstance(value, datetime) and value.tzinfo is None:
             raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
         if isinstance(value, date) and not isinstance(value, datetime):  # YAML reads 2026-11-25 as a date
@@ -238,7 +238,7 @@ class WindowConfig(Strict):
 
     @field_validator("late_max", "revisions", mode="before")
     @classmethod
-    def _or_off(cls, value: Any) -> Any:
+    def _or_off(cls, value: object) -> object:
         return 0 if value in ("off", False, None) else value
 
     @model_validator(mode="after")
@@ -277,7 +277,7 @@ class ExtractConfig(Strict):
 
     @field_validator("concurrency", mode="before")
     @classmethod
-    def _concurrency(cls, value: Any) -> Any:
+    def _concurrency(cls, value: object) -> object:
         if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256):
             return value
         raise ValueError(f"auto or a whole number of requests from 1 to 256, not {value!r}")
@@ -301,7 +301,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IG
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
-def parse_size(value: Any) -> int:
+def parse_size(value: object) -> int:
     """Bytes: a number, or '128MB', '1GiB'..."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -366,14 +366,14 @@ class SinkConfig(Strict):
 
     @field_validator("retention", mode="before")
     @classmethod
-    def _retention(cls, value: Any) -> int | None:
+    def _retention(cls, value: object) -> object:  # what the field's own validation then reads
         if value is None or value is False or (isinstance(value, str) and value.strip().lower() == "off"):
             return None
         return value
 
     @field_validator("buckets", mode="before")
     @classmethod
-    def _auto(cls, value: Any) -> Any:
+    def _auto(cls, value: object) -> object:
         if isinstance(value, str) and not value.strip().isdigit():
             if value.strip().lower() != "auto":
                 raise ValueError(f"give a number of files per partition (1-4096) or auto, not {value!r}")
@@ -461,7 +461,7 @@ class DimensionsConfig(Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _shorthand(cls, value: Any) -> Any:
+    def _shorthand(cls, value: object) -> object:
         return {"enabled": value} if isinstance(value, bool) else value
 
 
@@ -506,7 +506,7 @@ def _substitute(node: Any, where: str, offline: bool) -> Any:
     if not isinstance(node, str):
         return node
 
-    def value(match: re.Match) -> str:
+    def value(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         if name in os.environ:
             return os.environ[name]
@@ -532,7 +532,7 @@ def _message(error: ErrorDetails) -> str:
     return error["msg"].removeprefix("Value error, ")
 
 
-def _model_at(path: tuple) -> type[BaseModel] | None:
+def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
     """The section model that holds the keys at `path` (() is the top level)."""
     model: type[BaseModel] = Config
     for part in path:
@@ -552,7 +552,7 @@ def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
             yield from _keys(field.annotation, f"{prefix}{name}.")
 
 
-def _did_you_mean(loc: tuple) -> str:
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """A key close to an unknown one: in its own section, else anywhere (a key put in the wrong section)."""
     key, section = str(loc[-1]), _model_at(loc[:-1])
     if section is not None and (close := difflib.get_close_matches(key, list(section.model_fields), 1, 0.6)):
@@ -623,7 +623,11 @@ class _Loader(yaml.SafeLoader):
     key of an impossible one (an unquoted 2026-13-01T00:00:00Z), where the YAML parser would just fail."""
 
 
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", _Loader.construct_yaml_str)
+def _timestamp_text(loader: _Loader, node: yaml.Node) -> str:
+    return loader.construct_yaml_str(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_text)
 
 
 def _local_relative(path: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 
@@ -146,10 +147,11 @@ def canonical_ms(a: np.ndarray) -> np.ndarray | None:
         return None  # impossible dates: the slow parser names them
     days = _YEAR_START[year] + _MONTH_START[month] + (leap & (month > 2)) + day - 1
     seconds = (hour.astype(np.int64) * 60 + minute) * 60 + second
-    return (days * 86_400 + seconds) * SECOND_MS + milli
+    ms: np.ndarray = (days * 86_400 + seconds) * SECOND_MS + milli
+    return ms
 
 
-def parse_iso_ms(stamps: list) -> np.ndarray:
+def parse_iso_ms(stamps: list[Any]) -> np.ndarray:
     """Epoch ms (int64) for ISO 8601 strings or epoch-ms numbers; ValueError if any is unreadable."""
     n = len(stamps)
     if n == 0:
@@ -165,7 +167,7 @@ def parse_iso_ms(stamps: list) -> np.ndarray:
     return _parse_slow(stamps)
 
 
-def _parse_slow(stamps: list) -> np.ndarray:
+def _parse_slow(stamps: list[Any]) -> np.ndarray:
     if all(isinstance(s, int | float) and not isinstance(s, bool) for s in stamps):
         # As floats first: an integer beyond 64 bits must not wrap round (nor a float be cast blindly).
         as_float = np.asarray(stamps, dtype=np.float64)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from etl_emulator.answers import Refusal
+from etl_emulator.answers import Record, Refusal
 
 
 @dataclass
@@ -25,7 +25,7 @@ class Account:
             raise Refusal(403, "forbidden", f"login {self.login!r} may read but not act on equipment")
 
 
-def accounts(users: list[dict] | None, object_ids: range) -> dict[str, Account]:
+def accounts(users: list[Record] | None, object_ids: range) -> dict[str, Account]:
     """Accounts by login from {login, password, objects: "all" | [ids], control} entries (None: the
     default demo and restricted logins)."""
     if users is None:

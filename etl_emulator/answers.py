@@ -8,12 +8,20 @@ import asyncio
 import base64
 import html
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
+
+Record = dict[str, Any]  # a JSON object the emulator answers with, reads or logs
+# ASGI's: the connection's scope, and the messages the server receives and sends.
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
 
 JSON = b"application/json"
 HTML = b"text/html; charset=utf-8"
@@ -182,23 +190,24 @@ def _unicode_escaped(c: str) -> str:
     return json.dumps(c)[1:-1] if ord(c) > 0xFFFF else f"\\u{ord(c):04x}"
 
 
-async def read_body(receive: Callable) -> bytes:
+async def read_body(receive: Receive) -> bytes:
     body = b""
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        chunk: bytes = message.get("body", b"")
+        body += chunk
         if not message.get("more_body"):
             return body
 
 
-def _head(answer: Answer, length: int) -> dict:
+def _head(answer: Answer, length: int) -> Message:
     headers = [(b"content-length", b"%d" % length), *answer.headers]
     if answer.content_type is not None:
         headers.insert(0, (b"content-type", answer.content_type))
     return {"type": "http.response.start", "status": answer.status, "headers": headers}
 
 
-async def send_answer(send: Callable, answer: Answer, receive: Callable | None = None) -> None:
+async def send_answer(send: Send, answer: Answer, receive: Receive | None = None) -> None:
     if answer.stream is not None and receive is not None:
         await _send_stream(send, receive, answer)
         return
@@ -206,7 +215,7 @@ async def send_answer(send: Callable, answer: Answer, receive: Callable | None =
     await send({"type": "http.response.body", "body": answer.body})
 
 
-async def _send_stream(send: Callable, receive: Callable, answer: Answer) -> None:
+async def _send_stream(send: Send, receive: Receive, answer: Answer) -> None:
     """Chunks of `answer.stream` until it ends or the client goes away (uvicorn then drops what is
     sent without a word, so the disconnect is watched for)."""
     assert answer.stream is not None
@@ -231,7 +240,7 @@ async def _send_stream(send: Callable, receive: Callable, answer: Answer) -> Non
         watcher.cancel()
 
 
-async def send_partial(send: Callable, answer: Answer) -> None:
+async def send_partial(send: Send, answer: Answer) -> None:
     """Announce the whole body, send half of it, and return: uvicorn then closes the connection."""
     body = answer.body if len(answer.body) >= 2 else answer.body + b" " * 64
     await send(_head(answer, len(body)))

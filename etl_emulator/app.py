@@ -9,7 +9,6 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
 from email.utils import formatdate
 from typing import Any
 from urllib.parse import parse_qs
@@ -21,7 +20,10 @@ from etl_emulator.accounts import accounts
 from etl_emulator.answers import (
     HTML,
     Answer,
+    Receive,
     Refusal,
+    Scope,
+    Send,
     echoing,
     error_page,
     not_found,
@@ -149,7 +151,7 @@ class Emulator:
             )
         return routes
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
@@ -178,7 +180,7 @@ class Emulator:
             )
             await send_answer(send, answer)
 
-    async def _api(self, scope: dict, receive: Callable, send: Callable, path: str) -> None:
+    async def _api(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         method = scope["method"]
         query = parse_qs(scope["query_string"].decode("latin-1"), keep_blank_values=True)
         entry: dict[str, Any] = {
@@ -247,10 +249,10 @@ class Emulator:
 
     async def _served(
         self,
-        scope: dict,
-        receive: Callable,
+        scope: Scope,
+        receive: Receive,
         route: Route,
-        args: tuple,
+        args: tuple[int, ...],
         method: str,
         path: str,
         query: dict[str, list[str]],
@@ -318,7 +320,7 @@ def _loggable(fields: dict[str, list[str]]) -> dict[str, str | list[str]]:
     return {k: v[0] if len(v) == 1 else v for k, v in fields.items() if k != "password"}
 
 
-async def _form_body(scope: dict, receive: Callable) -> bytes:
+async def _form_body(scope: Scope, receive: Receive) -> bytes:
     """A form-encoded body (application/x-www-form-urlencoded) as received; any other: none."""
     content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
     if content_type.split(b";")[0].strip().lower() != b"application/x-www-form-urlencoded":

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from etl_emulator import records
-from etl_emulator.answers import bad, envelope, not_found
+from etl_emulator.answers import Record, bad, envelope, not_found
 from etl_emulator.dataset import DEVICES_PER_OBJECT, Dataset, Param
 from etl_emulator.faults import FaultPlan
 from etl_emulator.hostile import odd_objects, odd_params
@@ -36,9 +36,9 @@ class Catalog:
         self.dataset = dataset
         self.clock = clock
         self.plan = plan or FaultPlan()
-        self.runs: list[dict] = []
+        self.runs: list[Record] = []
 
-    def _params_body(self, found: list[dict]) -> bytes:
+    def _params_body(self, found: list[Record]) -> bytes:
         kinds = self.plan.faults.odd_records
         return odd_params(kinds, found) if kinds else orjson.dumps(found)
 
@@ -80,7 +80,7 @@ class Catalog:
         f = self.plan.faults
         return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)
 
-    def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[dict]:
+    def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[Record]:
         return [self._record(pid) for pid in self._ids(object_ids, physical=physical, calculated=calculated)]
 
     def object_params(self, call: Call, *, physical: bool) -> bytes:

@@ -9,12 +9,14 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
 import httpx
 import yaml
 
+from etl_emulator.answers import Record
 from etl_emulator.dataset import CALC_OFFSET
 from etl_emulator.faults import (
     ECHOES,
@@ -29,8 +31,15 @@ from etl_emulator.faults import (
 )
 from etl_emulator.lateness import Lateness
 
+if TYPE_CHECKING:  # loaded by `serve` only: the other commands need no server
+    import socket
 
-def _period(_ctx, _param, value: str) -> tuple[int, int]:
+    from etl_emulator.config import EmulatorConfig
+
+Command = TypeVar("Command", bound=Callable[..., Any])  # a command function, as click's decorators take it
+
+
+def _period(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, int]:
     try:
         lo, hi = (int(x) for x in value.split(":"))
     except ValueError:
@@ -40,7 +49,7 @@ def _period(_ctx, _param, value: str) -> tuple[int, int]:
     return lo, hi
 
 
-def _now(_ctx, _param, value: str | None) -> int | None:
+def _now(_ctx: click.Context, _param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
     if value.lstrip("-").isdigit():
@@ -54,7 +63,7 @@ def _now(_ctx, _param, value: str | None) -> int | None:
         raise click.BadParameter(f"{value!r}: {exc}; use epoch ms or e.g. 2026-11-20T00:00:00Z") from None
 
 
-def _hostile(_ctx, _param, value: str | None) -> tuple[str, ...]:
+def _hostile(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in (value or "").split(",") if k.strip())
     unknown = sorted(set(kinds) - set(HOSTILE_KINDS))
     if unknown:
@@ -62,14 +71,14 @@ def _hostile(_ctx, _param, value: str | None) -> tuple[str, ...]:
     return kinds
 
 
-def _ids(_ctx, _param, value: str | None) -> tuple[int, ...]:
+def _ids(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[int, ...]:
     try:
         return tuple(int(i) for i in (value or "").split(",") if i.strip())
     except ValueError:
         raise click.BadParameter(f"{value!r}: use parameter ids, comma-separated (e.g. 1001,2002)") from None
 
 
-def _lateness(_ctx, _param, value: str | None) -> Lateness:
+def _lateness(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Lateness:
     if not value:
         return Lateness()
     try:
@@ -81,7 +90,7 @@ def _lateness(_ctx, _param, value: str | None) -> Lateness:
         ) from None
 
 
-def _users(path: str | None) -> list[dict] | None:
+def _users(path: str | None) -> list[Record] | None:
     if path is None:
         return None
     try:
@@ -96,7 +105,7 @@ def _users(path: str | None) -> list[dict] | None:
     return users
 
 
-def _choice(flag: str, choices: tuple[str, ...], help: str) -> Callable[[Callable], Callable]:
+def _choice(flag: str, choices: tuple[str, ...], help: str) -> Callable[[Command], Command]:
     """An option for one of the server's choices (a `Faults` field of the flag's name), its default the
     field's."""
     default = getattr(Faults(), flag.removeprefix("--").replace("-", "_"))
@@ -286,26 +295,26 @@ _rate = click.FloatRange(0, 1)
     "--tls-key", type=click.Path(exists=True, dir_okay=False), help="The certificate's PEM private key."
 )
 def serve(
-    host,
-    port,
-    base_path,
-    seed,
-    objects,
-    params_per_object,
-    calc_per_object,
-    period_range,
-    now,
-    date_header,
-    users_file,
-    workers,
-    request_log,
-    log_level,
-    fault_seed,
-    hostile,
-    tls_cert,
-    tls_key,
-    lateness,
-    **fault_settings,
+    host: str,
+    port: int,
+    base_path: str,
+    seed: int,
+    objects: int,
+    params_per_object: int,
+    calc_per_object: int,
+    period_range: tuple[int, int],
+    now: int | None,
+    date_header: bool,
+    users_file: str | None,
+    workers: int,
+    request_log: str | None,
+    log_level: str,
+    fault_seed: int,
+    hostile: tuple[str, ...],
+    tls_cert: str | None,
+    tls_key: str | None,
+    lateness: Lateness,
+    **fault_settings: Any,  # the Faults fields of the options above, as click converted them
 ) -> None:
     """Serve the platform until interrupted.
 
@@ -387,7 +396,7 @@ def serve(
     uvicorn.Server(uvicorn_config(app, log_level=log_level, **config.ssl_options())).run(sockets=[sock])
 
 
-def _listen(host: str, port: int):
+def _listen(host: str, port: int) -> socket.socket:
     from etl_emulator.server import bind_socket
 
     try:
@@ -400,7 +409,7 @@ def _listen(host: str, port: int):
         ) from None
 
 
-def _announce(host: str, port: int, config, logins: list[str], workers: int) -> None:
+def _announce(host: str, port: int, config: EmulatorConfig, logins: list[str], workers: int) -> None:
     root = f"{config.scheme}://{host}:{port}"
     click.echo(
         f"emulator listening on {root}{config.base_path} (control {root}/_emulator, {workers} worker(s));"

@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from etl_emulator.answers import Record
 from etl_emulator.faults import Faults
 from etl_emulator.lateness import Lateness
 
@@ -28,7 +29,7 @@ class EmulatorConfig:
     params_per_object: int = 4
     calc_per_object: int = 2
     period_range: tuple[int, int] = (10, 900)
-    users: list[dict] | None = None
+    users: list[Record] | None = None
     now_ms: int | None = None
     date_header: bool = True
     faults: Faults = field(default_factory=Faults)

@@ -17,7 +17,7 @@ from urllib.parse import parse_qs
 
 import orjson
 
-from etl_emulator.answers import Answer, Refusal, bad, not_found, read_body
+from etl_emulator.answers import Answer, Receive, Record, Refusal, Scope, bad, not_found, read_body
 from etl_emulator.dataset import Dataset
 from etl_emulator.faults import FaultPlan
 from etl_emulator.series import gaps
@@ -29,7 +29,7 @@ DAY_MS = 86_400_000
 LOOPBACK_NAMES = {"localhost", "localhost.localdomain"}
 
 
-def _host_of(scope: dict) -> str:
+def _host_of(scope: Scope) -> str:
     """The host name of the request's Host header, without its port or brackets."""
     host = next((v for k, v in scope["headers"] if k == b"host"), b"").decode("latin-1").strip().lower()
     if host.startswith("["):  # [::1]:8765
@@ -37,7 +37,7 @@ def _host_of(scope: dict) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-async def _json_body(receive: Callable) -> dict[str, Any]:
+async def _json_body(receive: Receive) -> dict[str, Any]:
     body = await read_body(receive)
     try:
         doc = orjson.loads(body or b"{}")
@@ -57,7 +57,7 @@ class ControlApi:
         clock: Clock,
         plan: FaultPlan,
         log: RequestLog,
-        runs: list[dict],
+        runs: list[Record],
         base_path: str,
         host: str = "127.0.0.1",
         on_faults: Callable[[], None] = lambda: None,
@@ -68,7 +68,7 @@ class ControlApi:
         self.base_path = base_path
         self.host = host.lower()
 
-    def _addressed_to_me(self, scope: dict) -> bool:
+    def _addressed_to_me(self, scope: Scope) -> bool:
         host = _host_of(scope)
         if host in LOOPBACK_NAMES or host == self.host:
             return True
@@ -78,7 +78,7 @@ class ControlApi:
             return False
         return True
 
-    async def answer(self, scope: dict, receive: Callable, what: str) -> Answer:
+    async def answer(self, scope: Scope, receive: Receive, what: str) -> Answer:
         method = scope["method"]
         try:
             if not self._addressed_to_me(scope):
@@ -86,7 +86,7 @@ class ControlApi:
                     403, "forbidden", "the control API answers requests addressed to this host only"
                 )
             doc = await _json_body(receive) if method == "PUT" else {}
-            handler = {
+            handlers: dict[tuple[str, str], Callable[[], object]] = {
                 ("GET", "health"): lambda: {
                     "status": "ok",
                     "pid": os.getpid(),
@@ -101,14 +101,15 @@ class ControlApi:
                 ("PUT", "clock"): lambda: self._set_clock(doc),
                 ("GET", "commands"): lambda: self.runs,
                 ("GET", "gaps"): lambda: self._gaps(scope),
-            }.get((method, what.strip("/")))
+            }
+            handler = handlers.get((method, what.strip("/")))
             if handler is None:
                 raise not_found(f"control path {PREFIX}{what} ({method})")
             return Answer(orjson.dumps(handler()))
         except Refusal as exc:
             return Answer(exc.body(), exc.status)
 
-    def _set_faults(self, doc: dict) -> dict:
+    def _set_faults(self, doc: Record) -> Record:
         try:
             faults = self.plan.update(doc)
         except (ValueError, TypeError) as exc:
@@ -116,7 +117,7 @@ class ControlApi:
         self.on_faults()
         return faults.as_dict()
 
-    def _gaps(self, scope: dict) -> list[dict]:
+    def _gaps(self, scope: Scope) -> list[Record]:
         """?param=ID&start=MS&end=MS: the parameter's silent spans [start, end) that overlap the window."""
         query = {k: v[-1] for k, v in parse_qs(scope["query_string"].decode("latin-1")).items()}
         try:
@@ -131,10 +132,10 @@ class ControlApi:
             raise not_found(f"parameter {param}") from None
         return [{"start": lo, "end": hi} for lo, hi in spans]
 
-    def _clock(self) -> dict:
+    def _clock(self) -> Record:
         return {"now": self.clock.fixed, "current": self.clock.now()}
 
-    def _set_clock(self, doc: dict) -> dict:
+    def _set_clock(self, doc: Record) -> Record:
         now = doc.get("now")
         if now is not None and (isinstance(now, bool) or not isinstance(now, int)):
             raise bad("now must be epoch milliseconds (integer) or null")

@@ -25,7 +25,10 @@ def _time_table() -> np.ndarray:
     """ "THH:MM:SS." for every second of a day."""
     s = np.arange(86400)
     d2 = _digits(2)
-    col = lambda c: np.full((86400, 1), ord(c), np.uint8)  # noqa: E731
+
+    def col(c: str) -> np.ndarray:
+        return np.full((86400, 1), ord(c), np.uint8)
+
     parts = [col("T"), d2[s // 3600], col(":"), d2[s // 60 % 60], col(":"), d2[s % 60], col(".")]
     return np.ascontiguousarray(np.concatenate(parts, axis=1)).view("S10").ravel()
 

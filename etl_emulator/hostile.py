@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from etl_emulator.answers import Answer
+from etl_emulator.answers import Answer, Record
 
 HUGE_BYTES = 4 * 1024 * 1024
 _HUGE = "\u2191"  # replaced by HUGE_STAMP
@@ -169,7 +169,7 @@ def _body(
             values[k] = np.r_[np.array(edge, dtype=object), values[k], np.array(edge, dtype=object)]
         order = np.arange(n + 2)
     if kind == "offsets":
-        stamps: list = _iso(ts, offset_hours=3)
+        stamps: list[Any] = _iso(ts, offset_hours=3)  # text, or numbers as JSON writes them
     elif kind == "no_millis":
         stamps = _iso(ts, millis=False)
     elif kind == "epoch_seconds":
@@ -234,7 +234,7 @@ CONTROL_NAME = (
 MATHTEXT_NAME = "$x^2$ and $\\frac{$"  # mathtext that does not parse
 
 
-def _encode(records: list[dict]) -> bytes:
+def _encode(records: list[Record]) -> bytes:
     body = orjson.dumps(records)
     for mark, raw in _MARKS.items():
         # the surrogate goes inside a string; the others are a whole value
@@ -242,7 +242,7 @@ def _encode(records: list[dict]) -> bytes:
     return body
 
 
-def odd_objects(kinds: tuple[str, ...], found: list[dict]) -> bytes:
+def odd_objects(kinds: tuple[str, ...], found: list[Record]) -> bytes:
     """The object listing with the `kinds` of odd records: the first object's names and attributes
     edited, and a record whose id is not a number."""
     found = [dict(r) for r in found]
@@ -259,7 +259,7 @@ def odd_objects(kinds: tuple[str, ...], found: list[dict]) -> bytes:
     return _encode(found)
 
 
-def odd_params(kinds: tuple[str, ...], found: list[dict], extras: bool = True) -> bytes:
+def odd_params(kinds: tuple[str, ...], found: list[Record], extras: bool = True) -> bytes:
     """A parameter list with the `kinds` of odd records: the first parameter's name edited, and (`extras`)
     copies of it whose id is beyond 64 bits, text, or a fraction."""
     found = [dict(r) for r in found]

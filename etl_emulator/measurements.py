@@ -25,6 +25,10 @@ COUNT_MAX = 100_000  # a larger count is served as this one, silently (unless fa
 CACHE_MAX_BYTES = 256 * 1024 * 1024
 CACHE_MAX_ENTRY = 16 * 1024 * 1024
 SEEN_MAX = 100_000
+# An answer's cache key: source, series kind, param_id, start, end, count, the param's setvalue version.
+CacheKey = tuple[str, str, int, int, int, int | None, int]
+# Raw (ts, values) -> the columns of one series (average: ts, value; candles: ts, open, high, low, close).
+Aggregate = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, ...]]
 
 
 class Measurements:
@@ -36,9 +40,9 @@ class Measurements:
         self.plan = plan
         self.overlay: dict[int, dict[int, float]] = {}  # param -> {ts: value} from setvalue
         self.overlay_version: dict[int, int] = {}  # part of the cache key of the param's series
-        self.cache: OrderedDict[tuple, bytes] = OrderedDict()
+        self.cache: OrderedDict[CacheKey, bytes] = OrderedDict()
         self.cache_bytes = 0
-        self.seen: OrderedDict[tuple, None] = OrderedDict()  # keys asked for once: cached on the 2nd ask
+        self.seen: OrderedDict[CacheKey, None] = OrderedDict()  # keys asked for once: cached on the 2nd ask
 
     def _raw(self, p: Param, lo: int, hi: int, now: int) -> tuple[np.ndarray, np.ndarray]:
         """Generated points in [lo, hi] (none after now) merged with the setvalue points."""
@@ -126,7 +130,7 @@ class Measurements:
         return min(count, COUNT_MAX, f.max_count or COUNT_MAX)
 
     def _buckets(
-        self, p: Param, aggregate: Callable, lo: int, hi: int, now: int, count: int | None
+        self, p: Param, aggregate: Aggregate, lo: int, hi: int, now: int, count: int | None
     ) -> list[np.ndarray]:
         """The first `count` buckets of [lo, hi], computed a slab at a time: aggregate windows have no
         length limit, so memory stays bounded and the work stops once `count` buckets are found."""
@@ -140,7 +144,7 @@ class Measurements:
                 break
         return [np.concatenate(column)[:count] for column in zip(*parts, strict=True)]
 
-    def _cache_put(self, key: tuple, body: bytes) -> None:
+    def _cache_put(self, key: CacheKey, body: bytes) -> None:
         # One-off windows (a pipeline reads each once) would only churn memory: cache repeats.
         if key not in self.seen:
             self.seen[key] = None

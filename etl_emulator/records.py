@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from etl_emulator.answers import Record
 from etl_emulator.dataset import CALC_OFFSET, DEVICES_PER_OBJECT, HOUR_MS, TIMEZONES, Dataset, Param
 
 STATUSES = {
@@ -21,7 +22,7 @@ def status_lookback_ms(p: Param) -> int:
     return 2 * HOUR_MS + 2 * p.period_ms
 
 
-def status_of(p: Param, value: float | None) -> dict:
+def status_of(p: Param, value: float | None) -> Record:
     """The status record for a parameter whose last value is `value` (None: no value)."""
     if value is None or value != value:
         name = "none"
@@ -58,7 +59,7 @@ def object_state(object_id: int) -> int:
     return 1 if object_id % 3 == 0 else 2
 
 
-def object_short(object_id: int) -> dict:
+def object_short(object_id: int) -> Record:
     return {"id": object_id, "shortname": f"obj-{object_id}"}
 
 
@@ -79,7 +80,7 @@ def _tags(kind: str, j: int) -> list[str]:
     return [ANALOG_KINDS[(j - 1) % len(ANALOG_KINDS)][0]]
 
 
-def object_full(ds: Dataset, object_id: int) -> dict:
+def object_full(ds: Dataset, object_id: int) -> Record:
     tz = TIMEZONES[(object_id - 1) % len(TIMEZONES)]
     state = object_state(object_id)
     identities = [_identity(ds, pid) for pid in ds.physical_ids(object_id) + ds.calc_ids(object_id)]
@@ -108,7 +109,7 @@ def object_full(ds: Dataset, object_id: int) -> dict:
     }
 
 
-def object_by_id(ds: Dataset, object_id: int) -> dict:
+def object_by_id(ds: Dataset, object_id: int) -> Record:
     """The by-id answer: the full record, plus an operating mode for even ids."""
     record = object_full(ds, object_id)
     if object_id % 2 == 0:
@@ -116,7 +117,7 @@ def object_by_id(ds: Dataset, object_id: int) -> dict:
     return record
 
 
-def units(object_id: int) -> list[dict]:
+def units(object_id: int) -> list[Record]:
     out = []
     for d in range(1, DEVICES_PER_OBJECT + 1):
         device_id, controller_id = object_id * 100 + d, object_id * 10 + d
@@ -134,7 +135,7 @@ def units(object_id: int) -> list[dict]:
     return out
 
 
-def rooms(object_id: int) -> list[dict]:
+def rooms(object_id: int) -> list[Record]:
     return [
         {
             "id": object_id * 10 + t["id"],
@@ -146,7 +147,7 @@ def rooms(object_id: int) -> list[dict]:
     ]
 
 
-def param_record(ds: Dataset, pid: int) -> dict:
+def param_record(ds: Dataset, pid: int) -> Record:
     """The full record of a parameter (KeyError when there is none)."""
     kind, object_id, j = _identity(ds, pid)
     d = 1 + (j - 1) % DEVICES_PER_OBJECT
@@ -191,11 +192,11 @@ def marked(record: dict[str, Any], type_field: str = "type", signal_marker: str 
     return record
 
 
-def param_short(record: dict) -> dict:
+def param_short(record: Record) -> Record:
     return {"id": record["id"], "name": record["name"]}
 
 
-def ext_commands(device_id: int) -> list[dict]:
+def ext_commands(device_id: int) -> list[Record]:
     object_id, d = divmod(device_id, 100)
     device = {
         "id": device_id,
@@ -236,7 +237,7 @@ def ext_commands(device_id: int) -> list[dict]:
     ]
 
 
-def user_record(index: int, login: str, control: bool = True) -> dict:
+def user_record(index: int, login: str, control: bool = True) -> Record:
     return {
         "id": index + 1,
         "login": login,

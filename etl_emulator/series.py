@@ -82,12 +82,14 @@ _CYCLE = -np.cos(np.arange(86400) * (2 * np.pi / 86400) - np.pi / 6)
 def _values(p: Param, t: np.ndarray, h: np.ndarray) -> np.ndarray:
     if p.kind == "signal":
         block = (t + p.tz * HOUR_MS) // p.block_ms
-        return ((hash_stream(p.block_key, block) & np.uint64(3)) == 0).astype(np.float64)
+        held: np.ndarray = ((hash_stream(p.block_key, block) & np.uint64(3)) == 0).astype(np.float64)
+        return held
     x = _CYCLE.take((t // SECOND_MS + p.tz * 3600) % 86400)
     x *= p.amp
     x += p.base - p.amp * p.noise
     x += (h >> np.uint64(32)).astype(np.float64) * (2 * p.amp * p.noise / (1 << 32))
-    return np.round(x, 3, out=x)
+    rounded: np.ndarray = np.round(x, 3, out=x)
+    return rounded
 
 
 def raw_series(

@@ -15,6 +15,7 @@ import httpx
 import orjson
 import uvicorn
 
+from etl_emulator.answers import Record
 from etl_emulator.app import Emulator, create_app
 from etl_emulator.config import EmulatorConfig
 
@@ -26,7 +27,7 @@ class EmulatorControl:
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url + "/_emulator", timeout=10, verify=verify)
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
+    def _call(self, method: str, path: str, body: object = None) -> Any:
         content = None if body is None else orjson.dumps(body)
         try:
             response = self._http.request(method, path, content=content)
@@ -37,43 +38,51 @@ class EmulatorControl:
         response.raise_for_status()
         return response.json()
 
-    def health(self) -> dict:
-        return self._call("GET", "/health")
+    def _object(self, method: str, path: str, body: object = None) -> Record:
+        """A control call that answers a JSON object."""
+        return cast(Record, self._call(method, path, body))
 
-    def requests(self) -> list[dict]:
+    def _objects(self, method: str, path: str) -> list[Record]:
+        """A control call that answers a JSON array of objects."""
+        return cast(list[Record], self._call(method, path))
+
+    def health(self) -> Record:
+        return self._object("GET", "/health")
+
+    def requests(self) -> list[Record]:
         """The request log: ts, method, path, query (no password), status, param_id, interval_ms, fault,
         queue_ms and server_ms (the time it waited for a worker, and in the server in all)."""
-        return self._call("GET", "/requests")
+        return self._objects("GET", "/requests")
 
     def clear_requests(self) -> None:
         self._call("DELETE", "/requests")
 
-    def faults(self) -> dict:
-        return self._call("GET", "/faults")
+    def faults(self) -> Record:
+        return self._object("GET", "/faults")
 
-    def set_faults(self, reset: bool = False, **changes: Any) -> dict:
+    def set_faults(self, reset: bool = False, **changes: Any) -> Record:
         """Change the given fault settings (see Faults); reset=True first clears every fault."""
-        return self._call("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
+        return self._object("PUT", "/faults", {**changes, **({"reset": True} if reset else {})})
 
-    def set_capacity(self, capacity: int | None, **settings: Any) -> dict:
+    def set_capacity(self, capacity: int | None, **settings: Any) -> Record:
         """Serve with `capacity` workers from now on (None: no bound); `settings`: service_time,
         queue_max. The requests that wait take freed workers at once."""
         return self.set_faults(capacity=capacity, **settings)
 
-    def gaps(self, param_id: int, start_ms: int, end_ms: int) -> list[dict]:
+    def gaps(self, param_id: int, start_ms: int, end_ms: int) -> list[Record]:
         """The parameter's silent spans ({"start", "end"}, end excluded) overlapping the window."""
-        return self._call("GET", f"/gaps?param={param_id}&start={start_ms}&end={end_ms}")
+        return self._objects("GET", f"/gaps?param={param_id}&start={start_ms}&end={end_ms}")
 
-    def clock(self) -> dict:
-        return self._call("GET", "/clock")
+    def clock(self) -> Record:
+        return self._object("GET", "/clock")
 
-    def set_clock(self, now_ms: int | None) -> dict:
+    def set_clock(self, now_ms: int | None) -> Record:
         """Fix the emulator's clock at now_ms (None: the real time)."""
-        return self._call("PUT", "/clock", {"now": now_ms})
+        return self._object("PUT", "/clock", {"now": now_ms})
 
-    def commands(self) -> list[dict]:
+    def commands(self) -> list[Record]:
         """External command runs: id, deviceId, extCommandId, commandData, login, ts."""
-        return self._call("GET", "/commands")
+        return self._objects("GET", "/commands")
 
     def close(self) -> None:
         self._http.close()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import orjson
 
+from etl_emulator.answers import Record
+
 REQUEST_LOG_MAX = 100_000  # entries kept in memory (oldest dropped)
 
 
@@ -25,10 +27,10 @@ class RequestLog:
     """The last REQUEST_LOG_MAX API calls, and all of them in a JSON-lines file when one is named."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        self.entries: deque[dict] = deque(maxlen=REQUEST_LOG_MAX)
+        self.entries: deque[Record] = deque(maxlen=REQUEST_LOG_MAX)
         self._file = open(path, "ab") if path else None  # noqa: SIM115
 
-    def record(self, entry: dict) -> None:
+    def record(self, entry: Record) -> None:
         self.entries.append(entry)
         if self._file:
             self._file.write(orjson.dumps(entry) + b"\n")

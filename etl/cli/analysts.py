@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,11 @@ from etl.cli.render import echo_cells, echo_json, value_text
 from etl.config import load_config
 from etl.errors import ConfigError, QualityBelow, StorageError
 from etl.model import Series
+
+if TYPE_CHECKING:  # pyarrow and the pipeline load when a command needs them
+    import pyarrow as pa
+
+    from etl.pipeline.counts import Counts
 
 QUERY_ROWS = 100  # rows printed; -o writes them all
 NUMERIC_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER"}
@@ -111,7 +117,7 @@ def pull(param_id: int, start: int, end: int, series: str, output: str, config_p
     from etl.pipeline.pull import pull as pull_series
     from etl.pipeline.pull import save
 
-    async def go():
+    async def go() -> tuple[pa.Table, Counts]:
         async with open_client(config_path) as client:
             return await pull_series(client, await find_param(client, param_id), Series(series), start, end)
 

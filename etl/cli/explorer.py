@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -14,6 +14,12 @@ from etl.errors import ConfigError, NotFound
 
 if TYPE_CHECKING:
     from etl.client import MonitoringClient
+    from etl.client.models import Parameter, ParamStatus
+
+T = TypeVar("T")
+# What `etl api NAME` calls: a client method with the command's arguments, awaited.
+Fetch = Callable[..., Awaitable[object]]
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 @click.group()
@@ -21,7 +27,7 @@ def api() -> None:
     """Explore the platform: one command per kind of record (connection: --config or ETL_* env)."""
 
 
-async def _call(config_path: str | None, fetch: Callable[..., Awaitable], arguments: dict) -> Any:
+async def _call(config_path: str | None, fetch: Fetch, arguments: dict[str, object]) -> object:
     async with open_client(config_path) as client:
         return await fetch(client, **arguments)
 
@@ -32,8 +38,8 @@ def not_visible(what: str) -> ConfigError:
 
 def _api_command(
     name: str,
-    fetch: Callable[..., Awaitable],
-    *params: Callable,
+    fetch: Fetch,
+    *params: Decorator,
     columns: list[str] | None = None,
     missing: str = "",
     help: str = "",
@@ -41,7 +47,7 @@ def _api_command(
     """Register `etl api NAME`: connect, `await fetch(client, **arguments)`, print a table or JSON.
     `missing` names what a 404 means, formatted with the arguments (e.g. "object {object_id}")."""
 
-    def command(config_path: str | None, as_json: bool, **arguments: Any) -> None:
+    def command(config_path: str | None, as_json: bool, **arguments: object) -> None:
         try:
             result = asyncio.run(_call(config_path, fetch, arguments))
         except NotFound:
@@ -61,14 +67,14 @@ def _api_command(
     api.command(name, help=help)(connection_option(command))
 
 
-async def _params(c: MonitoringClient, object_id: int) -> list:
+async def _params(c: MonitoringClient, object_id: int) -> list[Parameter]:
     params = [*await c.physical_params(object_id), *await c.calculated_params(object_id)]
     if not params and object_id not in {o.id for o in await c.objects_short()}:
         raise not_visible(f"object {object_id}")  # the lists answer an unknown object with nothing
     return params
 
 
-async def _physical(c: MonitoringClient, param_id: int, action: str, call: Awaitable) -> Any:
+async def _physical(c: MonitoringClient, param_id: int, action: str, call: Awaitable[T]) -> T:
     """A call only physical parameters take: a 404 for a calculated one says so."""
     try:
         return await call
@@ -80,11 +86,13 @@ async def _physical(c: MonitoringClient, param_id: int, action: str, call: Await
         raise not_visible(f"parameter {param_id}") from None
 
 
-async def _status(c: MonitoringClient, param_id: int) -> Any:
+async def _status(c: MonitoringClient, param_id: int) -> ParamStatus:
     return await _physical(c, param_id, "status", c.param_status(param_id))
 
 
-async def _series(c: MonitoringClient, param_id: int, start: int, end: int, series: str) -> list[dict]:
+async def _series(
+    c: MonitoringClient, param_id: int, start: int, end: int, series: str
+) -> list[dict[str, object]]:
     from etl.client.lookup import find_param
     from etl.model import Series
 

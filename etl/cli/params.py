@@ -7,7 +7,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import click
 
@@ -18,8 +18,12 @@ from etl.timeutil import parse_duration_ms, parse_time
 if TYPE_CHECKING:
     from etl.client import MonitoringClient
 
+T = TypeVar("T")
+# A command function, as click's decorators take and return it.
+Command = TypeVar("Command", bound=Callable[..., Any])
 
-class TimeType(click.ParamType):
+
+class TimeType(click.ParamType):  # type: ignore[type-arg]  # click before 8.4 takes no type argument at run time
     """ISO 8601 with a UTC offset, or an epoch number (seconds, ms or us by size, or with its unit);
     converted to epoch ms (etl.timeutil.parse_time)."""
 
@@ -45,16 +49,16 @@ class TimeType(click.ParamType):
             )
 
 
-class ParsedType(click.ParamType):
+class ParsedType(click.ParamType, Generic[T]):  # type: ignore[type-arg]  # as TimeType
     """A value `parse` makes from text (ValueError: the message click shows); `kind` passes through."""
 
-    def __init__(self, name: str, metavar: str, parse, kind: type) -> None:
+    def __init__(self, name: str, metavar: str, parse: Callable[[str], T], kind: type[T]) -> None:
         self.name, self.metavar, self.parse, self.kind = name, metavar, parse, kind
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return self.metavar
 
-    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None):
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> T:
         if isinstance(value, self.kind):
             return value
         try:
@@ -88,7 +92,7 @@ connection_option = click.option(
 )
 
 
-def series_option(command: Callable) -> Callable:
+def series_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """--series raw|average|candles (default raw). --kind, its old name, still works and warns: in the
     data, `kind` is the parameter's kind (physical, calculated, signal), not the series."""
 
@@ -124,7 +128,7 @@ def output_file(path: str, suffixes: tuple[str, ...]) -> Path:
     return out
 
 
-def window_options(required: bool, what: str, end_note: str = "exclusive"):
+def window_options(required: bool, what: str, end_note: str = "exclusive") -> Callable[[Command], Command]:
     """--from and --to, as epoch ms."""
     start = click.option(
         "--from",
@@ -136,7 +140,11 @@ def window_options(required: bool, what: str, end_note: str = "exclusive"):
     end = click.option(
         "--to", "end", type=TIME, required=required, help=f"{what} up to this time ({end_note})."
     )
-    return lambda command: start(end(command))
+
+    def both(command: Command) -> Command:
+        return start(end(command))
+
+    return both
 
 
 def open_client(config_path: str | None) -> MonitoringClient:

@@ -4,7 +4,7 @@ through `etl.support.terminal`: no control or bidirectional formatting character
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +16,7 @@ from etl.timeutil import iso
 
 if TYPE_CHECKING:
     from etl.client.models import Candles, Points
+    from etl.pipeline.summary import RunRecord
 
 
 def plain(value: Any) -> Any:
@@ -23,7 +24,7 @@ def plain(value: Any) -> Any:
     return value.raw() if hasattr(value, "raw") else value
 
 
-def echo_json(value: Any) -> None:
+def echo_json(value: object) -> None:
     # orjson writes dataclasses field by field itself, so records become plain before it sees them.
     value = [plain(v) for v in value] if isinstance(value, list) else plain(value)
     text = orjson.dumps(value, default=plain, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
@@ -54,7 +55,9 @@ def fit(text: str, width: int = WIDEST) -> str:
     return text[:cut].rstrip() + ELLIPSIS
 
 
-def echo_table(rows: list[dict], columns: Iterable[str] | None = None, numeric: Iterable[str] = ()) -> None:
+def echo_table(
+    rows: Sequence[Mapping[str, object]], columns: Iterable[str] | None = None, numeric: Iterable[str] = ()
+) -> None:
     """Rows as aligned columns (`numeric` ones to the right); cells cut by `fit`."""
     if not rows:
         click.echo("(nothing)")
@@ -79,7 +82,7 @@ def echo_cells(columns: list[str], rows: list[list[str]], right: set[int] | set[
         click.echo(line(row))
 
 
-def value_text(value: Any) -> str:
+def value_text(value: object) -> str:
     """A query result's value for people: stamps in ISO 8601 (Z for UTC), floats to 6 decimals, NULL."""
     if value is None:
         return "NULL"
@@ -91,12 +94,12 @@ def value_text(value: Any) -> str:
     return _cell(value)
 
 
-def echo_record(record: dict) -> None:
+def echo_record(record: Mapping[str, object]) -> None:
     """One record reads better as field/value lines than as one very wide row."""
     echo_table([{"field": k, "value": v} for k, v in record.items()])
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, dict | list):
@@ -104,7 +107,7 @@ def _cell(value: Any) -> str:
     return printable(str(value))
 
 
-def series_rows(data: Points | Candles) -> list[dict]:
+def series_rows(data: Points | Candles) -> list[dict[str, object]]:
     from etl.client.models import Candles
 
     if isinstance(data, Candles):
@@ -115,9 +118,11 @@ def series_rows(data: Points | Candles) -> list[dict]:
     return [{"ts": iso(int(t)), "value": float(v)} for t, v in zip(data.ts, data.value, strict=True)]
 
 
-def plan_text(summary: dict[str, Any]) -> str:
+def plan_text(summary: RunRecord) -> str:
+    window = summary["window"]
+    assert window is not None, "a plan has its window"
     lines = [
-        f"window      {summary['window']['start']} .. {summary['window']['end']}",
+        f"window      {window['start']} .. {window['end']}",
         f"objects     {summary['objects']}    parameters {summary['parameters']}",
     ]
     for name, p in sorted(summary["planned"].items()):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib.abc import MetaPathFinder
 from importlib.machinery import ModuleSpec
@@ -85,7 +85,7 @@ def run(
                 tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
             )
     except EtlError as exc:
-        done = exc.summary.as_dict() if exc.summary is not None else {}
+        done: Mapping[str, object] = exc.summary.as_dict() if exc.summary is not None else {}
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
             status = done.get("status") or ("interrupted" if isinstance(exc, Interrupted) else "failed")
             echo_json(

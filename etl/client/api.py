@@ -36,7 +36,7 @@ from etl.client.models import (
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
-from etl.client.session import Session
+from etl.client.session import Query, Session
 from etl.errors import InvalidArgument, InvalidResponse, Throttled
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, Time, now_ms, to_ms
@@ -59,17 +59,10 @@ ROUTES = {
 }
 
 
-def _endpoint(kind: ParamKind, series: Series):
-    """The method of one measurement endpoint: GET {route}/{param_id}/{start}/{end}?count=N."""
-    path = ROUTES[kind, series]
-
-    async def fetch(
-        self, param_id: int, start: Time, end: Time, count: int | None = None
-    ) -> Points | Candles:
-        return await self._route(path, series, param_id, start, end, count)
-
-    fetch.__doc__ = f"GET {path}/{{param_id}}/{{start}}/{{end}}"
-    return fetch
+def _series_path(kind: ParamKind, series: Series, param_id: int, start: Time, end: Time) -> str:
+    """The path of one series request, its window checked: GET {route}/{param_id}/{start}/{end}."""
+    s, e = _window(start, end, raw=series is Series.RAW)
+    return f"{ROUTES[kind, series]}/{int(param_id)}/{s}/{e}"
 
 
 def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
@@ -83,7 +76,7 @@ def _window(start: Time, end: Time, *, raw: bool) -> tuple[int, int]:
     return start_ms, end_ms
 
 
-def _listing(doc: Any, what: str) -> list:
+def _listing(doc: Any, what: str) -> list[Any]:
     if not isinstance(doc, list):
         raise InvalidResponse(f"{what}: expected a JSON array, got {type(doc).__name__}")
     return doc
@@ -125,15 +118,19 @@ def _model(cls: type[M], doc: Any, what: str) -> M:
         raise InvalidResponse(f"{what}: {one_line(exc)}") from None
 
 
-def _ids(values: Iterable[int] | int | None) -> list[int] | None:
+# The ids a filter takes: one, several, or none (the filter is not sent).
+Ids = Iterable[int] | int | None
+
+
+def _ids(values: Ids) -> list[int] | None:
     if values is None:
         return None
     return [int(values)] if isinstance(values, int) else [int(v) for v in values]
 
 
-def _query(**params: Any) -> dict[str, Any]:
+def _query(**params: Query) -> dict[str, Query]:
     """Drop unset filters; booleans as the platform spells them."""
-    out = {}
+    out: dict[str, Query] = {}
     for key, value in params.items():
         if value is None:
             continue
@@ -239,10 +236,10 @@ class MonitoringClient:
     async def aclose(self) -> None:
         await self.session.aclose()
 
-    async def _get(self, path: str, **params: Any) -> Any:
+    async def _get(self, path: str, **params: Query) -> Any:
         return await self.session.call("GET", path, _query(**params))
 
-    async def _post(self, path: str, *, expect_json: bool = True, **params: Any) -> Any:
+    async def _post(self, path: str, *, expect_json: bool = True, **params: Query) -> Any:
         return await self.session.call("POST", path, _query(**params), expect_json=expect_json)
 
     def server_now(self) -> int:
@@ -259,12 +256,10 @@ class MonitoringClient:
     async def objects_short(self) -> list[ObjectShort]:
         return self._valid(ObjectShort, await self._get("/db/object/shortest"), "GET /db/object/shortest")
 
-    async def objects(self, states: Iterable[int] | int | None = None) -> list[ObjectFull]:
+    async def objects(self, states: Ids = None) -> list[ObjectFull]:
         return [o async for page in self.object_pages(states) for o in page]
 
-    async def object_pages(
-        self, states: Iterable[int] | int | None = None, size: int = 250
-    ) -> AsyncIterator[list[ObjectFull]]:
+    async def object_pages(self, states: Ids = None, size: int = 250) -> AsyncIterator[list[ObjectFull]]:
         """The full listing (one answer) as models a page at a time, each record decoded when its page
         is: a wide instance's records are never all Python objects at once."""
         what = "GET /db/object"
@@ -303,7 +298,15 @@ class MonitoringClient:
                 self.skip(f"record #{index + 1} of {what}", str(exc))
         return found
 
-    def _param_filters(self, object_id, controller_ids, drone_id, tags, device_classified, room_ids) -> dict:
+    def _param_filters(
+        self,
+        object_id: int | None,
+        controller_ids: Ids,
+        drone_id: int | None,
+        tags: Iterable[str] | None,
+        device_classified: Ids,
+        room_ids: Ids,
+    ) -> dict[str, Query]:
         return dict(
             objectId=object_id,
             controllerId=_ids(controller_ids),
@@ -317,11 +320,11 @@ class MonitoringClient:
         self,
         object_id: int | None = None,
         *,
-        controller_ids=None,
+        controller_ids: Ids = None,
         drone_id: int | None = None,
         tags: Iterable[str] | None = None,
-        device_classified=None,
-        room_ids=None,
+        device_classified: Ids = None,
+        room_ids: Ids = None,
         short: bool = False,
     ) -> list[Parameter]:
         path = "/db/contrdeviceparam/shortest" if short else "/db/contrdeviceparam"
@@ -332,11 +335,11 @@ class MonitoringClient:
         self,
         object_id: int | None = None,
         *,
-        controller_ids=None,
+        controller_ids: Ids = None,
         drone_id: int | None = None,
         tags: Iterable[str] | None = None,
-        device_classified=None,
-        room_ids=None,
+        device_classified: Ids = None,
+        room_ids: Ids = None,
         short: bool = False,
     ) -> list[Parameter]:
         path = "/db/contrcalcparam/shortest" if short else "/db/contrcalcparam"
@@ -390,31 +393,48 @@ class MonitoringClient:
         return await (self._candles(url, count) if series is Series.CANDLES else self._points(url, count))
 
     async def _points(self, url: str, count: int | None) -> Points:
-        answer = await self.session.call(
+        return await self.session.call(
             "GET", url, _query(count=count), decode=decode_points, in_thread_over=SMALL_ANSWER
         )
-        return answer
 
     async def _candles(self, url: str, count: int | None) -> Candles:
         return await self.session.call("GET", url, _query(count=count), decode=decode_candles)
 
-    async def _route(
-        self, path: str, series: Series, param_id: int, start: Time, end: Time, count: int | None
-    ) -> Points | Candles:
-        s, e = _window(start, end, raw=series is Series.RAW)
-        return await self._measure(f"{path}/{int(param_id)}/{s}/{e}", series, count)
+    async def measure_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        """GET /db/measure/{param_id}/{start}/{end}"""
+        return await self._points(_series_path(ParamKind.PHYSICAL, Series.RAW, param_id, start, end), count)
 
-    measure_raw = _endpoint(ParamKind.PHYSICAL, Series.RAW)
-    measure_average = _endpoint(ParamKind.PHYSICAL, Series.AVERAGE)
-    measure_candles = _endpoint(ParamKind.PHYSICAL, Series.CANDLES)
-    calc_raw = _endpoint(ParamKind.CALCULATED, Series.RAW)
-    calc_average = _endpoint(ParamKind.CALCULATED, Series.AVERAGE)
-    calc_candles = _endpoint(ParamKind.CALCULATED, Series.CANDLES)
+    async def measure_average(
+        self, param_id: int, start: Time, end: Time, count: int | None = None
+    ) -> Points:
+        """GET /db/measure/average/{param_id}/{start}/{end}"""
+        path = _series_path(ParamKind.PHYSICAL, Series.AVERAGE, param_id, start, end)
+        return await self._points(path, count)
+
+    async def measure_candles(
+        self, param_id: int, start: Time, end: Time, count: int | None = None
+    ) -> Candles:
+        """GET /db/measure/candles/{param_id}/{start}/{end}"""
+        path = _series_path(ParamKind.PHYSICAL, Series.CANDLES, param_id, start, end)
+        return await self._candles(path, count)
+
+    async def calc_raw(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        """GET /db/calcvalue/{param_id}/{start}/{end}"""
+        return await self._points(_series_path(ParamKind.CALCULATED, Series.RAW, param_id, start, end), count)
+
+    async def calc_average(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Points:
+        """GET /db/calcvalue/average/{param_id}/{start}/{end}"""
+        path = _series_path(ParamKind.CALCULATED, Series.AVERAGE, param_id, start, end)
+        return await self._points(path, count)
+
+    async def calc_candles(self, param_id: int, start: Time, end: Time, count: int | None = None) -> Candles:
+        """GET /db/calcvalue/candles/{param_id}/{start}/{end}"""
+        path = _series_path(ParamKind.CALCULATED, Series.CANDLES, param_id, start, end)
+        return await self._candles(path, count)
 
     async def signal(self, param_id: int, start: Time, end: Time) -> Points:
         """GET /db/signal/{param_id}/{start}/{end} (no count)."""
-        s, e = _window(start, end, raw=True)
-        return await self._points(f"{ROUTES[ParamKind.SIGNAL, Series.RAW]}/{int(param_id)}/{s}/{e}", None)
+        return await self._points(_series_path(ParamKind.SIGNAL, Series.RAW, param_id, start, end), None)
 
     async def measure_average_alt(
         self, param_id: int, start: Time, end: Time, count: int | None = None
@@ -446,7 +466,7 @@ class MonitoringClient:
                 wait,
             )
         try:
-            data = await self._route(ROUTES[kind, series], series, param_id, start, end, count)
+            data = await self._measure(_series_path(kind, series, param_id, start, end), series, count)
         except Throttled as exc:
             if exc.retry_after:
                 self.throttled[param_id] = time.monotonic() + exc.retry_after
@@ -507,7 +527,7 @@ def _blocking(
 ) -> Callable[Concatenate[SyncMonitoringClient, P], R]:
     """`MonitoringClient.method`, run to completion on the facade's own event loop."""
 
-    def blocking(self: SyncMonitoringClient, *args: P.args, **kwargs: P.kwargs) -> R:
+    def blocking(self: SyncMonitoringClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
         return self._run(method(self._client, *args, **kwargs))
 
     functools.update_wrapper(blocking, method)

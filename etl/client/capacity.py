@@ -37,7 +37,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,27 @@ def queue_band(limit: float) -> tuple[float, float]:
     """The queue estimate under which the limit grows, and over which it is cut: less than one request
     while the limit is small, an eighth of it when it is large (the ratio's noise grows with it)."""
     return max(0.25, limit / 16), max(0.5, limit / 8)
+
+
+class ConcurrencyRecord(TypedDict):
+    min: int | None
+    median: int | None
+    max: int | None
+
+
+class LatencyRecord(TypedDict):
+    baseline: float | None  # milliseconds
+    p95: float | None
+
+
+class CapacityRecord(TypedDict):
+    """`CapacityFigures` in the run summary's JSON form."""
+
+    setting: str
+    max: int
+    concurrency: ConcurrencyRecord
+    latency_ms: LatencyRecord
+    refused: int
 
 
 @dataclass
@@ -99,7 +120,7 @@ class CapacityFigures:
                 return round(math.exp((bucket + 1) * _BUCKET), 1)
         raise AssertionError("unreachable")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> CapacityRecord:
         values = sorted(self.limits)
         median: int | None = None
         if values:

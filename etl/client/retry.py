@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
-from etl.client.capacity import CapacityFigures
+from etl.client.capacity import CapacityFigures, CapacityRecord
 from etl.errors import EtlError, RetriesExhausted
 from etl.support import redact
 
@@ -50,6 +50,18 @@ class RetryPolicy:
         return random.uniform(cap / 2, cap)  # "equal jitter": never zero, never over the cap
 
 
+class ClientRecord(TypedDict):
+    """`ClientStats` in the run summary's JSON form."""
+
+    requests: int
+    retries: int
+    retries_by_reason: dict[str, int]
+    relogins: int
+    throttled_seconds: float
+    bytes_received: int
+    capacity: CapacityRecord
+
+
 @dataclass
 class ClientStats:
     requests: int = 0  # every request on the wire: sign-ins, resends and probes too
@@ -68,7 +80,7 @@ class ClientStats:
         self.bytes_received += other.bytes_received
         self.capacity.add(other.capacity)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> ClientRecord:
         return {
             "requests": self.requests,
             "retries": sum(self.retries.values()),

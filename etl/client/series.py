@@ -177,12 +177,12 @@ def _excerpt(body: bytes | str, size: int = 60) -> str:
     return repr(redact.excerpt(body, size) + ("..." if len(body) > size else ""))
 
 
-def _items(doc: Any, key: str) -> list:
+def _items(doc: Any, key: str) -> list[dict[str, Any]]:
     """The records of a series answer: `{key: [...]}` as the document shows it. The signal answer's shape
     is not documented: a bare list, and the other series' key, are taken too. Anything else (an error
     object, `{}`, a null or misspelled list) is not a series answer."""
     if isinstance(doc, list):
-        items: Any = doc
+        items: list[dict[str, Any]] = doc
     elif isinstance(doc, dict) and isinstance(doc.get(key), list):
         items = doc[key]
     elif isinstance(doc, dict) and key not in doc and isinstance(doc.get(_OTHER[key]), list):
@@ -212,7 +212,7 @@ def _repeated_keys(body: bytes) -> str | None:
         return None
     repeated: list[str] = []
 
-    def pairs(items: list[tuple[str, Any]]) -> dict:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         if not repeated:
             seen: set[str] = set()
             for name, _ in items:
@@ -232,7 +232,7 @@ def _repeated_keys(body: bytes) -> str | None:
 _NUMBERS = frozenset({int, float, type(None)})
 
 
-def _floats(items: list, key: str) -> np.ndarray:
+def _floats(items: list[dict[str, Any]], key: str) -> np.ndarray:
     values = [p.get(key) for p in items]
     if not _NUMBERS.issuperset(map(type, values)):  # text ("12.5") and booleans are not numbers
         odd = next(v for v in values if type(v) not in _NUMBERS)
@@ -243,7 +243,7 @@ def _floats(items: list, key: str) -> np.ndarray:
         raise InvalidResponse(f"non-numeric '{key}' in answer") from None
 
 
-def _stamps(items: list) -> np.ndarray:
+def _stamps(items: list[dict[str, Any]]) -> np.ndarray:
     try:
         return parse_iso_ms([p.get("timestmp") for p in items])
     except (ValueError, TypeError) as exc:

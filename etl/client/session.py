@@ -14,9 +14,9 @@ import asyncio
 import re
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import httpx
 from aiolimiter import AsyncLimiter
@@ -43,9 +43,14 @@ _LOAD_STATUSES = frozenset({429, 503})
 
 
 _PLAIN = re.compile(r"[A-Za-z0-9._~-]*")
+T = TypeVar("T")
+# A query parameter's value as httpx takes it (a sequence: the parameter repeated; None: left out).
+Primitive = str | int | float | bool | None
+Query = Primitive | Sequence[Primitive]
+Params = Mapping[str, Query]
 
 
-def _url(url: str, params: Any) -> tuple[str, Any]:
+def _url(url: str, params: Params | None) -> tuple[str, Params | None]:
     """(url, params) for httpx: plain values (every series request: `count=N`) go into the URL as httpx
     would encode them, so that it parses one URL instead of parsing one and merging a query into it."""
     if not params:
@@ -158,11 +163,27 @@ class Session:
 
         return await retrying(once, self.policy, self.stats, "POST /auth/login")
 
+    @overload
+    async def call(
+        self, method: str, path: str, params: Params | None = None, *, expect_json: bool = True
+    ) -> Any: ...  # decoded JSON, or None for an empty answer where that is fine (not expect_json)
+
+    @overload
     async def call(
         self,
         method: str,
         path: str,
-        params: Any = None,
+        params: Params | None = None,
+        *,
+        decode: Callable[[bytes], T],
+        in_thread_over: int | None = None,
+    ) -> T: ...
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        params: Params | None = None,
         *,
         expect_json: bool = True,
         decode: Callable[[bytes], Any] = decode_json,
@@ -218,7 +239,7 @@ class Session:
         self,
         method: str,
         path: str,
-        params: Any,
+        params: Params | None,
         expect_json: bool,
         decode: Callable[[bytes], Any],
         in_thread_over: int | None,

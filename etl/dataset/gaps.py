@@ -19,7 +19,9 @@ def gap_positions(ts_ms: np.ndarray, factor: float = GAP_FACTOR) -> np.ndarray:
     return np.flatnonzero(np.diff(ts_ms) > factor * period)
 
 
-def with_breaks(frame: pd.DataFrame, factor: float = GAP_FACTOR) -> tuple[pd.DataFrame, list[tuple]]:
+def with_breaks(
+    frame: pd.DataFrame, factor: float = GAP_FACTOR
+) -> tuple[pd.DataFrame, list[tuple[pd.Timestamp, pd.Timestamp]]]:
     """The frame (sorted by `ts`) with a row of missing values in each gap, and the gaps' (start, end)."""
     ts = frame["ts"]
     stamps = ts.astype("int64").to_numpy() // (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 import pyarrow.compute as pc
@@ -45,7 +46,7 @@ def load(config: Config, param_id: int, series: Series, start: int, end: int) ->
     )
     if table.num_rows == 0:
         raise DataError(f"no {series} points of parameter {param_id} in the output for that window")
-    return table.sort_by("ts").to_pandas()
+    return cast(pd.DataFrame, table.sort_by("ts").to_pandas())
 
 
 def plot(config: Config, param_id: int, series: Series, start: int, end: int, out: Path) -> int:
@@ -60,7 +61,8 @@ def plot(config: Config, param_id: int, series: Series, start: int, end: int, ou
     names = lookup(config, param_id)
     fig, ax = plt.subplots(figsize=(11, 4))
     for gap_start, gap_end in gaps[:500]:
-        ax.axvspan(gap_start, gap_end, color="0.85", alpha=0.5, linewidth=0)
+        # matplotlib's units registry takes the stamps where its stubs say float
+        ax.axvspan(gap_start, gap_end, color="0.85", alpha=0.5, linewidth=0)  # type: ignore[arg-type]
     if series is Series.CANDLES:
         ax.fill_between(frame["ts"], frame["low"], frame["high"], alpha=0.3, label="low..high")
         ax.plot(frame["ts"], frame["close"], linewidth=1, label="close")

@@ -63,7 +63,7 @@ def read(
 
 def _empty(series: str, named: bool) -> pd.DataFrame:
     schema = QUALITY_SCHEMA if series == QUALITY else SCHEMAS[Series(series)]
-    frame = schema.empty_table().to_pandas()
+    frame: pd.DataFrame = schema.empty_table().to_pandas()
     if named:
         frame = pd.concat([pd.DataFrame({n: pd.Series(dtype="object") for n in NAMES}), frame], axis=1)
     return frame

@@ -16,8 +16,10 @@ tables are there), so a report holds a few numbers per parameter, and day by day
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, TypedDict
 
 import duckdb
 
@@ -29,6 +31,7 @@ from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso, now_ms
 
 HEATMAP_ROWS = 100
 DEFAULT_DAYS = 7
+Row = dict[str, Any]  # a row of DuckDB's answer by column name (JSON-ready once through `_plain`)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,43 @@ class ReportOptions:
     flatline_after: int = 2 * HOUR_MS
     fail_under: float | None = None
     top: int = 20
+
+
+class OptionsRecord(TypedDict):
+    stale_after_seconds: float
+    flatline_after_seconds: float
+    fail_under: float | None
+    top: int
+
+
+# `Report` in its JSON form (`etl report --json`); "from" is a keyword, so the functional form.
+ReportRecord = TypedDict(
+    "ReportRecord",
+    {
+        "source": str,
+        "from": str,
+        "to": str,
+        "days": list[str],
+        "generated": str,
+        "options": OptionsRecord,
+        "parameters": int,
+        "parameter_days": int,
+        "points": int,
+        "expected_points": int,
+        "completeness": float | None,
+        "worst": list[Row],
+        "stale": list[Row],
+        "stale_count": int,
+        "flatlines": list[Row],
+        "flatline_count": int,
+        "below": list[Row],
+        "below_count": int,
+        "late": list[Row],
+        "late_count": int,
+        "late_points": int,
+        "heatmap": list[Row],
+    },
+)
 
 
 @dataclass
@@ -53,20 +93,20 @@ class Report:
     points: int = 0
     expected_points: int = 0
     completeness: float | None = None
-    worst: list[dict] = field(default_factory=list)  # the `top` least complete parameters
-    heatmap: list[dict] = field(default_factory=list)  # the HEATMAP_ROWS least complete, with `daily`
-    stale: list[dict] = field(default_factory=list)
+    worst: list[Row] = field(default_factory=list)  # the `top` least complete parameters
+    heatmap: list[Row] = field(default_factory=list)  # the HEATMAP_ROWS least complete, with `daily`
+    stale: list[Row] = field(default_factory=list)
     stale_count: int = 0
-    flatlines: list[dict] = field(default_factory=list)
+    flatlines: list[Row] = field(default_factory=list)
     flatline_count: int = 0
-    below: list[dict] = field(default_factory=list)
+    below: list[Row] = field(default_factory=list)
     below_count: int = 0
-    late: list[dict] = field(default_factory=list)  # the parameters whose points came latest
+    late: list[Row] = field(default_factory=list)  # the parameters whose points came latest
     late_count: int = 0  # parameters with points that reached the platform late
     late_points: int = 0
     generated: int = field(default_factory=now_ms)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> ReportRecord:
         options = self.options
         return {
             "source": self.source,
@@ -103,16 +143,16 @@ def _day(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).date().isoformat()
 
 
-def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:
+def _one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[Any, ...]:
     return con.sql(sql).fetchall()[0]
 
 
-def _rows(relation: duckdb.DuckDBPyRelation) -> list[dict]:
+def _rows(relation: duckdb.DuckDBPyRelation) -> list[Row]:
     names = relation.columns
     return [dict(zip(names, row, strict=True)) for row in relation.fetchall()]
 
 
-def _plain(row: dict) -> dict:
+def _plain(row: Row) -> Row:
     """JSON-ready: timestamps as ISO 8601 UTC, dates as text."""
     out = {}
     for key, value in row.items():
@@ -188,7 +228,7 @@ def build(config: Config, options: ReportOptions) -> Report:
     heat = _rows(con.sql(f"select * from per_param {order} limit {HEATMAP_ROWS}"))
     if heat:
         ids = ", ".join(str(int(r["param_id"])) for r in heat)
-        daily: dict[int, dict[str, dict]] = {}
+        daily: dict[int, dict[str, Row]] = {}
         for r in _rows(
             con.sql(
                 f"select param_id, date, points, expected_points, completeness, longest_gap_seconds "
@@ -265,7 +305,7 @@ def percent(value: float | None) -> str:
     return "" if value is None else f"{100 * value:.1f}%"
 
 
-def label(row: dict) -> str:
+def label(row: Row) -> str:
     """'obj-1 / temperature-1001 [°C]', or the ids when the dimension tables are missing."""
     obj = row.get("object_name") or f"object {row['object_id']}"
     param = row.get("param_name") or f"param {row['param_id']}"
@@ -352,7 +392,7 @@ def text(report: Report) -> str:
     return "\n".join(lines)
 
 
-def _table(rows: list[dict], columns: list[tuple]) -> list[str]:
+def _table(rows: list[Row], columns: list[tuple[str, Callable[[Row], str]]]) -> list[str]:
     if not rows:
         return ["  (none)"]
     cells = [[get(r) for _, get in columns] for r in rows]

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from html import escape
-from typing import Any
 
-from etl.dataset.report import HEATMAP_ROWS, Report, label, percent
+from etl.dataset.report import HEATMAP_ROWS, Report, Row, label, percent
 from etl.timeutil import duration_text, iso
 
 # Completeness classes, worst first: (upper bound, css class, colour, legend text).
@@ -151,8 +150,8 @@ def _legend() -> str:
 
 def _table(
     table_id: str,
-    rows: list[dict],
-    columns: list[tuple[str, Callable[[dict], Any], Callable[[dict], Any] | None]],
+    rows: list[Row],
+    columns: list[tuple[str, Callable[[Row], object], Callable[[Row], object] | None]],
 ) -> str:
     """columns: (title, text of a row, sort key of a row or None)."""
     if not rows:
@@ -173,7 +172,7 @@ def _table(
     )
 
 
-def _num(key: str, missing: float = -1.0):
+def _num(key: str, missing: float = -1.0) -> Callable[[Row], object]:
     return lambda r: missing if r.get(key) is None else r[key]
 
 

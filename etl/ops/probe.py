@@ -55,7 +55,7 @@ PROBE_RETRY = RetryPolicy(
     attempts=3, backoff_initial=0.2, backoff_max=2.0, deadline=30.0, retry_after_max=10.0
 )
 OPTIONS = ClientOptions(timeout=httpx.Timeout(60.0, connect=10.0))  # `etl init`'s, before any config
-DEFAULT_MAX_POINTS = ExtractConfig.model_fields["max_points"].default
+DEFAULT_MAX_POINTS: int = ExtractConfig.model_fields["max_points"].default
 # What a server's choice of answer raises: a body that is not as expected, a request it refuses. A probe that
 # meets one notes what it saw and what etl does instead, and goes on.
 UNREADABLE = (InvalidResponse, RequestRejected)

@@ -41,6 +41,7 @@ from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
 from etl.pipeline.summary import RunSummary
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
+from etl.state.store import SnapshotNote
 from etl.storage import spools
 from etl.support import allocator, interrupts, redact
 from etl.timeutil import DAY_MS, duration_text, iso, now_ms
@@ -345,7 +346,7 @@ class Coordinator:
     async def _dimensions(
         self, client: MonitoringClient, object_ids: list[int], objects: Rows, parameters: Rows
     ) -> None:
-        def due() -> tuple[bool, dict[str, Any]]:
+        def due() -> tuple[bool, SnapshotNote]:
             stale, fresh = dimensions.due(
                 self.store.snapshot(),
                 object_ids,

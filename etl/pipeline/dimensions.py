@@ -15,7 +15,7 @@ import asyncio
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -26,6 +26,7 @@ from etl.errors import DataError, InvalidResponse, StorageError
 from etl.pipeline import records
 from etl.sinks import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER
+from etl.state.store import SnapshotNote
 from etl.storage import spools
 from etl.storage.files import Storage
 
@@ -36,11 +37,13 @@ LOOKUPS = ("zones", "classifiers", "room_types", "rooms")
 REFERENCES = ("units", "commands", *LOOKUPS)  # fetched here
 
 
-def due(note: dict, object_ids: list[int], sink: str, refresh_ms: int, now: int) -> tuple[bool, dict]:
+def due(
+    note: Mapping[str, object], object_ids: list[int], sink: str, refresh_ms: int, now: int
+) -> tuple[bool, SnapshotNote]:
     """Whether the reference tables are to be fetched again (`note`: what their last snapshot noted),
     and what to note once they are written."""
     objects = hashlib.sha256(",".join(map(str, sorted(object_ids))).encode()).hexdigest()[:32]
-    fresh = {"fetched": now, "objects": objects, "sink": sink}
+    fresh: SnapshotNote = {"fetched": now, "objects": objects, "sink": sink}
     fetched = note.get("fetched")
     age = now - fetched if isinstance(fetched, int) else -1
     kept = note.get("objects") == objects and note.get("sink") == sink and 0 <= age < refresh_ms
@@ -165,7 +168,7 @@ async def collect(
     if not references:
         return tables, failed
 
-    async def table(name: str, fetch) -> None:
+    async def table(name: str, fetch: Callable[[Rows], Awaitable[None]]) -> None:
         rows = Rows(name)
         try:
             await fetch(rows)
@@ -193,7 +196,7 @@ async def collect(
             for batch in await asyncio.gather(*(client.ext_commands(d) for d in chunk)):
                 rows.add([c.raw() for c in batch])
 
-    def lookup(fetch):
+    def lookup(fetch: Callable[[], Awaitable[list[dict[str, Any]]]]) -> Callable[[Rows], Awaitable[None]]:
         async def rows_of(rows: Rows) -> None:
             rows.add(await fetch())
 
@@ -210,7 +213,7 @@ async def collect(
     return {name: tables[name] for name in order if name in tables}, failed
 
 
-def _device_ids(units: list) -> set[int]:
+def _device_ids(units: list[dict[str, Any]]) -> set[int]:
     """The device ids of an object's units (deviceconnect.device.id), those that are ids."""
     found = set()
     for unit in units:

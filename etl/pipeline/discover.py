@@ -23,7 +23,7 @@ import numpy as np
 
 from etl.client import MonitoringClient
 from etl.client.models import Parameter, param_kind, record_id
-from etl.config import SelectConfig
+from etl.config import ParameterSelect, SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
 from etl.pipeline.dimensions import Rows
@@ -52,7 +52,7 @@ class _Selection:
     """The parameters the config selects, taken a page at a time: compact columns for the plan, Arrow
     rows for the dimension table, nothing per record kept as a Python object."""
 
-    def __init__(self, wanted) -> None:
+    def __init__(self, wanted: ParameterSelect) -> None:
         self.kinds = {ParamKind(k).value for k in wanted.kinds}
         self.ids = None if wanted.ids is None else set(wanted.ids)
         self.exclude = set(wanted.exclude_ids)
@@ -214,7 +214,7 @@ async def _per_object(
     lists = _lists(client, kinds)
     listed: list[Parameter] = []
 
-    async def one(object_id: int, fetch) -> None:
+    async def one(object_id: int, fetch: _List) -> None:
         page = await fetch(object_id)
         selection.take(page) if selection is not None else listed.extend(page)
 

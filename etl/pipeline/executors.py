@@ -159,7 +159,7 @@ async def execute(
         except Exception as exc:  # a commit that failed
             fail(job, exc)
 
-    running: set[asyncio.Task] = set()
+    running: set[asyncio.Task[None]] = set()
     try:
         for job in jobs:
             flow = await admission.enter(len(job.slab.windows))

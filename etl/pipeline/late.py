@@ -34,8 +34,8 @@ from etl.model import PARAM_KINDS, ParamKind, Series, Window, union
 from etl.pipeline.clean import clean
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
-from etl.state.arrivals import NONE, Arrivals, Rows
-from etl.state.coverage import Coverage
+from etl.state.arrivals import Arrivals, Rows
+from etl.state.coverage import NONE, Coverage
 from etl.timeutil import DAY_MS, MINUTE_MS, iso
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ import logging
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import orjson
 
@@ -98,7 +97,7 @@ def vacuum(config: Config, retain_ms: int) -> Maintenance:
     return out
 
 
-def upkeep(output: Output, horizon: int) -> dict[str, Any]:
+def upkeep(output: Output, horizon: int) -> dict[str, int]:
     """A lake run's upkeep of the tables it wrote (the caller holds the run lock); what it did."""
     lake = output.lake
     assert lake is not None

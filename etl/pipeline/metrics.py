@@ -58,20 +58,19 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
     gauge(f"{PREFIX}_retries", "Requests retried by the last run", summary.get("retries", 0))
     for reason, count in sorted((summary.get("retries_by_reason") or {}).items()):
         gauge(f"{PREFIX}_retries_by_reason", "Retries of the last run, by reason", count, reason=reason)
-    capacity = summary.get("capacity") or {}
-    for stat, value in sorted((capacity.get("concurrency") or {}).items()):
+    capacity = summary["capacity"]
+    used, latency = capacity["concurrency"], capacity["latency_ms"]
+    for stat, limit in (("max", used["max"]), ("median", used["median"]), ("min", used["min"])):
         gauge(
             f"{PREFIX}_concurrency",
             "Requests the last run allowed in flight (its limit at each answer): min, median, max",
-            value,
+            limit,
             stat=stat,
         )
-    latency = capacity.get("latency_ms") or {}
-    for name, text in (
-        ("baseline", "the latency baseline (answers with nothing of the run's waiting)"),
-        ("p95", "95% of the answers came within"),
+    for name, text, value in (
+        ("baseline", "the latency baseline (answers with nothing of the run's waiting)", latency["baseline"]),
+        ("p95", "95% of the answers came within", latency["p95"]),
     ):
-        value = latency.get(name)
         gauge(
             f"{PREFIX}_latency_{name}_seconds",
             f"Last run: {text}, seconds",
@@ -80,7 +79,7 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
     gauge(
         f"{PREFIX}_refused",
         "Requests the server refused for its load in the last run (429, 503)",
-        capacity.get("refused", 0),
+        capacity["refused"],
     )
     gauge(f"{PREFIX}_relogins", "Re-sign-ins of the last run (ended sessions)", summary.get("relogins", 0))
     gauge(

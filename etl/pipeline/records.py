@@ -12,7 +12,7 @@ import functools
 import json
 import logging
 import re
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
@@ -74,7 +74,7 @@ def writable(kind: pa.DataType) -> bool:
 
 
 def nested(kind: pa.DataType) -> bool:
-    return pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    return cast(bool, pa.types.is_struct(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind))
 
 
 def column(values: list[Any]) -> pa.Array:

@@ -10,9 +10,11 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from etl.client import ClientStats
+from etl.client.capacity import CapacityRecord
+from etl.client.retry import ClientRecord
 from etl.model import Shard
 from etl.pipeline.counts import Counts
 from etl.timeutil import duration_text, iso
@@ -24,6 +26,16 @@ class SeriesTotals:
     windows: int = 0
     points: int = 0
     files: set[str] = field(default_factory=set)
+
+
+class LateRecord(TypedDict):
+    points: int
+    longest_seconds: float
+    quiet_parameters: int
+    quiet_past_late_max: int
+    back_past_late_max: int
+    revised_blocks: int
+    probes: int
 
 
 @dataclass
@@ -38,7 +50,7 @@ class LateFigures:
     revised: int = 0  # blocks of calculated parameters' averages that changed since they were read
     probes: int = 0  # requests for averages sent to find them
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> LateRecord:
         return {
             "points": self.points,
             "longest_seconds": round(self.longest_ms / 1000, 3),
@@ -48,6 +60,60 @@ class LateFigures:
             "revised_blocks": self.revised,
             "probes": self.probes,
         }
+
+
+class WindowRecord(TypedDict):
+    start: str
+    end: str
+
+
+class SeriesRecord(TypedDict):
+    slabs: int
+    windows: int
+    points: int
+    files: int
+
+
+class QualityRecord(TypedDict):
+    rows: int
+    lowest_completeness: float | None
+
+
+class LakeRecord(TypedDict):
+    commits: int
+    upkeep: dict[str, int] | None
+
+
+class RunRecord(ClientRecord):
+    """`RunSummary` in its JSON form: `etl run --json`, `_runs/{run_id}.json`, the metrics file."""
+
+    run_id: str
+    status: str
+    error: str | None
+    started: str
+    seconds: float
+    cpu_seconds: float
+    window: WindowRecord | None
+    output: str
+    objects: int
+    parameters: int
+    planned: dict[str, dict[str, int]]
+    series: dict[str, SeriesRecord]
+    points: int
+    splits: int
+    continuations: int
+    warnings: dict[str, int]
+    failed_windows: list[str]
+    failed_window_count: int
+    windows_not_done: int
+    stopped: str | None
+    temp_files_removed: int
+    executor: str
+    shard: str | None
+    quality: QualityRecord
+    late: LateRecord
+    dimensions: list[str]
+    lake: NotRequired[LakeRecord]
 
 
 @dataclass
@@ -81,7 +147,7 @@ class RunSummary:
     shard: Shard | None = None
     quality_rows: int = 0  # (parameter, day) rows written to the quality dataset
     lake_commits: int = 0  # lake tables: grouped commits of the series tables
-    upkeep: dict[str, Any] | None = None  # lake tables: what the run's maintenance did
+    upkeep: dict[str, int] | None = None  # lake tables: what the run's maintenance did
     dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
     late: LateFigures = field(default_factory=LateFigures)
@@ -103,8 +169,9 @@ class RunSummary:
         }
         return {name: count for name, count in sorted(found.items()) if count}
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
+    def as_dict(self) -> RunRecord:
+        client = self.client.as_dict()
+        record: RunRecord = {
             "run_id": self.run_id,
             "status": self.status,
             "error": self.error,
@@ -121,7 +188,13 @@ class RunSummary:
                 for name, t in sorted(self.series.items())
             },
             "points": sum(t.points for t in self.series.values()),
-            **self.client.as_dict(),
+            "requests": client["requests"],
+            "retries": client["retries"],
+            "retries_by_reason": client["retries_by_reason"],
+            "relogins": client["relogins"],
+            "throttled_seconds": client["throttled_seconds"],
+            "bytes_received": client["bytes_received"],
+            "capacity": client["capacity"],
             "splits": self.counts.splits,
             "continuations": self.counts.continuations,
             "warnings": self.warnings(),
@@ -135,12 +208,10 @@ class RunSummary:
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
             "late": self.late.as_dict(),
             "dimensions": self.dimensions,
-            **(
-                {"lake": {"commits": self.lake_commits, "upkeep": self.upkeep}}
-                if self.upkeep is not None or self.lake_commits
-                else {}
-            ),
         }
+        if self.upkeep is not None or self.lake_commits:
+            record["lake"] = {"commits": self.lake_commits, "upkeep": self.upkeep}
+        return record
 
     def record(self) -> str:
         """Where the run's record (`as_dict` as JSON) is written: `_runs/` in the output."""
@@ -233,7 +304,7 @@ class RunSummary:
         return f"<p><b>{html.escape(self.headline())}</b></p><table>{cells}</table>"
 
 
-def _capacity_text(capacity: dict[str, Any] | None) -> str:
+def _capacity_text(capacity: CapacityRecord | None) -> str:
     """The limit on requests in flight and what the answers took, in one line (empty: nothing sent)."""
     if not capacity or capacity["concurrency"]["max"] is None:
         return ""

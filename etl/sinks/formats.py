@@ -4,8 +4,8 @@ from and to local files (data files, which are never held whole)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from typing import IO, Protocol
+from collections.abc import Callable, Iterator
+from typing import IO, Protocol, TypedDict, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,7 +59,7 @@ class _Buffered:
     """Collects small tables into row groups of about ROW_GROUP_ROWS or ROW_GROUP_BYTES before handing
     them on."""
 
-    def __init__(self, flush, group_bytes: int) -> None:
+    def __init__(self, flush: Callable[[pa.Table], None], group_bytes: int) -> None:
         self._flush, self._group_bytes = flush, group_bytes
         self._parts: list[pa.Table] = []
         self._rows = self._bytes = 0
@@ -78,13 +78,18 @@ class _Buffered:
             self._parts, self._rows, self._bytes = [], 0, 0
 
 
+class _ParquetOptions(TypedDict):
+    compression: str | None
+    use_dictionary: list[str]
+
+
 class ParquetFormat:
     extension = ".parquet"
 
     def __init__(self, compression: str = "zstd") -> None:
         self.compression = None if compression == "none" else compression
 
-    def _options(self, schema: pa.Schema) -> dict:
+    def _options(self, schema: pa.Schema) -> _ParquetOptions:
         # Dictionaries pay off on few-valued columns (ids, kinds, names), not on timestamps and
         # measured values: there the dictionary grows with every distinct value, and costs time and bytes.
         keyed = [
@@ -95,7 +100,7 @@ class ParquetFormat:
     def encode(self, table: pa.Table) -> bytes:
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, row_group_size=ROW_GROUP_ROWS, **self._options(table.schema))
-        return sink.getvalue().to_pybytes()
+        return cast(bytes, sink.getvalue().to_pybytes())
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table:
         try:
@@ -117,7 +122,7 @@ class ParquetFormat:
 
 
 class _ParquetWriter(_Buffered):
-    def __init__(self, path: str, schema: pa.Schema, options: dict, group_bytes: int) -> None:
+    def __init__(self, path: str, schema: pa.Schema, options: _ParquetOptions, group_bytes: int) -> None:
         self._writer = pq.ParquetWriter(path, schema, **options)
         super().__init__(
             lambda table: self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS), group_bytes

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -39,16 +40,16 @@ def ts_ms(table: pa.Table, key: str = "ts") -> np.ndarray:
     if column.num_chunks == 1 and not column.null_count:
         # A view of the column's buffer: combine_chunks and cast would each copy it, and every copy
         # of a large column is a fresh mapping to fault in (etl/support/allocator.py).
-        return column.chunk(0).view(pa.int64()).to_numpy()
-    return column.combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, column.chunk(0).view(pa.int64()).to_numpy())
+    return cast(np.ndarray, column.combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False))
 
 
 def param_ids(table: pa.Table) -> np.ndarray:
     """The param_id column (read-only: it may be the table's buffer)."""
     column = table.column("param_id")
     if column.num_chunks == 1 and not column.null_count:
-        return column.chunk(0).to_numpy()
-    return column.combine_chunks().to_numpy(zero_copy_only=False)
+        return cast(np.ndarray, column.chunk(0).to_numpy())
+    return cast(np.ndarray, column.combine_chunks().to_numpy(zero_copy_only=False))
 
 
 @dataclass(frozen=True)

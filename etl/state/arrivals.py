@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +33,8 @@ Fold = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (values sorted by key, 
 
 
 def _last(values: np.ndarray, heads: np.ndarray) -> np.ndarray:
-    return values[np.r_[heads[1:], len(values)] - 1]
+    last: np.ndarray = values[np.r_[heads[1:], len(values)] - 1]
+    return last
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,7 @@ class Arrivals:
         )
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        return sink.getvalue().to_pybytes()
+        return cast(bytes, sink.getvalue().to_pybytes())
 
     @classmethod
     def from_parquet(cls, data: bytes) -> Arrivals:

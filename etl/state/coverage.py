@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 import orjson
@@ -118,7 +119,7 @@ class Coverage:
         self.key, self.start, self.end = self.key[~doomed], self.start[~doomed], self.end[~doomed]
         return forgotten
 
-    def rows(self) -> Iterator[dict]:
+    def rows(self) -> Iterator[dict[str, int | str]]:
         """One row per (parameter, series), for people."""
         if not len(self.key):
             return
@@ -146,7 +147,7 @@ class Coverage:
             table = table.replace_schema_metadata({MARKS: orjson.dumps(marks)})
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, compression="zstd")
-        return sink.getvalue().to_pybytes()
+        return cast(bytes, sink.getvalue().to_pybytes())
 
     @classmethod
     def from_parquet(cls, data: bytes) -> Coverage:

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TypedDict
 
 from etl.errors import LockedError, StorageError
 from etl.storage.files import KEEP, Storage
@@ -27,6 +28,17 @@ LOCK_FILE = "lock"
 LEASE_SETTLE = 1.0  # seconds between taking a lease and reading it back where writes are not conditional
 
 log = logging.getLogger(__name__)
+
+
+class Holder(TypedDict, total=False):
+    """The lock file: who holds the lock. Any key may be missing from a file another version wrote."""
+
+    pid: int
+    host: str
+    since: str  # ISO 8601
+    command: str
+    token: str  # a lease's (object stores)
+    expires: float  # when a lease ends (Unix time)
 
 
 class RunLock:
@@ -52,7 +64,7 @@ class RunLock:
             with self._lease(command):
                 yield
 
-    def _owner(self, command: str) -> dict[str, str | int]:
+    def _owner(self, command: str) -> Holder:
         return {
             "pid": os.getpid(),
             "host": socket.gethostname(),
@@ -83,9 +95,9 @@ class RunLock:
             os.close(fd)  # closing drops the flock
 
     @staticmethod
-    def _held(data: bytes | None) -> dict:
+    def _held(data: bytes | None) -> Holder:
         try:
-            held = json.loads(data) if data else {}
+            held: Holder = json.loads(data) if data else {}
         except ValueError:
             held = {}
         return held if isinstance(held, dict) else {}

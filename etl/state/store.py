@@ -26,7 +26,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -51,6 +51,14 @@ _BASE = re.compile(r"base-(\d+)\.parquet")
 _ARRIVALS = re.compile(r"arrivals-(\d+)\.parquet")
 _SEGMENT = re.compile(r"(\d+)\.json")
 _EMPTY = np.empty(0, np.int64)
+
+
+class SnapshotNote(TypedDict):
+    """What the reference tables' last snapshot noted (etl/pipeline/dimensions.py)."""
+
+    fetched: int  # epoch ms
+    objects: str  # a digest of the object ids they cover
+    sink: str  # the format they were written in
 
 
 @dataclass(frozen=True)
@@ -90,7 +98,7 @@ def segment(*parts: Windows, mark: tuple[str, int] | None = None, arrivals: Arri
     return orjson.dumps(body)
 
 
-def _groups(windows: Windows) -> list[list]:
+def _groups(windows: Windows) -> list[list[object]]:
     if not len(windows):
         return []
     order = np.lexsort((windows.param_id, windows.end, windows.start))
@@ -248,7 +256,7 @@ class StateStore:
                 raise self._damaged(rel, exc) from None
         pending = [s for s in self._segments if s > base]
         rels = [f"log/{s:012d}.json" for s in pending]
-        parts: tuple[list, list, list] = ([_EMPTY], [_EMPTY], [_EMPTY])
+        parts: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]] = ([_EMPTY], [_EMPTY], [_EMPTY])
         seen: dict[str, set[int]] = {}
         for rel, data in zip(rels, self.storage.read_many(rels), strict=True):
             if data is None:
@@ -307,7 +315,7 @@ class StateStore:
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged
         note only makes the tables be fetched again."""
         data = self.storage.read(SNAPSHOT)
@@ -317,7 +325,7 @@ class StateStore:
             return {}
         return note if isinstance(note, dict) else {}
 
-    def note_snapshot(self, note: dict[str, Any]) -> None:
+    def note_snapshot(self, note: SnapshotNote) -> None:
         """Once the reference tables it describes are written."""
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))

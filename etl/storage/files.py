@@ -11,16 +11,17 @@ itself, so no lock file lands among the data). Large files never need to be held
 
 from __future__ import annotations
 
+import enum
 import fcntl
 import logging
 import os
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar, cast
 
 import fsspec
 from fsspec.asyn import sync
@@ -33,8 +34,18 @@ from etl.support import redact
 from etl.support.optional import require
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
-KEEP = object()  # returned by an `update` change: leave the file as it is
+
+class Keep(enum.Enum):
+    """What an `update` change returns to leave the file as it is."""
+
+    KEEP = "keep"
+
+
+KEEP = Keep.KEEP
+# An `update`'s change: the file's bytes (None: no such file) -> new bytes, None to delete it, or KEEP.
+Change = Callable[[bytes | None], bytes | None | Keep]
 _UNCONDITIONAL: set[str] = set()  # S3 endpoints that answered 501 Not Implemented to a conditional write
 _SECRET_OPTIONS = ("secret", "token", "password", "key", "sas_token", "account_key")
 
@@ -159,7 +170,7 @@ class Storage:
         # cat_file is one GET: unlike open(), it trusts no cached size of a file another process rewrote.
         with self.errors("read", rel):
             try:
-                return self.fs.cat_file(self.full(rel))
+                return cast(bytes, self.fs.cat_file(self.full(rel)))
             except FileNotFoundError:
                 return None
 
@@ -302,9 +313,7 @@ class Storage:
 
     # -- read-modify-write of small files ----------------------------------------------------------
 
-    def update(
-        self, rel: str, change: Callable[[bytes | None], bytes | None | object], attempts: int = 8
-    ) -> object:
+    def update(self, rel: str, change: Change, attempts: int = 8) -> bytes | None | Keep:
         """Replace `rel` by change(current bytes or None). change returns new bytes, None to delete,
         or KEEP. No concurrent `update` of the same file is lost: locally the folder is flocked;
         on S3 the write is conditional on the version read (retried with a fresh read on conflict).
@@ -319,7 +328,7 @@ class Storage:
                 self.write_atomic(rel, result)
             return result
 
-    def _update_s3(self, rel: str, change: Callable, attempts: int) -> object:
+    def _update_s3(self, rel: str, change: Change, attempts: int) -> bytes | None | Keep:
         for attempt in range(attempts):
             with self.errors("read", rel):
                 data, etag = self._s3(s3.get, rel)
@@ -333,10 +342,10 @@ class Storage:
             time.sleep(random.uniform(0.01, 0.05) * 2**attempt)  # jitter: racing writers fall out of step
         raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
 
-    def _s3(self, call, rel: str, *args):
+    def _s3(self, call: Callable[..., Awaitable[T]], rel: str, *args: object) -> T:
         """One of etl/storage/s3.py's calls on this store's bucket and key, from synchronous code."""
         bucket, _, key = self.full(rel).partition("/")
-        return sync(self.fs.loop, call, self.fs, bucket, key, *args)
+        return cast(T, sync(self.fs.loop, call, self.fs, bucket, key, *args))
 
     def _s3_put_if(self, rel: str, body: bytes | IO[bytes] | None, etag: str | None) -> bool:
         try:

@@ -4,7 +4,7 @@ it (If-Match / If-None-Match), the compare-and-swap behind every rewrite on S3. 
 from __future__ import annotations
 
 import errno
-from typing import IO, Any
+from typing import IO, Any, cast
 
 CHUNK = 1 << 20
 
@@ -34,7 +34,7 @@ async def download(fs: Any, bucket: str, key: str, spool: str) -> str | None:
         with open(spool, "wb") as out:
             while chunk := await answer["Body"].read(CHUNK):
                 out.write(chunk)
-        return answer["ETag"]
+        return cast(str, answer["ETag"])
     finally:
         answer["Body"].close()
 
@@ -64,7 +64,7 @@ async def put_if(
 
 def _status(exc: OSError) -> int | None:
     response = getattr(exc.__cause__, "response", None) or {}
-    return response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return cast(int | None, response.get("ResponseMetadata", {}).get("HTTPStatusCode"))
 
 
 def _precondition_failed(exc: OSError) -> bool:

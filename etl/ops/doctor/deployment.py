@@ -16,7 +16,7 @@ from etl.errors import StorageError
 from etl.model import Shard
 from etl.ops.findings import Finding, worst
 from etl.pipeline.build import Build
-from etl.state.store import Coverage, StateStore
+from etl.state import Coverage, StateStore
 from etl.timeutil import DAY_MS, HOUR_MS, MINUTE_MS
 
 CHECKS = ("server", "checkpoints", "runs", "locks", "leftovers", "files", "lake", "sources")
@@ -89,7 +89,7 @@ class Deployment:
         return bool(names)
 
     @cached_property
-    def sql(self) -> Any:
+    def sql(self) -> duckdb.DuckDBPyConnection | None:
         """DuckDB over the output (etl query's views), or None when there is no output yet."""
         if not self.has_output:
             return None
@@ -98,8 +98,10 @@ class Deployment:
     def views(self) -> set[str]:
         return set(views(self.sql)) if self.sql is not None else set()
 
-    def query(self, text: str, parameters: list | None = None) -> list[tuple]:
-        """Rows of a query over the output; a reading problem is one StorageError line."""
+    def query(self, text: str, parameters: list[object] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a query over the output (there is one: `views` names its tables); a reading problem is
+        one StorageError line."""
+        assert self.sql is not None, "a query over an output that does not exist"
         try:
             return self.sql.execute(text, parameters or []).fetchall()
         except duckdb.Error as exc:

@@ -98,7 +98,7 @@ def partition_files(d: Deployment) -> list[Finding]:
     buckets = d.build.buckets
     crowded: dict[str, int] = {}
     for layout in [d.build.layout(s) for s in Series] + [d.build.quality_layout()]:
-        per_folder: Counter = Counter()
+        per_folder: Counter[str] = Counter()
         for rel in d.build.data.find(layout.name):
             folder, _, name = rel.rpartition("/")
             try:
@@ -229,12 +229,12 @@ def sources(d: Deployment) -> list[Finding]:
     instance exported twice, under two names."""
     state_root = Storage(d.config.state_root, d.config.sink.storage_options)
     names = set(state_root.listdir(""))
-    objects: dict[str, frozenset] = defaultdict(frozenset)
+    objects: dict[str, frozenset[tuple[object, object]]] = defaultdict(frozenset)
     if "objects" in d.views():
         columns = {name for (name,) in d.query("select column_name from (describe objects)")}
         label = "shortname" if "shortname" in columns else "null"
         rows = d.query(f"select source, id, {label} from objects")
-        grouped: dict[str, set] = defaultdict(set)
+        grouped: dict[str, set[tuple[object, object]]] = defaultdict(set)
         for source, object_id, shortname in rows:
             grouped[str(source)].add((object_id, shortname))
         objects.update({k: frozenset(v) for k, v in grouped.items()})
@@ -243,7 +243,7 @@ def sources(d: Deployment) -> list[Finding]:
         return [
             ok("sources", f"one source in this output: {', '.join(sorted(names)) or d.config.source.name}")
         ]
-    same: dict[frozenset, list[str]] = defaultdict(list)
+    same: dict[frozenset[tuple[object, object]], list[str]] = defaultdict(list)
     for name in sorted(names):
         if objects.get(name):
             same[objects[name]].append(name)

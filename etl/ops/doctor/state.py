@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -12,8 +12,31 @@ import orjson
 from etl.model import SERIES
 from etl.ops.doctor.deployment import HOST, Deployment, alive, human, shard_of
 from etl.ops.findings import Finding, fail, ok, warn
-from etl.state.lock import LOCK_FILE
+from etl.state.lock import LOCK_FILE, Holder
 from etl.timeutil import MINUTE_MS, iso
+
+
+class StoredLate(TypedDict, total=False):
+    points: int
+    longest_seconds: float
+    quiet_past_late_max: int
+    back_past_late_max: int
+
+
+class StoredRun(TypedDict, total=False):
+    """A run's record as read back from `_runs/` (`RunSummary.as_dict`): the keys the checks read, any
+    of which a record another version wrote may lack."""
+
+    run_id: str
+    source: str
+    shard: str | None
+    status: str
+    error: str | None
+    started: str
+    seconds: float
+    failed_window_count: int
+    failed_windows: list[str]
+    late: StoredLate
 
 
 def checkpoints_ahead_of_now(d: Deployment) -> list[Finding]:
@@ -53,10 +76,10 @@ def runs(d: Deployment) -> list[Finding]:
     """The last runs' records: how the last one ended, the windows that failed, the last success's age."""
     storage, limits = d.build.data, d.limits
     names = sorted(n for n in storage.listdir("_runs") if n.endswith(".json"))[-limits.runs :]
-    records = []
+    records: list[StoredRun] = []
     for body in storage.read_many([f"_runs/{n}" for n in names]):
         try:
-            record = orjson.loads(body) if body else None
+            record: StoredRun | None = orjson.loads(body) if body else None
         except orjson.JSONDecodeError:
             record = None
         if (
@@ -72,7 +95,7 @@ def runs(d: Deployment) -> list[Finding]:
             return [status("runs.last", *_killed_finding(d, *next(iter(killed.items()))))]
         return [status("runs.last", f"no run recorded in {storage.display('_runs')}", f"etl run {d.cmd}")]
     out = []
-    latest: dict[str | None, dict] = {}
+    latest: dict[str | None, StoredRun] = {}
     for record in records:  # oldest first: the last of each shard stays
         latest[record.get("shard")] = record
     for shard, record in sorted(latest.items(), key=lambda kv: str(kv[0])):
@@ -116,7 +139,7 @@ def runs(d: Deployment) -> list[Finding]:
     return out
 
 
-def _late(d: Deployment, records: list[dict[str, Any]]) -> Finding:
+def _late(d: Deployment, records: list[StoredRun]) -> Finding:
     """How late the last runs found points to be, and parameters quiet for longer than late_max."""
     late = [r.get("late") or {} for r in records]
     points = sum(int(f.get("points") or 0) for f in late)
@@ -146,11 +169,11 @@ def _late(d: Deployment, records: list[dict[str, Any]]) -> Finding:
     return ok("runs.late", text)
 
 
-def _killed(d: Deployment, records: list[dict]) -> dict[str | None, dict]:
+def _killed(d: Deployment, records: list[StoredRun]) -> dict[str | None, Holder]:
     """Per shard, the holder of a local state lock that is free now, written by a run that left no record:
     a run killed before it could write one (SIGKILL, out of memory, a reboot). A run's record spans the
     moment it took the lock; the lock keeps its last holder."""
-    killed: dict[str | None, dict] = {}
+    killed: dict[str | None, Holder] = {}
     for store, _ in d.stores:
         storage = store.storage
         if not storage.local or _flocked(storage.full(LOCK_FILE)):
@@ -172,7 +195,7 @@ def _killed(d: Deployment, records: list[dict]) -> dict[str | None, dict]:
     return killed
 
 
-def _killed_finding(d: Deployment, shard: str | None, holder: dict) -> tuple[str, str]:
+def _killed_finding(d: Deployment, shard: str | None, holder: Holder) -> tuple[str, str]:
     where = f" (shard {shard})" if shard else ""
     return (
         f"a run{where} that started at {holder.get('since')} (pid {holder.get('pid')} on {holder.get('host')}) "
@@ -182,12 +205,12 @@ def _killed_finding(d: Deployment, shard: str | None, holder: dict) -> tuple[str
     )
 
 
-def _failing_again(records: list[dict], shard: str | None, failed: set[str]) -> int:
+def _failing_again(records: list[StoredRun], shard: str | None, failed: set[str]) -> int:
     mine = [r for r in records if r.get("shard") == shard]
     return len(failed & set(mine[-2].get("failed_windows") or [])) if len(mine) > 1 else 0
 
 
-def _age(d: Deployment, records: list[dict]) -> Finding:
+def _age(d: Deployment, records: list[StoredRun]) -> Finding:
     finished = [
         _ms(r["started"]) + int(float(r.get("seconds") or 0) * 1000)
         for r in records
@@ -272,9 +295,9 @@ def locks(d: Deployment) -> list[Finding]:
     return out or [ok("locks", f"no run holds the state lock ({len(d.stores)} store(s))")]
 
 
-def _holder(data: bytes | None) -> dict:
+def _holder(data: bytes | None) -> Holder:
     try:
-        held = orjson.loads(data) if data else {}
+        held: Holder = orjson.loads(data) if data else {}
     except orjson.JSONDecodeError:
         held = {}
     return held if isinstance(held, dict) else {}

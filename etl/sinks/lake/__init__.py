@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import threading
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable, Policy
 from etl.sinks.layout import LEGACY_BUCKETS
 from etl.storage.files import Storage
+
+if TYPE_CHECKING:  # pyiceberg loads for Iceberg tables only
+    from pyiceberg.catalog import Catalog
 
 DIMENSIONS_FOLDER = "dimensions"
 
@@ -26,11 +30,12 @@ class Lake:
         self._guard = threading.RLock()
 
     @cached_property
-    def _catalog(self):
+    def _catalog(self) -> Catalog:
         from etl.sinks.lake.iceberg import catalog
 
         with self._guard:
-            return catalog(self.storage, self.sink.catalog)
+            found: Catalog = catalog(self.storage, self.sink.catalog)
+            return found
 
     def _table(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
         with self._guard:

@@ -50,7 +50,7 @@ class Landed:
 @dataclass
 class _Queue:
     table: str
-    pending: list[tuple[Staged, Arrivals, asyncio.Future]] = field(default_factory=list)
+    pending: list[tuple[Staged, Arrivals, asyncio.Future[Landed]]] = field(default_factory=list)
     nbytes: int = 0
     expected: int = 0  # slabs the run plans for the table (0: unknown)
     submitted: int = 0
@@ -75,7 +75,7 @@ class Committer:
         self.app, self.run = checkpoint
         self.on_commit = on_commit
         self._queues: dict[str, _Queue] = {}
-        self._flushes: set[asyncio.Task] = set()
+        self._flushes: set[asyncio.Task[None]] = set()
         self._state = asyncio.Lock()  # the state store writes one segment at a time
         self.commits = 0
 
@@ -88,7 +88,7 @@ class Committer:
         """Add a slab's rows and what arrived in them to its table's group; returns once the group is
         committed and checkpointed."""
         queue = self._queues.setdefault(staged.table, _Queue(staged.table))
-        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        done: asyncio.Future[Landed] = asyncio.get_running_loop().create_future()
         queue.pending.append((staged, arrivals, done))
         queue.nbytes += staged.nbytes
         queue.submitted += 1
@@ -130,7 +130,9 @@ class Committer:
         self._flushes.add(task)
         task.add_done_callback(self._flushes.discard)
 
-    async def _commit(self, queue: _Queue, group: list[tuple[Staged, Arrivals, asyncio.Future]]) -> None:
+    async def _commit(
+        self, queue: _Queue, group: list[tuple[Staged, Arrivals, asyncio.Future[Landed]]]
+    ) -> None:
         parts = [staged for staged, _, _ in group]
         arrivals = Arrivals()
         for _, part, _ in group:

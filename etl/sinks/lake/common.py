@@ -20,9 +20,9 @@ import base64
 import threading
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -68,7 +68,7 @@ class Checkpoint:
         return {APP: self.app, VERSION: str(self.version), RUN: self.run, WINDOWS: packed}
 
     @classmethod
-    def parse(cls, properties: dict) -> Checkpoint | None:
+    def parse(cls, properties: Mapping[str, Any]) -> Checkpoint | None:
         """From a commit's metadata; None for a commit that is not an etl slab's (compaction, others)."""
         if APP not in properties or WINDOWS not in properties:
             return None
@@ -192,7 +192,7 @@ class DayFiles:
     `object_id`, one entry per (day, object))."""
 
     day: int  # days since the epoch
-    key: tuple = ()  # the partition, as the format names it
+    key: tuple[object, ...] = ()  # the partition, as the format names it
     files: int = 0
     small: int = 0  # of them under SMALL_FILE
     small_bytes: int = 0
@@ -233,7 +233,7 @@ def same_rows(stored: pa.Table, rows: pa.Table) -> bool:
         rows = rows.select(stored.column_names).cast(stored.schema)
         nested = (pa.types.is_nested, pa.types.is_dictionary)
         keys = [(f.name, "ascending") for f in stored.schema if not any(test(f.type) for test in nested)]
-        return stored.sort_by(keys).equals(rows.sort_by(keys))
+        return cast(bool, stored.sort_by(keys).equals(rows.sort_by(keys)))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return False
 

@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -51,6 +51,13 @@ from etl.sinks.lake.common import (
 from etl.sinks.lake.delta_files import merge_parts, partition_text, write_files, write_part
 from etl.storage.files import Storage
 from etl.support.optional import require
+
+if TYPE_CHECKING:  # deltalake loads for Delta tables only
+    from deltalake import CommitProperties
+    from deltalake import DeltaTable as Handle  # delta-rs's; this module's DeltaTable is etl's LakeTable
+    from deltalake.transaction import AddAction, RemoveAction
+
+    Action = AddAction | RemoveAction
 
 CHECKPOINT_EVERY = 10  # versions between two log checkpoints: what a load replays at most
 LOG_ENTRY = re.compile(r"^(\d{20})\.(json|checkpoint\.parquet|crc)$")
@@ -121,7 +128,7 @@ def _numbers(column: Any, unit_ms: int = 1) -> np.ndarray:
     return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False), float) * unit_ms
 
 
-def _paths(dt: Any) -> set[str]:
+def _paths(dt: Handle) -> set[str]:
     """The data files of the loaded version, relative to the table."""
     return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 
@@ -139,7 +146,7 @@ def _sources(actions: pa.Table) -> tuple[pa.Array, pa.Array]:
     return unknown, unknown
 
 
-def _may_hold(dt: Any, replace: Replace) -> tuple[pa.Table, np.ndarray]:
+def _may_hold(dt: Handle, replace: Replace) -> tuple[pa.Table, np.ndarray]:
     """The loaded version's add actions, and for each whether its file may hold a row `replace` removes:
     from the log's statistics (`Replace.may_match`), without reading a data file."""
     actions = pa.table(dt.get_add_actions(flatten=True))
@@ -171,21 +178,22 @@ class DeltaTable(LakeTable):
         self.storage, self.rel = storage, rel
         self.options = delta_options(storage)
         self._exists = False
-        self._dt: Any = None  # the handle, kept from one commit to the next
+        self._dt: Handle | None = None  # the handle, kept from one commit to the next
 
     @property
     def uri(self) -> str:
         return self.storage.display(self.rel) if not self.storage.local else self.storage.full(self.rel)
 
-    def _open(self) -> Any:
+    def _open(self) -> Handle:
         try:
-            return self.deltalake.DeltaTable(self.uri, storage_options=self.options)
+            opened: Handle = self.deltalake.DeltaTable(self.uri, storage_options=self.options)
+            return opened
         except Exception as exc:  # noqa: BLE001 - delta-rs raises its own classes, and OSError
             raise StorageError(
                 f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}"
             ) from None
 
-    def _handle(self) -> Any:
+    def _handle(self) -> Handle:
         if self._dt is None:
             self._dt = self._open()
             self._configure(self._dt)
@@ -202,7 +210,7 @@ class DeltaTable(LakeTable):
             "delta.enableExpiredLogCleanup": "false",
         }
 
-    def _configure(self, dt: Any) -> None:
+    def _configure(self, dt: Handle) -> None:
         """A table made by an older version, or under another retention, gets these properties once."""
         want = self.configuration()
         have = dt.metadata().configuration
@@ -219,15 +227,17 @@ class DeltaTable(LakeTable):
 
     # -- committing --------------------------------------------------------------------------------
 
-    def _properties(self, checkpoint: Checkpoint | None) -> Any:
+    def _properties(self, checkpoint: Checkpoint | None) -> CommitProperties:
         dl = self.deltalake
         if checkpoint is None:
-            return dl.CommitProperties()
+            empty: CommitProperties = dl.CommitProperties()
+            return empty
         properties = checkpoint.properties()
-        return dl.CommitProperties(
+        made: CommitProperties = dl.CommitProperties(
             custom_metadata=properties,
             app_transactions=[dl.Transaction(properties[APP], int(properties[VERSION]))],
         )
+        return made
 
     def _commit(
         self,
@@ -278,7 +288,7 @@ class DeltaTable(LakeTable):
             ) from None
         return []
 
-    def _transact(self, dt: Any, actions: list[Any], properties: Any) -> None:
+    def _transact(self, dt: Handle, actions: list[Action], properties: CommitProperties) -> None:
         """Add actions of data files already written (and remove actions of stored ones) in one log
         entry; the handle then reads that entry, which delta-rs leaves it without: the next commit's
         plan, the files reported and the sweep need the version just made."""
@@ -337,15 +347,15 @@ class DeltaTable(LakeTable):
                 )
             self._exists = True
 
-    def write_files(self, rows: pa.Table) -> list[Any]:
+    def write_files(self, rows: pa.Table) -> list[AddAction]:
         return write_files(self.storage, self.rel, self.partition_by, rows)
 
-    def _touched(self, dt: Any, replace: Replace) -> bool:
+    def _touched(self, dt: Handle, replace: Replace) -> bool:
         """May a file of the current version hold a row `replace` removes? New windows beyond every
         stored row append blindly."""
         return bool(_may_hold(dt, replace)[1].any())
 
-    def _rewrite(self, dt: Any, replace: Replace) -> list[Any]:
+    def _rewrite(self, dt: Handle, replace: Replace) -> list[Action]:
         """Files of Dask workers replacing stored rows: the stored files that hold some are rewritten
         without them (a remove action for each, and the add action of its rewrite without those rows,
         none when nothing else is left)."""
@@ -353,7 +363,7 @@ class DeltaTable(LakeTable):
 
         actions, hit = _may_hold(dt, replace)
         parts = [c for c in actions.column_names if c.startswith("partition.")]
-        out: list[Any] = []
+        out: list[Action] = []
         now = int(time.time() * 1000)
         for i in np.flatnonzero(hit).tolist():
             rel = actions.column("path")[i].as_py()

@@ -16,7 +16,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +24,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from etl.storage.files import Storage
+
+if TYPE_CHECKING:  # deltalake loads for Delta tables only
+    from deltalake.transaction import AddAction
 
 
 def partition_text(value: Any) -> str:
@@ -96,7 +99,7 @@ def _new_file(storage: Storage, rel: str, partition: dict[str, str | None]) -> t
     return name, path
 
 
-def write_part(storage: Storage, rel: str, data: pa.Table, partition: dict[str, str | None]) -> Any:
+def write_part(storage: Storage, rel: str, data: pa.Table, partition: dict[str, str | None]) -> AddAction:
     """One file of one partition of the table at `rel` (`data` without the partition columns), and its
     add action."""
     from deltalake.transaction import AddAction
@@ -110,7 +113,7 @@ def write_part(storage: Storage, rel: str, data: pa.Table, partition: dict[str, 
     return AddAction(name, size, dict(partition), int(time.time() * 1000), True, stats.json())
 
 
-def merge_parts(storage: Storage, rel: str, files: list[str], partition: dict[str, str | None]) -> Any:
+def merge_parts(storage: Storage, rel: str, files: list[str], partition: dict[str, str | None]) -> AddAction:
     """Data files of one partition (relative to the table) merged into one, a file's rows held at a
     time, and its add action: the same rows, so no data change (a stream reading the table skips it)."""
     from deltalake.transaction import AddAction
@@ -138,7 +141,7 @@ def merge_parts(storage: Storage, rel: str, files: list[str], partition: dict[st
     return AddAction(name, size, dict(partition), int(time.time() * 1000), False, stats.json())
 
 
-def write_files(storage: Storage, rel: str, partition_by: tuple[str, ...], rows: pa.Table) -> list[Any]:
+def write_files(storage: Storage, rel: str, partition_by: tuple[str, ...], rows: pa.Table) -> list[AddAction]:
     """A file per partition of the rows, and their add actions."""
     columns = list(partition_by)
     if not columns:

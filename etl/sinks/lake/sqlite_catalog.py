@@ -20,7 +20,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.catalog import Catalog, MetastoreCatalog, PropertiesUpdateSummary
 from pyiceberg.exceptions import (
@@ -99,11 +99,11 @@ class SqliteCatalog(MetastoreCatalog):
 
     # -- statements ----------------------------------------------------------------------------------
 
-    def _execute(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+    def _execute(self, sql: str, args: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
             return self._db.execute(sql, args)
 
-    def _rows(self, sql: str, args: tuple = ()) -> list[tuple]:
+    def _rows(self, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
@@ -141,7 +141,7 @@ class SqliteCatalog(MetastoreCatalog):
 
     def _insert(self, namespace: str, name: str, metadata_location: str) -> None:
         columns = "catalog_name, table_namespace, table_name, metadata_location, previous_metadata_location"
-        values: tuple = (self.name, namespace, name, metadata_location, None)
+        values: tuple[object, ...] = (self.name, namespace, name, metadata_location, None)
         if self._typed:
             columns += ", iceberg_type"
             values += (TABLE_TYPE,)

@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -80,7 +82,7 @@ class LakeSlabWriter:
             if self.quality is not None:
                 with pa.memory_map(self._path) as mapped:
                     quality, days = self._quality(pa.ipc.open_file(mapped).read_all(), windows)
-            files: tuple = ()
+            files: tuple[Any, ...] = ()  # the format's records of its data files (LakeTable.write_files)
             nbytes = os.path.getsize(self._path)
             replace = Replace.of(self.layout.source, windows)
             if self.remote or (nbytes >= EAGER_BYTES and self.table.holds_none_of(replace)):
@@ -189,7 +191,17 @@ def recover(tables: list[LakeTable], store: StateStore, coverage: Coverage, app:
     return recovered
 
 
-def write_dimensions(tables: dict, lake_table, source: str) -> list[str]:
+class Snapshot(Protocol):
+    """A reference table's rows, spooled (etl.pipeline.dimensions.Rows)."""
+
+    def reader(self, source: str) -> pa.RecordBatchReader: ...
+
+    def close(self) -> None: ...
+
+
+def write_dimensions(
+    tables: Mapping[str, Snapshot], lake_table: Callable[[str], LakeTable], source: str
+) -> list[str]:
     """Each reference table's snapshot replaces this source's rows of its lake table, in one commit
     (none when they are the same rows)."""
     written = []
