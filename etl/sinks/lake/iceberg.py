@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import reduce
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import FileScanTask, Table, Transaction
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.snapshots import Snapshot
+    from pyiceberg.typedef import RecursiveDict, TableVersion
 
 NAMESPACE = "etl"
 CHECKPOINT_PROPERTY = "etl.checkpoint."  # + app: our last commit's checkpoint, kept through expiry
@@ -118,7 +119,9 @@ def catalog(storage: Storage, uri: str | None) -> Catalog:
         if props["type"] == "sql" and sqlite_path(props["uri"]) is not None:
             # SQLite through the standard library, as pyiceberg's SQL catalog keeps it (sqlite_catalog.py),
             # with the settings `load_catalog` would add (~/.pyiceberg.yaml, PYICEBERG_CATALOG__ETL__*)
-            found = SqliteCatalog("etl", **merge_config(Config().get_catalog_config("etl") or {}, props))
+            defaults: RecursiveDict = Config().get_catalog_config("etl") or {}
+            settings = merge_config(defaults, {**props})
+            found = SqliteCatalog("etl", **{k: v for k, v in settings.items() if isinstance(v, str)})
         else:
             found = load_catalog("etl", **props)
         found.create_namespace_if_not_exists(NAMESPACE)
@@ -462,6 +465,12 @@ class _Files:
         )
 
 
+def _partition(file: DataFile) -> tuple[Any, ...]:
+    """A data file's partition values, in the spec's order."""
+    record = file.partition
+    return tuple(record[i] for i in range(len(record)))
+
+
 def _with_field_ids(schema: pa.Schema) -> pa.Schema:
     """`schema` with a field id on every field, nested ones included (numbered as met): what pyiceberg's
     `pyarrow_to_schema` converts without a name mapping."""
@@ -595,11 +604,16 @@ class IcebergTable(LakeTable):
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.schema import assign_fresh_schema_ids
         from pyiceberg.table import TableProperties
-        from pyiceberg.transforms import DayTransform, IdentityTransform
+        from pyiceberg.transforms import DayTransform, IdentityTransform, Transform
 
-        version = int(TABLE_PROPERTIES.get("format-version", TableProperties.DEFAULT_FORMAT_VERSION))
+        number = int(TABLE_PROPERTIES.get("format-version", TableProperties.DEFAULT_FORMAT_VERSION))
+        if number not in (1, 2, 3):
+            raise ValueError(f"Iceberg format-version {number} is not one pyiceberg writes")
+        version = cast("TableVersion", number)
         fields = assign_fresh_schema_ids(pyarrow_to_schema(_with_field_ids(schema), format_version=version))
-        partitions = [(self.time_key, DayTransform(), f"{self.time_key}_day")] if self.time_key else []
+        partitions: list[tuple[str, Transform[Any, Any], str]] = (
+            [(self.time_key, DayTransform(), f"{self.time_key}_day")] if self.time_key else []
+        )
         partitions += [(column, IdentityTransform(), column) for column in self.partition_by]
         spec = PartitionSpec(
             *(
@@ -895,7 +909,7 @@ class IcebergTable(LakeTable):
         for task in self._tasks(table):
             if not counted(task.file):
                 continue
-            key = tuple(task.file.partition)
+            key = _partition(task.file)
             groups.setdefault(key, []).append(int(task.file.file_size_in_bytes))
         out = []
         for key, sizes in groups.items():
@@ -916,7 +930,7 @@ class IcebergTable(LakeTable):
         wanted = {(d.day, *d.key) for d in days}
         groups: dict[tuple[Any, ...], list[FileScanTask]] = {}
         for task in self._tasks(table):
-            key = tuple(task.file.partition)
+            key = _partition(task.file)
             if key in wanted and task.file.file_size_in_bytes < SMALL_FILE and counted(task.file):
                 groups.setdefault(key, []).append(task)
         schema = table.metadata.schema()
