@@ -77,7 +77,10 @@ class Coordinator:
         self.build = Build(config, options.shard)
         self.data = self.build.data
         self.store = self.build.state_store()
-        run_id = datetime.now(tz=UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+        # Names sort as the runs started (doctor's "last run" is the last name), to the millisecond;
+        # three random hex digits keep two runs of one millisecond (shards) apart.
+        now = datetime.now(tz=UTC)
+        run_id = f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
         self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
