@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from etl.client import MonitoringClient
 from etl.client.models import record_id
-from etl.errors import DataError, InvalidResponse, StorageError
+from etl.errors import DataError, InvalidResponse, StorageError, Throttled
 from etl.pipeline import records
 from etl.sinks import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER
@@ -162,7 +162,7 @@ async def collect(
 ) -> tuple[dict[str, Rows], list[str]]:
     """Every dimension table: objects and parameters as discovery listed them, the references fetched
     here (unless not `references`); and, one line each, the tables that could not be fetched (an answer
-    that cannot be read): those are left as the last run wrote them."""
+    that cannot be read, or throttled to the end): those are left as the last run wrote them."""
     tables = {"objects": objects, "parameters": parameters}
     failed: list[str] = []
     if not references:
@@ -172,7 +172,9 @@ async def collect(
         rows = Rows(name)
         try:
             await fetch(rows)
-        except (InvalidResponse, DataError) as exc:  # an answer that cannot be read: this table only
+        # An answer that cannot be read, or a server that throttles these calls to the end while others
+        # get through: this table only (the last run's copy stays, the next run asks again).
+        except (InvalidResponse, DataError, Throttled) as exc:
             rows.close()
             failed.append(f"dimension table {name}: {exc}")
         else:

@@ -17,11 +17,14 @@ from tests.support.expected import SOURCE
 from tests.support.output import checkpoints
 from tests.support.pipeline import run
 
-# Each fault alone, then all together. Rates are per request; the run's retry policy (conftest:
-# 8 attempts, 10-200 ms backoff) makes a run fail with a probability far below one in a million.
+# Each fault alone, then all together. Rates are per request, drawn independently: with the run's retry
+# policy (tests/support/configs.py: 8 attempts, 10-200 ms backoff) a request gives up with a probability of
+# 0.2 ** 8 = 2.6e-6, a run of a few hundred requests about once in a thousand; RETRY's 12 attempts make
+# that 4e-9 and 1e-6.
+RETRY = {"attempts": 12}
 FAULTS = {
     "server_errors": dict(error_rate=0.2),
-    "429_storms": dict(rate_limit_rate=0.3, retry_after=0.1),
+    "429_storms": dict(rate_limit_rate=0.2, retry_after=0.1),
     "latency_spikes": dict(latency_spike_rate=0.15, latency_spike=0.8),
     "expiring_sessions": dict(session_max_requests=5),
     "truncated_bodies": dict(truncate_rate=0.2),
@@ -66,7 +69,7 @@ LAKE_FAULTS = ["server_errors", "expiring_sessions", "truncated_bodies", "droppe
 def test_faulty_server_run_equals_the_source(fresh_emulator, tmp_path, name, fmt):
     fresh_emulator.set_faults(seed=11, **FAULTS[name])
     config = make_config(
-        fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4}, sink={"format": fmt}
+        fresh_emulator.base_url, tmp_path, source={"read_timeout": 0.4}, sink={"format": fmt}, retry=RETRY
     )
     summary = run(config).as_dict()
     assert_exact(tmp_path)

@@ -1,23 +1,28 @@
-"""A dimension table whose answers cannot be read fails alone: the other tables are collected."""
+"""A dimension table whose answers cannot be read, or are throttled to the end, fails alone: the other
+tables are collected."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from etl.client.models import ExternalCommand
-from etl.errors import InvalidResponse
+from etl.errors import InvalidResponse, Throttled
 from etl.pipeline.dimensions import Rows, collect
 
 
 class Client:
     """The calls dimensions.collect makes, one of them broken."""
 
-    def __init__(self, broken: str) -> None:
-        self.broken = broken
+    def __init__(self, broken: str, error: type[Exception] = InvalidResponse) -> None:
+        self.broken, self.error = broken, error
 
     async def _answer(self, name: str, value):
         if name == self.broken:
-            raise InvalidResponse(f"GET /{name}: answer nested deeper than the JSON parser reads")
+            if self.error is Throttled:
+                raise Throttled(f"GET /{name}: gave up after 8 attempt(s) in 1.0s: HTTP 429", 429)
+            raise self.error(f"GET /{name}: answer nested deeper than the JSON parser reads")
         return value
 
     async def units(self, object_id: int):
@@ -41,8 +46,9 @@ class Client:
         return await self._answer("rooms", [{"id": 1}])
 
 
-def run(broken: str) -> tuple[dict[str, Rows], list[str]]:
-    return asyncio.run(collect(Client(broken), [1, 2], Rows("objects"), Rows("parameters")))  # type: ignore[arg-type]
+def run(broken: str, error: type[Exception] = InvalidResponse) -> tuple[dict[str, Rows], list[str]]:
+    client = Client(broken, error)
+    return asyncio.run(collect(client, [1, 2], Rows("objects"), Rows("parameters")))  # type: ignore[arg-type]
 
 
 def test_a_table_that_cannot_be_read_fails_alone():
@@ -57,5 +63,16 @@ def test_a_table_that_cannot_be_read_fails_alone():
 def test_the_commands_need_the_units():
     tables, failed = run("units")
     assert "units" not in tables and "commands" not in tables and len(failed) == 2
+    for rows in tables.values():
+        rows.close()
+
+
+@pytest.mark.parametrize("broken", ["units", "rooms"])
+def test_a_table_throttled_to_the_end_fails_alone(broken):
+    tables, failed = run(broken, Throttled)
+    assert broken not in tables and "objects" in tables and "zones" in tables
+    assert (
+        failed[0] == f"dimension table {broken}: GET /{broken}: gave up after 8 attempt(s) in 1.0s: HTTP 429"
+    )
     for rows in tables.values():
         rows.close()
