@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import os
 import time
+from typing import cast
 
 from etl.errors import ConfigError, StorageError
 from etl.pipeline.summary import RunSummary
 
 PREFIX = "etl_run"
+# The summary's `late` figures, each a gauge etl_late_{key}.
+LATE = {
+    "points": "Raw points the last run fetched after a run had read past them",
+    "longest_seconds": "The longest a late point of the last run took to reach the platform, at least",
+    "quiet_parameters": "Parameters quiet for over a day, whose tails the last run probed",
+    "quiet_past_late_max": "Parameters quiet for longer than window.late_max "
+    "(older points are looked for when they send again)",
+    "back_past_late_max": "Parameters back after longer than window.late_max with older points "
+    "(fetched by the last run)",
+    "revised_blocks": "Blocks of revised values the last run fetched again",
+}
 
 
 def check_path(path: str) -> None:
@@ -92,37 +104,9 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
         "Windows a stop (a signal, retry.run_deadline) left open in the last run (fetched next time)",
         summary.get("windows_not_done", 0),
     )
-    late = summary.get("late") or {}
-    gauge(
-        "etl_late_points",
-        "Raw points the last run fetched after a run had read past them",
-        late.get("points", 0),
-    )
-    gauge(
-        "etl_late_longest_seconds",
-        "The longest a late point of the last run took to reach the platform, at least",
-        late.get("longest_seconds", 0.0),
-    )
-    gauge(
-        "etl_late_quiet_parameters",
-        "Parameters quiet for over a day, whose tails the last run probed",
-        late.get("quiet_parameters", 0),
-    )
-    gauge(
-        "etl_late_quiet_past_late_max",
-        "Parameters quiet for longer than window.late_max (older points are looked for when they send again)",
-        late.get("quiet_past_late_max", 0),
-    )
-    gauge(
-        "etl_late_back_past_late_max",
-        "Parameters back after longer than window.late_max with older points (fetched by the last run)",
-        late.get("back_past_late_max", 0),
-    )
-    gauge(
-        "etl_late_revised_blocks",
-        "Blocks of revised values the last run fetched again",
-        late.get("revised_blocks", 0),
-    )
+    late = cast("dict[str, float]", summary.get("late") or {})  # LateRecord: numbers only
+    for key, text in LATE.items():
+        gauge(f"etl_late_{key}", text, late.get(key, 0))
     quality = summary.get("quality") or {}
     gauge("etl_quality_rows", "Parameter-days whose quality rows the last run wrote", quality.get("rows", 0))
     gauge(

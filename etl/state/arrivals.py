@@ -19,14 +19,14 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from etl.model import Series
-from etl.state.coverage import NONE, key_of
+from etl.state.coverage import NONE, key_of, parquet_bytes
 
 _EMPTY = np.empty(0, np.int64)
 Fold = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (values sorted by key, group heads) -> one each
@@ -208,9 +208,7 @@ class Arrivals:
                 "b": np.concatenate([v[1] for _, _, _, v in parts]),
             }
         )
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        return cast(bytes, sink.getvalue().to_pybytes())
+        return parquet_bytes(table)
 
     @classmethod
     def from_parquet(cls, data: bytes) -> Arrivals:

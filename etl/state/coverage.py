@@ -145,9 +145,7 @@ class Coverage:
         table = pa.table({"param_id": self.key // 4, "series": series, "start": self.start, "end": self.end})
         if marks:
             table = table.replace_schema_metadata({MARKS: orjson.dumps(marks)})
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        return cast(bytes, sink.getvalue().to_pybytes())
+        return parquet_bytes(table)
 
     @classmethod
     def from_parquet(cls, data: bytes) -> Coverage:
@@ -163,3 +161,10 @@ class Coverage:
             table.column("start").to_numpy(),
             table.column("end").to_numpy(),
         )
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A state table as the bytes of a zstd Parquet file (checkpoint bases and the arrivals beside them)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return cast(bytes, sink.getvalue().to_pybytes())
