@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -39,11 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
-from foreign import PER_OBJECT, START, objects_for, session_cookie, write_config
+from foreign import PER_OBJECT, START, objects_for, start_threaded, write_config
 from servers.record import record
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, free_port, run_child
+from harness import HERE, PY, Emulator, environment, run_child
 
 SERVICE = 0.2
 CONTENDERS = {"auto": "auto", "fixed 16": 16}
@@ -236,29 +235,9 @@ def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
         recording = record(
             emulator.url, emulator.base_url.removeprefix(emulator.url), log, work / f"rec-{s.name}"
         )
-        port = free_port()
-        proc = subprocess.Popen(
-            [
-                PY,
-                str(HERE / "servers" / "threaded.py"),
-                "--root",
-                str(recording.root),
-                "--port",
-                str(port),
-                "--fallback",
-                emulator.url,
-                "--fallback-cookie",
-                session_cookie(emulator.base_url),
-                "--workers",
-                str(s.capacity),
-                "--service-time",
-                str(SERVICE),
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        proc, url = start_threaded(
+            recording, emulator, "--workers", str(s.capacity), "--service-time", str(SERVICE)
         )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        url = f"http://127.0.0.1:{port}"
         for contender, concurrency in CONTENDERS.items():
             config = write_config(
                 work / "threaded.yaml", url + recording.base_path, work / "out", s.days, concurrency

@@ -38,6 +38,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -88,32 +89,12 @@ class Server:
 
     def __init__(self, name: str, emulator: Emulator, recording: Recording, work: Path) -> None:
         self.name, self.emulator, self.recording = name, emulator, recording
-        self.proc = None
+        self.proc: subprocess.Popen[str] | None = None
         self.nginx: nginx_server.Nginx | None = None
         if name == "emulator":
             self.url = emulator.url
         elif name == "threaded":
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            import subprocess
-
-            self.proc = subprocess.Popen(
-                [
-                    PY,
-                    str(HERE / "servers" / "threaded.py"),
-                    "--root",
-                    str(recording.root),
-                    "--port",
-                    str(port),
-                    "--fallback",
-                    emulator.url,
-                    "--fallback-cookie",
-                    session_cookie(emulator.base_url),
-                ],
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+            self.proc, self.url = start_threaded(recording, emulator)
         else:
             self.nginx = nginx_server.Nginx(
                 recording.root,
@@ -162,6 +143,33 @@ class Server:
             self.nginx.stop()
         if self.name == "emulator":
             self.emulator.control.set_faults(latency=0.0)
+
+
+def start_threaded(
+    recording: Recording, emulator: Emulator, *options: str
+) -> tuple[subprocess.Popen[str], str]:
+    """servers/threaded.py answering the recording (what it lacks from the emulator), once it is ready;
+    its process and URL."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            PY,
+            str(HERE / "servers" / "threaded.py"),
+            "--root",
+            str(recording.root),
+            "--port",
+            str(port),
+            "--fallback",
+            emulator.url,
+            "--fallback-cookie",
+            session_cookie(emulator.base_url),
+            *options,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def session_cookie(base_url: str) -> str:
