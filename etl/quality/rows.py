@@ -219,6 +219,11 @@ class Known:
         at = np.minimum(np.searchsorted(self.param_id, ids), len(self.param_id) - 1)
         return at, self.param_id[at] == ids
 
+    def gaps(self) -> bool:
+        """Whether a parameter's newest point lies before its checkpoint's end, so that a point between
+        them can arrive late (none in a first run, nor after a full refresh)."""
+        return bool((self.high_water > self.newest + 1).any())
+
     def late(self, pids: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """Of fetched rows, how late each arrived at least (ms), or -1 when it is not late."""
         at, found = self._at(pids)
@@ -240,6 +245,9 @@ def late_figures(
     new_ms = np.zeros(len(ids), np.int64)
     if known is None or not len(ids):
         return new_points, new_ms, new_points, new_ms
+    if not known.gaps():  # nothing fetched now can be late: only the day's earlier figures
+        prior_points, prior_ms = known.prior(ids)
+        return new_points, new_ms, prior_points, prior_ms
     fetched = ranges.mask(rows)
     pids, ts = param_ids(rows)[fetched], ts_ms(rows, "ts")[fetched]
     delay = known.late(pids, ts)

@@ -207,3 +207,11 @@ def test_late_points_are_those_fetched_between_the_newest_and_the_checkpoint() -
     assert new_points.tolist() == [2]  # 3h and 4h: after the newest (2h), before the checkpoint
     assert new_ms.tolist() == [HOUR_MS + 1]
     assert points.tolist() == [5] and ms.tolist() == [HOUR_MS + 1]
+    # The newest point at the checkpoint's end (or a first run's, none of either): nothing is late now,
+    # the day's earlier figures stay.
+    for newest, high_water in ((T0 + 4 * HOUR_MS, T0 + 4 * HOUR_MS + 1), (NONE, NONE)):
+        known.newest[:], known.high_water[:] = newest, high_water
+        assert not known.gaps()
+        new_points, new_ms, points, ms = late_figures(rows, ranges, np.array([9]), known)
+        assert new_points.tolist() == [0] and new_ms.tolist() == [0]
+        assert points.tolist() == [3] and ms.tolist() == [60_000]
