@@ -128,6 +128,14 @@ def _numbers(column: Any, unit_ms: int = 1) -> np.ndarray:
     return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False), float) * unit_ms
 
 
+def _lost_race(dl: Any, exc: Exception) -> bool:
+    """Did a commit fail only because another writer got in first? Either it took the version
+    (CommitFailedError), or, while the commit was checked against the versions made since its own, the
+    other writer's upkeep had deleted that version's log entry (delta-rs then names the version
+    invalid). Nothing of ours was committed in either case: planning again is safe."""
+    return isinstance(exc, dl.exceptions.CommitFailedError) or str(exc).startswith("Invalid table version")
+
+
 def _paths(dt: Handle) -> set[str]:
     """The data files of the loaded version, relative to the table."""
     return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
@@ -256,6 +264,7 @@ class DeltaTable(LakeTable):
             if rows is not None:
                 self._add_columns(rows.schema)
             for attempt in range(CONFLICT_ATTEMPTS):
+                self._refresh()  # planned on the newest version: another source's run may have moved on
                 dt = self._handle()
                 before = _paths(dt)
                 try:
@@ -273,12 +282,10 @@ class DeltaTable(LakeTable):
                             writer_properties=dl.WriterProperties(compression="ZSTD"),
                             commit_properties=self._properties(checkpoint),
                         )
-                except dl.exceptions.CommitFailedError:
-                    if attempt == CONFLICT_ATTEMPTS - 1:
+                except dl.exceptions.DeltaError as exc:
+                    if not _lost_race(dl, exc) or attempt == CONFLICT_ATTEMPTS - 1:
                         raise
-                    # Another writer got in between: plan again on its version.
-                    dt.update_incremental()
-                    continue
+                    continue  # another writer got in between: plan again on its version
                 return sorted(_paths(dt) - before)
         except StorageError:
             raise
@@ -327,10 +334,10 @@ class DeltaTable(LakeTable):
             try:
                 dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
                 return
-            except self.deltalake.exceptions.CommitFailedError:
-                if attempt == CONFLICT_ATTEMPTS - 1:
+            except self.deltalake.exceptions.DeltaError as exc:
+                if not _lost_race(self.deltalake, exc) or attempt == CONFLICT_ATTEMPTS - 1:
                     raise
-                dt.update_incremental()  # another writer (another source's run) changed the table first
+                self._refresh()  # another writer (another source's run) changed the table first
 
     def prepare(self, schema: pa.Schema) -> None:
         if self.exists():

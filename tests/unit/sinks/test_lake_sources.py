@@ -11,6 +11,7 @@ import pytest
 
 from etl.model import SCHEMAS, Series, Windows
 from etl.sinks.lake.common import Replace, with_date
+from etl.sinks.lake.delta import CHECKPOINT_EVERY
 from etl.timeutil import DAY_MS, to_ms
 
 DAY = to_ms("2026-11-01T00:00:00Z")
@@ -196,6 +197,48 @@ def test_an_iceberg_reader_outlives_another_writers_expiry(tmp_path):
         zip(*stored.group_by("source").aggregate([("value", "max")]).to_pydict().values(), strict=True)
     )
     assert values == {A: 7.0, B: 6.0} and stored.num_rows == 2 * raw_rows(A, 0).num_rows
+
+
+def test_a_delta_writer_outlives_another_writers_expiry(tmp_path, monkeypatch):
+    """A run's handle stays on the version of its last commit while another source's run commits and
+    its upkeep deletes the log entries before its newest checkpoint, that version's among them. The
+    run's next commit is planned on the newest version; and if the entries go between that plan and
+    the commit (delta-rs then calls the handle's version invalid), it is planned again."""
+    from etl.config import SinkConfig
+    from etl.sinks.lake import Lake
+    from etl.storage.files import Storage
+
+    def raw():
+        lake = Lake(SinkConfig(format="delta", path=str(tmp_path), versions=2), Storage(str(tmp_path)))
+        return lake.series(Series.RAW)
+
+    def expire_behind(mine) -> None:
+        other = raw()
+        for value in range(2, 2 + 2 * CHECKPOINT_EVERY):
+            other.commit(raw_rows(B, float(value)), Replace.of(B, windows()))
+        other.maintain(0, sweep=False, source=B)
+        assert not (tmp_path / "raw" / "_delta_log" / f"{mine._handle().version():020d}.json").exists()
+
+    mine = raw()
+    mine.commit(raw_rows(A, 1.0), Replace.of(A, windows()))
+    expire_behind(mine)
+    mine.commit(raw_rows(A, 2.0), Replace.of(A, windows()))
+    stale = {"once": True}
+    refresh = mine._refresh
+
+    def late(*_: object) -> None:  # the first plan sees the stale version, as if expired right after
+        if not stale.pop("once", False):
+            refresh()
+
+    monkeypatch.setattr(mine, "_refresh", late)
+    expire_behind(mine)
+    mine.commit(raw_rows(A, 3.0), Replace.of(A, windows()))
+    stored = raw().dataset().to_table()
+    values = dict(
+        zip(*stored.group_by("source").aggregate([("value", "max")]).to_pydict().values(), strict=True)
+    )
+    assert values == {A: 3.0, B: float(1 + 2 * CHECKPOINT_EVERY)}
+    assert stored.num_rows == 2 * raw_rows(A, 0).num_rows
 
 
 @pytest.mark.parametrize("fmt", ["delta", "iceberg"])
