@@ -193,13 +193,18 @@ class DeltaTable(LakeTable):
         return self.storage.display(self.rel) if not self.storage.local else self.storage.full(self.rel)
 
     def _open(self) -> Handle:
-        try:
-            opened: Handle = self.deltalake.DeltaTable(self.uri, storage_options=self.options)
-            return opened
-        except Exception as exc:  # noqa: BLE001 - delta-rs raises its own classes, and OSError
-            raise StorageError(
-                f"cannot open the Delta table {self.uri}: {str(exc).splitlines()[0]}"
-            ) from None
+        # Twice: another source's upkeep may delete the checkpoint `_last_checkpoint` named while the
+        # table loads; the second load finds the newer one.
+        error: Exception | None = None
+        for _ in range(2):
+            try:
+                opened: Handle = self.deltalake.DeltaTable(self.uri, storage_options=self.options)
+                return opened
+            except Exception as exc:  # noqa: BLE001 - delta-rs raises its own classes, and OSError
+                error = exc
+                if isinstance(exc, self.deltalake.exceptions.TableNotFoundError):
+                    break
+        raise StorageError(f"cannot open the Delta table {self.uri}: {str(error).splitlines()[0]}") from None
 
     def _handle(self) -> Handle:
         if self._dt is None:
