@@ -15,7 +15,7 @@ from functools import cached_property
 from pydantic import SecretStr
 
 from etl.client import ClientOptions, ClientStats, MonitoringClient
-from etl.client.capacity import Share
+from etl.client.concurrency import Share
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Series
