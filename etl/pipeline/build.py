@@ -24,7 +24,7 @@ from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
 from etl.quality.writer import QualitySlabWriter, QualityTracker
 from etl.sinks.base import SlabSink
-from etl.sinks.files import SlabWriter
+from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
 from etl.support import redact
