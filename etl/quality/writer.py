@@ -23,7 +23,7 @@ from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges, param_ids, ts_ms
 from etl.state.arrivals import LATE_FOLDS, Rows
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS
 
 COMPACT_PARTS = 32
