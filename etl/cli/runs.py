@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
-from types import FrameType, ModuleType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -17,7 +13,7 @@ from etl.cli.render import echo_json, echo_table, plan_text
 from etl.config import load_config
 from etl.errors import ConfigError, EtlError, Interrupted
 from etl.model import Shard
-from etl.support import redact, startup
+from etl.support import optional, redact, startup
 
 if TYPE_CHECKING:  # the state modules load when a state command runs
     from etl.state import StateStore
@@ -69,21 +65,21 @@ def run(
         config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
         import etl
 
-        with _without_pandas():
-            with startup.loading():
-                run_pipeline = etl.run  # loads the pipeline
-            summary = run_pipeline(
-                config,
-                start=start,
-                end=end,
-                full_refresh=full_refresh,
-                shard=shard,
-                executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
-                scheduler=scheduler,
-                progress=progress,
-                metrics_file=metrics_file,
-                tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
-            )
+        with startup.loading():
+            run_pipeline = etl.run  # loads the pipeline
+            optional.pyarrow_looks_for_pandas(find=False)  # nothing in a run is a pandas object
+        summary = run_pipeline(
+            config,
+            start=start,
+            end=end,
+            full_refresh=full_refresh,
+            shard=shard,
+            executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
+            scheduler=scheduler,
+            progress=progress,
+            metrics_file=metrics_file,
+            tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
+        )
     except EtlError as exc:
         done: Mapping[str, object] = exc.summary.as_dict() if exc.summary is not None else {}
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
@@ -105,40 +101,6 @@ def run(
         echo_json({**summary.as_dict(), "exit_code": 0})
     else:
         click.echo(summary.text())
-
-
-class _PandasForEtlOnly(MetaPathFinder):
-    """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
-    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
-    `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
-    is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
-
-    ALLOWED = ("etl.timeutil",)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname != "pandas":
-            return None
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame.f_globals.get("__name__") in self.ALLOWED:
-                return None  # the normal finders take it from here
-            frame = frame.f_back
-        raise ImportError("pandas is not imported by an etl run (etl/cli/runs.py)")
-
-
-@contextmanager
-def _without_pandas() -> Iterator[None]:
-    if "pandas" in sys.modules:  # imported already (by a program embedding the CLI): leave it be
-        yield
-        return
-    hook = _PandasForEtlOnly()
-    sys.meta_path.insert(0, hook)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(hook)
 
 
 @click.command("plan")

@@ -17,7 +17,7 @@ from etl.pipeline.coordinator import Coordinator, RunOptions
 from etl.pipeline.identity import check_layout
 from etl.pipeline.loop import in_a_loop
 from etl.pipeline.summary import RunSummary
-from etl.support import allocator
+from etl.support import allocator, optional
 from etl.timeutil import Time, parse_time
 
 __all__ = ["RunSummary", "run"]
@@ -64,10 +64,8 @@ def run(
     )
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
-    # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
-    # its process (etl/cli/runs.py): pyarrow works without it.
-    with suppress(ImportError):
-        import pandas  # noqa: F401
+    # Now, not in one of the run's threads (`etl run` has had it look already, and find none: etl/cli/runs.py).
+    optional.pyarrow_looks_for_pandas()
 
     # Before the run opens its output (a lake's recovery opens tables, an Iceberg catalog is made where
     # missing): a config that would write what the output holds otherwise stops here, touching nothing.
