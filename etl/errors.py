@@ -22,6 +22,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   └── RetriesExhausted         (as its last cause)     retries ran out
     ├── DataError                      6     no        no    data that cannot be used
     ├── StorageError                   7     no        yes   output or state not writable
+    │   └── LostRace                   7     no        yes   other writers kept changing what we swap
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     ├── Unhealthy                     10     no        no    etl doctor: something needs a person
@@ -228,6 +229,11 @@ class DataError(EtlError):
 
 class StorageError(EtlError):
     exit_code = ExitCode.OUTPUT
+
+
+class LostRace(StorageError):
+    """A conditional swap found another writer's version in place of the one it was planned on: planned
+    again (etl/support/optimistic.py) until attempts run out."""
 
 
 class LockedError(EtlError):

@@ -37,7 +37,6 @@ from etl.timeutil import DAY_MS
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
 TS_US = pa.timestamp("us", tz="UTC")
 APP, VERSION, RUN, WINDOWS = "etl.app", "etl.version", "etl.run", "etl.windows"
-CONFLICT_ATTEMPTS = 5  # a commit planned again on the newer version, when another writer got in between
 MANY_FILES = 8  # a day partition with more small files than this is compacted even before its day ends
 SMALL_FILE = 32 * 2**20  # bytes: files under this are worth merging
 COMPACT_BYTES = 256 * 2**20  # bytes of small files merged per partition at most (their rows are held)

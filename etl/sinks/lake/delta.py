@@ -35,7 +35,6 @@ import pyarrow.parquet as pq
 from etl.errors import StorageError
 from etl.sinks.lake.common import (
     APP,
-    CONFLICT_ATTEMPTS,
     SMALL_FILE,
     TS_US,
     VERSION,
@@ -50,6 +49,7 @@ from etl.sinks.lake.common import (
 )
 from etl.sinks.lake.delta_files import merge_parts, partition_text, write_files, write_part
 from etl.storage.atomic import Storage
+from etl.support import optimistic
 from etl.support.optional import require
 
 if TYPE_CHECKING:  # deltalake loads for Delta tables only
@@ -126,14 +126,6 @@ def _numbers(column: Any, unit_ms: int = 1) -> np.ndarray:
         array = array.cast(TS_US).cast(pa.int64())
         return np.asarray(pc.divide(array.cast(pa.float64()), 1000.0).to_numpy(zero_copy_only=False), float)
     return np.asarray(array.cast(pa.float64()).to_numpy(zero_copy_only=False), float) * unit_ms
-
-
-def _lost_race(dl: Any, exc: Exception) -> bool:
-    """Did a commit fail only because another writer got in first? Either it took the version
-    (CommitFailedError), or, while the commit was checked against the versions made since its own, the
-    other writer's upkeep had deleted that version's log entry (delta-rs then names the version
-    invalid). Nothing of ours was committed in either case: planning again is safe."""
-    return isinstance(exc, dl.exceptions.CommitFailedError) or str(exc).startswith("Invalid table version")
 
 
 def _paths(dt: Handle) -> set[str]:
@@ -252,6 +244,15 @@ class DeltaTable(LakeTable):
         )
         return made
 
+    def _lost_race(self, exc: Exception) -> bool:
+        """Did a commit fail only because another writer got in first? Either it took the version
+        (CommitFailedError), or, while the commit was checked against the versions made since its own, the
+        other writer's upkeep had deleted that version's log entry (delta-rs then names the version
+        invalid). Nothing of ours was committed in either case: planning again is safe."""
+        return isinstance(exc, self.deltalake.exceptions.CommitFailedError) or str(exc).startswith(
+            "Invalid table version"
+        )
+
     def _commit(
         self,
         rows: pa.Table | None,
@@ -263,42 +264,39 @@ class DeltaTable(LakeTable):
         dl = self.deltalake
         if ready is not None:  # delta-rs writes and commits in one call: nothing to overlap
             ready()
+
+        def attempt() -> list[str]:
+            self._refresh()  # planned on the newest version: another source's run may have moved on
+            dt = self._handle()
+            before = _paths(dt)
+            touched = replace is not None and self._touched(dt, replace)
+            if files:
+                actions = list(files) + (self._rewrite(dt, replace) if touched and replace else [])
+                self._transact(dt, actions, self._properties(checkpoint))
+            else:
+                assert rows is not None
+                dl.write_deltalake(
+                    dt,
+                    rows,
+                    mode="overwrite" if touched else "append",
+                    predicate=predicate(replace) if touched and replace else None,
+                    writer_properties=dl.WriterProperties(compression="ZSTD"),
+                    commit_properties=self._properties(checkpoint),
+                )
+            return sorted(_paths(dt) - before)
+
         try:
             if not self.exists():
                 return self._create(rows, checkpoint)
             if rows is not None:
                 self._add_columns(rows.schema)
-            for attempt in range(CONFLICT_ATTEMPTS):
-                self._refresh()  # planned on the newest version: another source's run may have moved on
-                dt = self._handle()
-                before = _paths(dt)
-                try:
-                    touched = replace is not None and self._touched(dt, replace)
-                    if files:
-                        actions = list(files) + (self._rewrite(dt, replace) if touched and replace else [])
-                        self._transact(dt, actions, self._properties(checkpoint))
-                    else:
-                        assert rows is not None
-                        dl.write_deltalake(
-                            dt,
-                            rows,
-                            mode="overwrite" if touched else "append",
-                            predicate=predicate(replace) if touched and replace else None,
-                            writer_properties=dl.WriterProperties(compression="ZSTD"),
-                            commit_properties=self._properties(checkpoint),
-                        )
-                except dl.exceptions.DeltaError as exc:
-                    if not _lost_race(dl, exc) or attempt == CONFLICT_ATTEMPTS - 1:
-                        raise
-                    continue  # another writer got in between: plan again on its version
-                return sorted(_paths(dt) - before)
+            return optimistic.swap(attempt, self._lost_race)
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001 - one line, the table named; never a traceback
             raise StorageError(
                 f"cannot commit to the Delta table {self.uri}: {str(exc).splitlines()[0]}"
             ) from None
-        return []
 
     def _transact(self, dt: Handle, actions: list[Action], properties: CommitProperties) -> None:
         """Add actions of data files already written (and remove actions of stored ones) in one log
@@ -331,18 +329,14 @@ class DeltaTable(LakeTable):
         return sorted(_paths(self._handle()))
 
     def _add_columns(self, schema: pa.Schema) -> None:
-        for attempt in range(CONFLICT_ATTEMPTS):
+        def attempt() -> None:
             dt = self._handle()
             missing = missing_columns(dt.schema().to_arrow().names, schema)
-            if missing is None:
-                return
-            try:
+            if missing is not None:
                 dt.alter.add_columns(list(self.deltalake.Schema.from_arrow(missing).fields))
-                return
-            except self.deltalake.exceptions.DeltaError as exc:
-                if not _lost_race(self.deltalake, exc) or attempt == CONFLICT_ATTEMPTS - 1:
-                    raise
-                self._refresh()  # another writer (another source's run) changed the table first
+
+        # Lost: another writer (another source's run) changed the table first.
+        optimistic.swap(attempt, self._lost_race, again=self._refresh)
 
     def prepare(self, schema: pa.Schema) -> None:
         if self.exists():

@@ -37,7 +37,6 @@ import pyarrow.dataset as ds
 
 from etl.errors import ConfigError, StorageError
 from etl.sinks.lake.common import (
-    CONFLICT_ATTEMPTS,
     SMALL_FILE,
     Checkpoint,
     DayFiles,
@@ -50,7 +49,7 @@ from etl.sinks.lake.common import (
     to_merge,
 )
 from etl.storage.atomic import Storage
-from etl.support import redact
+from etl.support import optimistic, redact
 from etl.support.optional import require
 
 if TYPE_CHECKING:
@@ -179,6 +178,15 @@ def _may_hold(table: Table, replace: Replace) -> Iterator[FileScanTask]:
     if table.current_snapshot() is None:
         return iter(())
     return iter(table.scan(row_filter=expression(replace)).plan_files())
+
+
+def _lost_race(exc: Exception) -> bool:
+    """Did a commit (or a schema change) fail only because another writer got in between? Either it took
+    the snapshot, or its expiry deleted the manifests of the snapshot we planned on. Nothing of ours was
+    committed: planning again on its snapshot is safe."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    return isinstance(exc, CommitFailedException | ValidationException | FileNotFoundError)
 
 
 def _iso(ms: int) -> str:
@@ -562,20 +570,14 @@ class IcebergTable(LakeTable):
         return self._table
 
     def _add_columns(self, table: Table, schema: pa.Schema) -> None:
-        from pyiceberg.exceptions import CommitFailedException
-
-        for attempt in range(CONFLICT_ATTEMPTS):
+        def attempt() -> None:
             missing = missing_columns([f.name for f in table.schema().fields], schema)
-            if missing is None:
-                return
-            try:
+            if missing is not None:
                 with table.update_schema() as update:
                     update.union_by_name(missing)
-                return
-            except CommitFailedException:
-                if attempt == CONFLICT_ATTEMPTS - 1:
-                    raise
-                table.refresh()  # another writer (another source's run) changed the table first
+
+        # Lost: another writer (another source's run) changed the table first.
+        optimistic.swap(attempt, _lost_race, again=table.refresh)
 
     def prepare(self, schema: pa.Schema) -> None:
         with table_lock(self.uri):
@@ -635,26 +637,18 @@ class IcebergTable(LakeTable):
         checkpoint: Checkpoint | None,
         ready: Callable[[], object] | None = None,
     ) -> list[str]:
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
+        def attempt() -> list[str]:
+            table = self._handle(rows.schema if rows is not None else None)
+            return self._commit_once(table, rows, files, replace, checkpoint, ready)
 
         try:
-            for attempt in range(CONFLICT_ATTEMPTS):
-                table = self._handle(rows.schema if rows is not None else None)
-                try:
-                    return self._commit_once(table, rows, files, replace, checkpoint, ready)
-                except (CommitFailedException, ValidationException, FileNotFoundError):
-                    if attempt == CONFLICT_ATTEMPTS - 1:
-                        raise
-                    # Another writer got in between (its expiry may have deleted the manifests of the
-                    # snapshot we planned on): plan again on its snapshot.
-                    table.refresh()
+            return optimistic.swap(attempt, _lost_race, again=lambda: self._handle().refresh())
         except StorageError:
             raise
         except Exception as exc:  # noqa: BLE001
             raise StorageError(
                 f"cannot commit to the Iceberg table {self.label}: {str(exc).splitlines()[0]}"
             ) from None
-        return []
 
     def _plan(self, table: Table, schema: pa.Schema) -> _Files | None:
         """How rows of `schema` are written into the table (None: by pyiceberg's writer), once checked
