@@ -31,7 +31,7 @@ class Lake:
 
     @cached_property
     def _catalog(self) -> Catalog:
-        from etl.sinks.lake.iceberg import catalog
+        from etl.sinks.lake.iceberg_table import catalog
 
         with self._guard:
             found: Catalog = catalog(self.storage, self.sink.catalog)
@@ -44,12 +44,12 @@ class Lake:
     def _made(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
         if name not in self._tables:
             if self.sink.format == "delta":
-                from etl.sinks.lake.delta import DeltaTable
+                from etl.sinks.lake.delta_table import DeltaTable
 
                 columns = tuple(self.sink.partition_by) if partitioned else ()
                 self._tables[name] = DeltaTable(self.storage, name, columns, time_key, self.policy)
             else:
-                from etl.sinks.lake.iceberg import IcebergTable
+                from etl.sinks.lake.iceberg_table import IcebergTable
 
                 # Iceberg partitions by day(time_key) itself; `date` stays a plain column for readers.
                 columns = tuple(c for c in self.sink.partition_by if c != "date") if partitioned else ()

@@ -19,7 +19,7 @@ def test_an_overwrite_judges_each_manifest_by_its_own_partition_bounds(tmp_path)
     from pyiceberg.expressions.visitors import manifest_evaluator
     from pyiceberg.transforms import DayTransform
 
-    from etl.sinks.lake.iceberg import _iso
+    from etl.sinks.lake.iceberg_table import _iso
     from etl.sinks.lake.pyiceberg_compat import overwrite, thread_safe
 
     catalog = load_catalog("t", type="sql", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
