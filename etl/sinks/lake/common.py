@@ -259,6 +259,19 @@ def table_lock(uri: str) -> threading.RLock:
         return _LOCKS.setdefault(uri, threading.RLock())
 
 
+@dataclass(frozen=True)
+class Change:
+    """What one commit does: remove the rows `replace` matches, add `rows` (and `files`, data files
+    already written into the table), carry `checkpoint`. `ready` is called (and may raise) just before the
+    commit becomes visible: what must be visible first."""
+
+    rows: pa.Table | None
+    replace: Replace | None
+    checkpoint: Checkpoint | None = None
+    files: Sequence[Any] = ()
+    ready: Callable[[], object] | None = None
+
+
 @dataclass
 class Committed:
     """A commit made: our app's version (None without a checkpoint) and the data files it added."""
@@ -291,17 +304,8 @@ class LakeTable(ABC):
     def exists(self) -> bool: ...
 
     @abstractmethod
-    def _commit(
-        self,
-        rows: pa.Table | None,
-        files: Sequence[Any],
-        replace: Replace | None,
-        checkpoint: Checkpoint | None,
-        ready: Callable[[], object] | None = None,
-    ) -> list[str]:
-        """Remove what `replace` matches and add `rows` (and `files`, data files already written into the
-        table), in one commit carrying `checkpoint`; the data files it added. `ready` is called (and may
-        raise) just before the commit becomes visible: what must be visible first."""
+    def _commit(self, change: Change) -> list[str]:
+        """The change, in one commit; the data files it added."""
 
     @abstractmethod
     def prepare(self, schema: pa.Schema) -> None:
@@ -376,14 +380,13 @@ class LakeTable(ABC):
         meanwhile)."""
         with table_lock(self.uri):
             if checkpoint is None:
-                return Committed(None, self._commit(rows, files, replace, None, ready))
+                return Committed(None, self._commit(Change(rows, replace, None, files, ready)))
             app, run, windows = checkpoint
             if app not in self._version:
                 self._version[app] = self.latest(app) if self.exists() else 0
             version = self._version[app] + 1
-            added = self._commit(
-                rows, files, replace, Checkpoint(app, version, run, windows, arrivals), ready
-            )
+            carried = Checkpoint(app, version, run, windows, arrivals)
+            added = self._commit(Change(rows, replace, carried, files, ready))
             self._version[app] = version
             return Committed(version, added)
 

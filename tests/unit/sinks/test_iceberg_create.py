@@ -1,6 +1,6 @@
-"""Iceberg tables (etl/sinks/lake/iceberg_table.py): made in one catalog commit with their partition spec
-(day of the time key, then identity of the other partition columns, on the right source fields), and
-written with the data files pyiceberg's own writer makes."""
+"""Iceberg tables (etl/sinks/lake/iceberg_table.py, iceberg_files.py): made in one catalog commit with
+their partition spec (day of the time key, then identity of the other partition columns, on the right
+source fields), and written with the data files pyiceberg's own writer makes."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
     from etl.sinks.lake.common import with_date
-    from etl.sinks.lake.iceberg_table import _pyiceberg_files
+    from etl.sinks.lake.iceberg_files import _pyiceberg_files
     from etl.storage.atomic import Storage
 
     start = 1_793_491_200_000  # 2026-11-01
@@ -191,7 +191,7 @@ def test_rows_that_do_not_fit_the_table_are_refused_before_any_file_is_written(t
 
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.sinks.lake.iceberg_table import check_fits
+    from etl.sinks.lake.iceberg_files import check_fits
     from etl.storage.atomic import Storage
 
     lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))

@@ -65,7 +65,7 @@ def test_the_statistics_of_another_sources_file_say_it_holds_nothing_to_replace(
 def test_delta_predicate_names_the_source_and_delta_rs_keeps_the_other_sources_rows(tmp_path):
     import deltalake
 
-    from etl.sinks.lake.delta_table import predicate
+    from etl.sinks.lake.delta_commit import predicate
 
     replace = Replace.of(A, windows())
     assert predicate(replace).startswith(f"source = '{A}' AND (")
@@ -85,7 +85,7 @@ def test_delta_predicate_names_the_source_and_delta_rs_keeps_the_other_sources_r
 def test_iceberg_expression_names_the_source():
     from pyiceberg.expressions import And, EqualTo
 
-    from etl.sinks.lake.iceberg_table import expression
+    from etl.sinks.lake.iceberg_commit import expression
 
     ranged = expression(Replace.of(A, windows()))
     assert isinstance(ranged, And) and ranged.left == EqualTo("source", A)
