@@ -187,7 +187,11 @@ class SourceConfig(Strict):
 class ParameterSelect(Strict):
     """Which parameters of the selected objects are exported."""
 
-    kinds: list[ParamKind] = Field(list(ParamKind), description="parameter kinds to export")
+    kinds: list[ParamKind] = Field(
+        list(ParamKind),
+        description="parameter kinds to export (signal: physical parameters whose values are 0 or 1; "
+        "a list of physical without signal is warned about)",
+    )
     ids: list[int] | None = Field(None, description="only these parameter ids (one not found is an error)")
     exclude_ids: list[int] = Field([], description="never these parameter ids")
     tags: list[str] | None = Field(None, description="keep parameters with any of these tags")
@@ -608,6 +612,13 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
         problems = _problems(exc)
         count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
+    kinds = config.select.parameters.kinds
+    if not offline and ParamKind.PHYSICAL in kinds and ParamKind.SIGNAL not in kinds:
+        # Signal parameters are physical ones to the platform: a list that names physical likely means them.
+        log.warning(
+            "select.parameters.kinds leaves out signal: signal parameters (physical ones whose values are 0 "
+            "or 1, a kind of their own now) are not exported; add signal to the list to keep them"
+        )
     redact.register_public(config.source.username)
     if config.source.password:
         redact.register(config.source.password.get_secret_value())

@@ -89,3 +89,31 @@ def test_a_binary_file_is_not_a_config(tmp_path):
     path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\xfe")
     with pytest.raises(ConfigError, match="c.yaml: not a text file"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "kinds, warned",
+    [
+        ("[physical, calculated]", True),  # every parameter, when signals were physical ones
+        ("[physical]", True),
+        ("[physical, calculated, signal]", False),
+        ("[calculated]", False),
+        ("[signal]", False),
+    ],
+)
+def test_kinds_that_leave_out_signal_parameters_say_so_in_one_line(tmp_path, caplog, kinds, warned):
+    path = tmp_path / "etl.yaml"
+    path.write_text(GOOD + f"select: {{parameters: {{kinds: {kinds}}}}}\n")
+    load_config(path)
+    said = [r.getMessage() for r in caplog.records if "signal" in r.getMessage()]
+    assert said == (
+        [
+            "select.parameters.kinds leaves out signal: signal parameters (physical ones whose values are "
+            "0 or 1, a kind of their own now) are not exported; add signal to the list to keep them"
+        ]
+        if warned
+        else []
+    )
+    caplog.clear()
+    load_config(path, offline=True)  # commands that only read the output export nothing
+    assert not [r for r in caplog.records if "signal" in r.getMessage()]
