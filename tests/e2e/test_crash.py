@@ -298,13 +298,16 @@ def start_marked(folder: Path, *args: str) -> subprocess.Popen:
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
 def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
-    """From the moment etl's code runs, its imports included, wherever SIGINT lands."""
+    """From the moment etl's code runs, its imports included, wherever SIGINT lands while it runs."""
     data = config_dict(emulator.base_url, tmp_path / "out")
     data["source"]["password"] = "${ETL_PASSWORD}"
-    emulator.set_faults(latency=0.03)  # the run outlasts the longest delay on a fast machine too
+    # One request at a time, each busy 30 ms at the server: the run lasts seconds of the server's time
+    # (its hundred-odd requests), whatever the machine; a busy one only makes it longer.
+    emulator.set_faults(capacity=1, service_time=0.03)
     try:
         proc = start_marked(tmp_path, "run", "-c", str(write_config(tmp_path / "c.yaml", data)))
         time.sleep(delay)
+        assert proc.poll() is None, "the run ended before the signal"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:
