@@ -10,8 +10,8 @@ so that writers racing in step fall out of it. The error of the last attempt is 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
+from time import sleep
 from typing import TypeVar
 
 from etl.errors import LostRace
@@ -42,5 +42,5 @@ def swap(
             losses += 1
             if losses >= attempts or not lost(exc):
                 raise
-        time.sleep(random.uniform(0.01, 0.05) * 2 ** (losses - 1))
+        sleep(random.uniform(0.01, 0.05) * 2 ** (losses - 1))
         again()
