@@ -6,6 +6,7 @@ sheds loses no window, and `extract.max_rps` caps the requests a second."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -44,24 +45,29 @@ def _until(condition: Callable[[], bool]) -> None:
 
 
 def test_the_emulator_queues_past_its_workers_and_sheds_past_its_queue():
-    """One worker and room for one in its queue: the second request waits for the first one's worker, and
-    a third that comes meanwhile is refused at once. Sent in that order, each once the emulator holds the
-    one before (its state, not a time, says so)."""
-    with run_emulator(emulator_config(faults=Faults(capacity=1, service_time=1.0, queue_max=1))) as emu:
+    """One worker and room for one in its queue: a second request waits for the first one's worker, and a
+    third that comes meanwhile is refused at once. The first holds its worker until this test sends the
+    rest of its body (a sign-in's form is read by the worker), so no time decides the order."""
+    with run_emulator(emulator_config(faults=Faults(capacity=1, queue_max=1))) as emu:
         workers, statuses = emu.app.workers, []
-        served = [
-            threading.Thread(target=lambda: statuses.extend(_in_parallel(emu.base_url, 1))) for _ in range(2)
-        ]
-        served[0].start()
-        _until(lambda: workers.busy == 1)
-        served[1].start()
-        _until(lambda: len(workers.waiting) == 1)
-        shed = _in_parallel(emu.base_url, 1)
-        emu.set_faults(service_time=0)  # the second is served at once when the first's worker is free
-        for thread in served:
-            thread.join()
+        body = b"username=demo&password=demo"
+        url = httpx.URL(emu.base_url + "/auth/login")
+        with socket.create_connection((url.host, url.port)) as first:
+            first.sendall(
+                f"POST {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n"
+                "Content-Type: application/x-www-form-urlencoded\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            )
+            _until(lambda: workers.busy == 1)
+            second = threading.Thread(target=lambda: statuses.extend(_in_parallel(emu.base_url, 1)))
+            second.start()
+            _until(lambda: len(workers.waiting) == 1)
+            shed = _in_parallel(emu.base_url, 1)
+            first.sendall(body)
+            answer = first.makefile("rb").readline()
+        second.join()
         log = emu.requests()
-    assert shed == [503] and statuses == [200, 200]
+    assert shed == [503] and answer.split()[1] == b"200" and statuses == [200]
     assert sorted((e["status"], str(e.get("fault"))) for e in log) == [
         (200, "None"),
         (200, "None"),
