@@ -37,7 +37,7 @@ from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import MARKS, Coverage, key_of
 from etl.state.lock import RunLock
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 
