@@ -331,16 +331,11 @@ class Fleet:
     def _index(self) -> None:
         self.by_object = {o.id: o for o in self.objects}
         self.by_id = {p.id: p for p in self.params}
-        self.by_controller: dict[int, list[Param]] = {}
-        self.tags: dict[int, list[str]] = {}
+        self.of_object: dict[int, list[Param]] = {o.id: [] for o in self.objects}  # ascending ids
         for p in self.params:
-            if p.controller_id is not None:
-                self.by_controller.setdefault(p.controller_id, []).append(p)
-            self.tags.setdefault(p.object_id, [])
-        for p in self.params:
-            tag = TAGS[p.kind]
-            if tag not in self.tags[p.object_id]:
-                self.tags[p.object_id].append(tag)
+            self.of_object[p.object_id].append(p)
+        self.tags = {o: list(dict.fromkeys(TAGS[p.kind] for p in ps)) for o, ps in self.of_object.items()}
+        self.device_owner = {d: o.id for o in self.objects for d, _ in o.devices}
 
     def strip(self, bare: set[int]) -> None:
         """These objects lose their controllers and devices: sites where none is installed, whose
@@ -970,12 +965,11 @@ class Handler(BaseHTTPRequestHandler):
         return record
 
     def _params_of(self, login: str, objects: set[int] | None, kinds: tuple[str, ...]) -> list[Param]:
-        visible = self._visible(login)
-        return [
-            p
-            for p in self.live.fleet.params
-            if p.kind in kinds and p.object_id in visible and (objects is None or p.object_id in objects)
-        ]
+        """The parameters of these kinds of the visible objects among `objects` (None: all), by id."""
+        fleet, visible = self.live.fleet, self._visible(login)
+        chosen = visible if objects is None else objects & visible
+        found = [p for o in sorted(chosen) for p in fleet.of_object[o] if p.kind in kinds]
+        return found if len(chosen) < 2 else sorted(found, key=lambda p: p.id)
 
     def on_param_list(self, login: str, args: dict[str, list[str]], which: str, short: str | None) -> Answer:
         kinds = ("calculated",) if which == "contrcalcparam" else ("physical", "signal")
@@ -1108,8 +1102,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def on_commands(self, login: str, args: dict[str, list[str]]) -> Answer:
         device = _int((args.get("deviceId") or [""])[0] or "x")
-        owner = next((o for o in self.live.fleet.objects if any(d == device for d, _ in o.devices)), None)
-        if owner is None or owner.id not in self._visible(login):
+        owner = self.live.fleet.device_owner.get(device)
+        if owner is None or owner not in self._visible(login):
             return 200, b"[]", ()
         record = {"id": device, "devicename": f"Meter {device}", "devicetype": "MODBUS", "comment": ""}
         commands = [

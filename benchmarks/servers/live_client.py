@@ -1,6 +1,12 @@
 """The benchmarks' and tests' side of servers/live.py: start it, move its clock, read its figures, and
 compute in this process exactly what it serves.
 
+    python benchmarks/servers/live_client.py [--objects 125] [--params 1000] [--concurrency 16]
+
+run as a script, measures the server's throughput with wrk (`make bench-tools`): each parameter's last
+hour of raw points (an hourly run's request), then its last day of raw points, 30-minute averages and
+candles (a first load's), all keep-alive; it prints requests a second and the server's CPU a request.
+
     with live_client.start(tmp_dir, objects=4, params=16, now="2026-11-11T00:07:00Z", fleet={...}) as live:
         ... etl against live.base_url ...
         live.set_clock(ms)
@@ -14,9 +20,14 @@ compared with it row for row.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
@@ -24,10 +35,13 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from servers.live import SHARES, Fleet, to_ms  # noqa: E402
+from servers import wrk  # noqa: E402
+from servers.live import DAY, HOUR, SHARES, Fleet, to_ms  # noqa: E402
+from servers.record import Request  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "live.py"
 TS = pa.timestamp("ms", tz="UTC")
@@ -141,8 +155,6 @@ def start(
 
 
 def free_port() -> int:
-    import socket
-
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -189,3 +201,77 @@ def expected(
             for name, parts in columns.items()
         }
     )
+
+
+ROUTES = {"physical": "measure", "signal": "signal", "calculated": "calcvalue"}
+
+
+def _paths(live: Live, shape: str, n: int) -> list[Request]:
+    """`n` requests of one shape, over the fleet's parameters in turn, ending at the clock."""
+    fleet, now = live.fleet(), live.clock()
+    base = live.base_url.removeprefix(live.url)
+    found = []
+    for i in range(n):
+        p = fleet.params[i % len(fleet.params)]
+        route = (
+            ROUTES[p.kind]
+            if shape.startswith("raw")
+            else "calcvalue"
+            if p.kind == "calculated"
+            else "measure"
+        )
+        series = "" if shape.startswith("raw") else f"/{shape}"
+        start = now - (HOUR if shape == "raw-hour" else DAY)
+        found.append(Request("GET", f"{base}/db/{route}{series}/{p.id}/{start}/{now}", "count=5000"))
+    return found
+
+
+def throughput(live: Live, shape: str, n: int, concurrency: int) -> dict[str, float]:
+    """`n` requests of `shape` (raw-hour, raw-day, average, candles) replayed by wrk: requests a second,
+    the server's CPU a request (ms) and its p95 time a request (ms)."""
+    answer = httpx.post(f"{live.base_url}/auth/login", params={"username": "demo", "password": "demo"})
+    cookie = "; ".join(f"{k}={answer.cookies[k]}" for k in ("SEMSESSIONID", "issToken"))
+    recording = type("Requests", (), {"requests": _paths(live, shape, n)})
+    server = psutil.Process(live.proc.pid)
+    live.reset()
+    cpu = sum(server.cpu_times()[:2])
+    done = wrk.replay(recording, live.url, concurrency, cookie)  # type: ignore[arg-type]
+    cpu = sum(server.cpu_times()[:2]) - cpu
+    stats = live.stats()
+    if done["errors"] or stats["by_status"] != {"200": n}:
+        raise RuntimeError(f"{shape}: {done['errors']} errors, statuses {stats['by_status']}")
+    return {
+        "requests_per_second": n / done["seconds"],
+        "server_cpu_ms": 1000 * cpu / n,
+        "server_ms_p95": stats["server_ms_p95"],
+        "bytes_per_request": stats["bytes"] / n,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--objects", type=int, default=125)
+    parser.add_argument("--params", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--requests", type=int, default=3000, help="of each shape")
+    parser.add_argument("--now", default="2026-11-11T00:07:00Z")
+    args = parser.parse_args()
+    if why := wrk.missing():
+        sys.exit(why)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        start(tmp, now=args.now, objects=args.objects, params=args.params) as live,
+    ):
+        print(f"{args.params:,} parameters, {args.concurrency} connections, load {os.getloadavg()[0]:.1f}")
+        for shape in ("raw-hour", "raw-day", "average", "candles"):
+            t = time.perf_counter()
+            row = throughput(live, shape, args.requests, args.concurrency)
+            print(
+                f"  {shape:<9} {row['requests_per_second']:>7.0f} requests/s  {row['server_cpu_ms']:5.2f} ms CPU "
+                f"a request  p95 {row['server_ms_p95']} ms  {row['bytes_per_request'] / 1000:6.1f} kB an answer "
+                f"({time.perf_counter() - t:.1f} s)"
+            )
+
+
+if __name__ == "__main__":
+    main()
