@@ -1237,7 +1237,7 @@ def main(argv: list[str] | None = None) -> None:
             raise FleetError("expected a JSON object")
         fleet = Fleet.build(args.objects, args.params, args.seed, now, described, shares)
     except (OSError, ValueError) as exc:
-        parser.error(f"{'--fleet ' + args.fleet + ': ' if args.fleet else ''}{exc}")
+        parser.exit(2, f"live.py: {'--fleet ' + args.fleet + ': ' if args.fleet else ''}{exc}\n")
     live = Live(fleet, args.base_path, args.max_count)
     live.latency = args.latency
     live.service_time = args.service_time
