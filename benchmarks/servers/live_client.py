@@ -21,9 +21,9 @@ compared with it row for row.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +39,7 @@ import psutil
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from harness import free_port  # noqa: E402
 from servers import wrk  # noqa: E402
 from servers.live import DAY, HOUR, SHARES, Fleet, to_ms  # noqa: E402
 from servers.record import Request  # noqa: E402
@@ -115,13 +116,11 @@ class Live:
 
     def stop(self) -> None:
         self._http.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        self.proc.kill()  # nothing once it has ended
+        self.proc.wait()
 
 
 def start(
@@ -152,13 +151,6 @@ def start(
         proc.wait(10)
         raise RuntimeError(f"servers/live.py did not start: {log.read_text().strip()[-2000:]}")
     return Live(proc, port, options.get("base_path") or "/sem-restservices", log)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def expected(
