@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pyarrow as pa
 import pytest
 
@@ -27,7 +28,7 @@ from tests.support.pipeline import run
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from servers import live_client  # noqa: E402
+from servers import live_client, wrk  # noqa: E402
 
 T0 = to_ms("2026-11-10T00:00:00Z")
 FIRST_RUN = T0 + DAY_MS + 7 * MINUTE_MS  # the day before it, at 00:07 the next day
@@ -174,3 +175,35 @@ def test_init_against_the_live_server_writes_a_config_that_runs_exactly(tmp_path
             got = _values(read(out, series), series)
             assert got.num_rows == want.num_rows > 0, series
             assert got.equals(want), series
+
+
+def test_the_server_answers_as_a_spring_deployment_would(schedule):
+    """The choices etl must cope with where the document is silent (servers/live.py's docstring)."""
+    live, base = schedule.live, schedule.live.base_url
+    bare = httpx.get(f"{base}/db/object")
+    assert bare.status_code == 401 and bare.json()["path"] == "/sem-restservices/db/object"
+    assert set(bare.json()) == {"timestamp", "status", "error", "path"}
+    with httpx.Client(base_url=base) as client:
+        assert client.post("/auth/login", data={"username": "demo", "password": "demo"}).status_code == 200
+        page = client.get("/search/params", params={"oid": BARE, "offset": 1, "limit": 2}).json()
+        assert page["totalElements"] == 4 and page["number"] == 0 and len(page["content"]) == 2
+        assert {r["paramType"]["name"] for r in page["content"]} <= {"physical", "calculated", "signal"}
+        day = f"{T0}/{T0 + DAY_MS}"
+        assert client.get(f"/db/measure/{LAGGED}/{T0}/{T0 + DAY_MS + 1}").status_code == 400  # over 24 h
+        assert client.get(f"/db/measure/{REVISED}/{day}").status_code == 404  # calculated
+        assert len(client.get(f"/db/measure/{LAGGED}/{day}", params={"count": 7}).json()["points"]) == 7
+        live.set_clock(FIRST_RUN)
+        try:
+            records = {o["id"]: o for o in client.get("/db/object").json()}
+        finally:
+            live.set_clock(schedule.clock)
+    assert records[BARE]["sdirobjectstate"]["id"] == 1 and records[BARE]["controllersTotalCount"] == 0
+    assert records[FLEET.objects[1].id]["controllersOfflineCount"] == 1
+
+
+@pytest.mark.skipif(bool(wrk.missing()), reason=str(wrk.missing()))
+def test_the_throughput_benchmark_replays_each_shape_with_wrk(schedule):
+    """What `python benchmarks/servers/live_client.py` measures, on a few requests of each shape."""
+    for shape in ("raw-hour", "raw-day", "average", "candles"):
+        row = live_client.throughput(schedule.live, shape, 20, 4)
+        assert row["requests_per_second"] > 0 and row["bytes_per_request"] > 0, shape
