@@ -102,6 +102,7 @@ import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
@@ -574,6 +575,8 @@ def _span(a: int, b: int, what: str) -> tuple[int, int]:
 
 
 class Failure(Exception):
+    """An answer with this status (and headers), its body Spring's error JSON."""
+
     def __init__(self, status: int, headers: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(status)
         self.status, self.headers = status, headers
@@ -689,14 +692,6 @@ ROUTES: list[tuple[re.Pattern[str], str, str, str]] = [
         (r"/room", "POST", "rooms", "other"),
     )
 ]
-REASONS = {
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-}
-REASONS[500] = "Internal Server Error"
 STATES = ("none", "normal", "warning", "error", "critical")
 
 
@@ -803,9 +798,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _error(self, status: int, path: str) -> bytes:
         stamp = datetime.fromtimestamp(self.live.fleet.clock / 1000, UTC).isoformat(timespec="milliseconds")
-        return _json(
-            {"timestamp": stamp, "status": status, "error": REASONS.get(status, "Error"), "path": path}
-        )
+        return _json({"timestamp": stamp, "status": status, "error": HTTPStatus(status).phrase, "path": path})
 
     # -- sign-in and sessions -------------------------------------------------------------------------
 
