@@ -18,8 +18,11 @@ from tests.support.emulator import END, START
 OFFLINE = "http://127.0.0.1:1/sem-restservices"  # commands that fail before they would connect
 
 
-def etl_with(module: str, version: str | None, *args: str) -> subprocess.CompletedProcess:
-    """`etl ARGS` in a process where `module` is missing (version None) or has this version."""
+def etl_with(
+    module: str, version: str | None, *args: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    """`etl ARGS` in a process where `module` is missing (version None) or has this version; `env` over
+    the environment."""
     if version is None:
         stub = f"sys.modules[{module!r}] = None"
     else:
@@ -30,7 +33,7 @@ def etl_with(module: str, version: str | None, *args: str) -> subprocess.Complet
         capture_output=True,
         text=True,
         timeout=120,
-        env=environment(),
+        env=environment(env=env),
     )
 
 
@@ -114,3 +117,24 @@ def test_a_lake_format(tmp_path, fmt, module):
 def test_the_emulator_server():
     result = etl_with("uvicorn", None, "emulator", "serve", "--port", "0")
     assert_one_line(result, "'etl emulator serve' needs uvicorn: pip install 'etl[emulator]'")
+
+
+def test_lineage(emulator, tmp_path):
+    """Asked by the config: one line before the run starts; by the environment alone, a warning and the
+    run goes on."""
+    path = config(tmp_path, tmp_path / "out", emulator.base_url, lineage=True, series=["raw"])
+    result = etl_with("openlineage.client", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "lineage needs openlineage-python: pip install 'etl[lineage]'")
+    assert not (tmp_path / "out" / "raw").exists()
+    path = config(tmp_path, tmp_path / "out", emulator.base_url, series=["raw"])
+    result = etl_with(
+        "openlineage.client",
+        None,
+        "run",
+        "-c",
+        path,
+        "--no-progress",
+        env={"OPENLINEAGE_URL": "http://127.0.0.1:1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "lineage needs openlineage-python: pip install 'etl[lineage]'" in result.stderr
