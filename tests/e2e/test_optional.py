@@ -138,3 +138,12 @@ def test_lineage(emulator, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "lineage needs openlineage-python: pip install 'etl[lineage]'" in result.stderr
+
+
+def test_dagster():
+    code = "import sys; sys.modules['dagster'] = None; import etl.dagster"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert (
+        done.stderr.splitlines()[-1] == "ImportError: etl.dagster needs dagster: pip install 'etl[dagster]'"
+    )

@@ -36,3 +36,9 @@ def test_the_lineage_requirements_are_the_lineage_extra():
     extras = pyproject["project"]["optional-dependencies"]
     assert sorted(LINEAGE_REQUIREMENTS.values()) == sorted(extras["lineage"])
     assert set(LINEAGE_REQUIREMENTS.values()) <= set(extras["dev"])
+
+
+def test_the_dagster_extra_is_in_dev(tmp_path):
+    """make test installs it; without it, `import etl.dagster` says which extra brings it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(extras["dagster"]) <= set(extras["dev"])
