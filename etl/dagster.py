@@ -4,7 +4,7 @@ dataset, partitioned by UTC day from `window.start`, and a job that runs the sch
     from dagster import Definitions
     from etl.dagster import etl_assets
 
-    defs = Definitions(**etl_assets("configs/prod.yaml"))
+    defs = Definitions(**etl_assets("configs/demo.yaml"))
 
 Materializing a range of days is ONE `etl.run(start, end)` (a single-run backfill policy): the run's
 window is the range, its checkpoints skip what is already written unless the run config asks for
@@ -59,7 +59,7 @@ def etl_assets(
     """The assets, the asset check, the `etl_latest` job and its asset job, as keyword arguments of
     `dagster.Definitions`.
 
-    `key_prefix` starts every asset key (`etl/raw`, `etl/quality`...); `completeness`: the quality
+    `key_prefix` starts every asset key (etl then raw, quality...); `completeness`: the quality
     check fails when a parameter-day of the materialized range is less complete; `retries` and
     `retry_seconds`: how often and after how long a transient failure (exit 4, 5, 130) is tried again.
     """
