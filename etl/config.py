@@ -511,6 +511,27 @@ class LineageConfig(Strict):
     transport: LineageTransport | None = None
 
 
+class TelemetryConfig(Strict):
+    """OpenTelemetry traces of each run (pip install 'etl[otel]'): a span for the run, discovery, each
+    slab and each commit, with their request and point counts, sent over OTLP/HTTP."""
+
+    otlp_endpoint: str = Field(
+        description="the collector's OTLP/HTTP endpoint, e.g. http://collector:4318 (traces go to /v1/traces)"
+    )
+    service_name: str = Field("etl", description="the traces' service.name")
+    headers: dict[str, SecretStr] = Field(
+        {}, description="sent with each export, e.g. {Authorization: 'Bearer ${OTLP_TOKEN}'}"
+    )
+    timeout: float = Field(10.0, gt=0, description="seconds an export may take")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        if not re.match(r"^https?://[^/\s]+", value):
+            raise ValueError("give the collector's URL, http(s)://host:port")
+        return value.rstrip("/")
+
+
 def section_of(annotation: object) -> type[BaseModel] | None:
     """The section model a field holds (`X` or an optional `X | None`), or None for a plain key."""
     for each in (annotation, *typing.get_args(annotation)):
@@ -531,6 +552,7 @@ class Config(Strict):
     executor: ExecutorConfig = ExecutorConfig()
     dimensions: DimensionsConfig = DimensionsConfig()
     lineage: LineageConfig | None = None
+    telemetry: TelemetryConfig | None = None
 
     @field_validator("lineage", mode="before")
     @classmethod
@@ -672,6 +694,9 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
         count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
     redact.register_public(config.source.username)
+    if config.telemetry is not None:
+        redact.register(*redact.url_passwords(config.telemetry.otlp_endpoint))
+        redact.register(*(value.get_secret_value() for value in config.telemetry.headers.values()))
     if config.lineage is not None and (transport := config.lineage.transport) is not None:
         redact.register(*redact.url_passwords(transport.url or ""))
         if transport.api_key is not None:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from etl.pipeline.observe import ParentRun
     from etl.pipeline.summary import RunSummary
     from etl.storage.files import Storage
+    from etl.support.trace import Trace
 
 log = logging.getLogger("etl")
 
@@ -131,6 +132,7 @@ class Lineage:
         self.client = _client(config)
         self.run_id = ""
         self.parent = parent
+        self.trace: Trace | None = None  # no spans of its own
 
     def started(self, summary: RunSummary, options: RunOptions) -> None:
         self.run_id = run_uuid(summary.run_id, self.namespace, self.job)

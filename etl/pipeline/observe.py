@@ -1,6 +1,6 @@
-"""What watches a run from outside (lineage events): `etl.run` tells each observer when the run starts
-and when it ends, with its `RunSummary`. An integration's module, and the library it needs, loads only
-when the config or the environment asks for it."""
+"""What watches a run from outside (lineage events, traces): `etl.run` tells each observer when the run
+starts and when it ends, with its `RunSummary`. An integration's module, and the library it needs, loads
+only when the config or the environment asks for it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from etl.config import Config
 from etl.errors import ConfigError
+from etl.support.trace import Trace
 
 if TYPE_CHECKING:
     from etl.pipeline.coordinator import RunOptions
@@ -23,6 +24,9 @@ log = logging.getLogger("etl")
 
 
 class RunObserver(Protocol):
+    # The spans the run's stages open (etl/support/trace.py), for an observer that keeps them
+    trace: Trace | None
+
     def started(self, summary: RunSummary, options: RunOptions) -> None:
         """The run has its id and is about to take its lock."""
 
@@ -84,8 +88,9 @@ def lineage_from_environment() -> bool:
 
 
 def observers(config: Config) -> list[RunObserver]:
-    """The observers the config (or, for lineage, the environment) asks for. A `lineage:` section
-    without its package is a ConfigError; the environment alone without it, a warning."""
+    """The observers the config (or, for lineage, the environment) asks for. A `lineage:` or
+    `telemetry:` section without its package is a ConfigError; the environment alone without it, a
+    warning."""
     found: list[RunObserver] = []
     section = config.lineage
     if section.enabled if section is not None else lineage_from_environment():
@@ -99,4 +104,13 @@ def observers(config: Config) -> list[RunObserver]:
             )
         else:
             found.append(Lineage(config, parent()))
+    if config.telemetry is not None:
+        from etl.pipeline.telemetry import Telemetry
+
+        found.append(Telemetry(config))
     return found
+
+
+def trace_of(watching: list[RunObserver]) -> Trace | None:
+    """The trace the run's stages report to: the first observer's that keeps one."""
+    return next((o.trace for o in watching if o.trace is not None), None)

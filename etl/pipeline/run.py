@@ -1,6 +1,7 @@
 """`etl.run`: the public entry point of a run, what `etl run -c` calls. It turns its arguments into
-`RunOptions`, runs the `Coordinator` on an event loop of its own, tells the run's observers (lineage:
-etl/pipeline/observe.py) when it starts and ends, and writes the metrics file whatever the outcome."""
+`RunOptions`, runs the `Coordinator` on an event loop of its own, tells the run's observers (lineage,
+traces: etl/pipeline/observe.py) when it starts and ends, and writes the metrics file whatever the
+outcome."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ from etl.pipeline import metrics
 from etl.pipeline.coordinator import Coordinator, RunOptions
 from etl.pipeline.identity import check_layout
 from etl.pipeline.loop import in_a_loop
-from etl.pipeline.observe import observers
+from etl.pipeline.observe import observers, trace_of
 from etl.pipeline.summary import RunSummary
-from etl.support import allocator
+from etl.support import allocator, trace
 from etl.timeutil import Time, parse_time
 
 __all__ = ["RunSummary", "run"]
@@ -83,7 +84,8 @@ def run(
     for observer in watching:
         observer.started(coordinator.summary, options)
     try:
-        summary = in_a_loop(coordinator.run())
+        with trace.tracing(trace_of(watching)):
+            summary = in_a_loop(coordinator.run())
     except BaseException as exc:
         error = exc if isinstance(exc, EtlError) else Interrupted("interrupted") if _stopped(exc) else None
         for observer in watching:

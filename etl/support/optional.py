@@ -1,4 +1,5 @@
-"""The packages of the `scale`, `lake` and `lineage` extras, imported only by the features that need them."""
+"""The packages of the `scale`, `lake`, `lineage` and `otel` extras, imported only by the features that need
+them."""
 
 from __future__ import annotations
 
@@ -23,7 +24,17 @@ LAKE_REQUIREMENTS = {
 
 # Module -> the requirement of the `lineage` extra (a config's `lineage:` section).
 LINEAGE_REQUIREMENTS = {"openlineage.client": "openlineage-python>=1.30,<2"}
-EXTRAS = {"scale": REQUIREMENTS, "lake": LAKE_REQUIREMENTS, "lineage": LINEAGE_REQUIREMENTS}
+# Module -> the requirement of the `otel` extra (a config's `telemetry:` section).
+OTEL_REQUIREMENTS = {
+    "opentelemetry.sdk": "opentelemetry-sdk>=1.20,<2",
+    "opentelemetry.exporter.otlp.proto.http": "opentelemetry-exporter-otlp-proto-http>=1.20,<2",
+}
+EXTRAS = {
+    "scale": REQUIREMENTS,
+    "lake": LAKE_REQUIREMENTS,
+    "lineage": LINEAGE_REQUIREMENTS,
+    "otel": OTEL_REQUIREMENTS,
+}
 
 
 def require(module: str, feature: str) -> ModuleType:

@@ -18,7 +18,8 @@ from etl.pipeline.lineage import run_uuid
 from tests.support.cli import etl_process
 from tests.support.configs import config_dict, make_config, write_config
 from tests.support.emulator import END, START
-from tests.support.lineage import check, receiver
+from tests.support.lineage import check
+from tests.support.receiver import receiver
 
 
 def by_name(datasets: list[dict]) -> dict[str, dict]:

@@ -147,3 +147,10 @@ def test_dagster():
     assert (
         done.stderr.splitlines()[-1] == "ImportError: etl.dagster needs dagster: pip install 'etl[dagster]'"
     )
+
+
+def test_telemetry(tmp_path):
+    telemetry = {"otlp_endpoint": "http://127.0.0.1:1"}
+    path = config(tmp_path, tmp_path / "out", telemetry=telemetry, series=["raw"])
+    result = etl_with("opentelemetry.sdk", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "telemetry needs opentelemetry-sdk: pip install 'etl[otel]'")

@@ -1,17 +1,13 @@
-"""A lineage server for the tests (an HTTP receiver on a loopback port that keeps what is POSTed to it),
-and each OpenLineage event checked against the spec's JSON schema and each facet against its own
-(tests/support/openlineage/, copied from OpenLineage; etl's own facet from docs/lineage/)."""
+"""Each OpenLineage event checked against the spec's JSON schema and each facet against its own
+(tests/support/openlineage/, copied from OpenLineage; etl's own facet from docs/lineage/). The lineage
+server the events are sent to: tests/support/receiver.py."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,51 +18,6 @@ from tests.support import ROOT
 
 SCHEMAS = Path(__file__).parent / "openlineage"
 SPEC = "https://openlineage.io/spec/2-0-2/OpenLineage.json"
-
-
-class Receiver:
-    """The events a lineage server got, in the order they came (`url` is its base URL)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.events: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        self.lock = threading.Lock()
-
-    def types(self) -> list[str]:
-        with self.lock:
-            return [e["eventType"] for e in self.events]
-
-
-@contextmanager
-def receiver() -> Iterator[Receiver]:
-    """A lineage server on a free loopback port for the block's length."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    got = Receiver(f"http://127.0.0.1:{server.server_address[1]}")
-    server.got = got  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield got
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        got: Receiver = self.server.got  # type: ignore[attr-defined]
-        with got.lock:
-            got.events.append(json.loads(body))
-            got.paths.append(self.path)
-        self.send_response(201)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @cache

@@ -1,5 +1,6 @@
-"""The `lineage:` section: its shorthands, its keys checked once and named, its file read from the
-config's folder, its secret masked; the parent run an orchestrator names; the run id's UUID."""
+"""The `lineage:` and `telemetry:` sections: their shorthands, their keys checked once and named, the
+events' file read from the config's folder, their secrets masked; the parent run an orchestrator names;
+the run id's UUID."""
 
 from __future__ import annotations
 
@@ -119,3 +120,29 @@ def test_the_docs_example_is_a_valid_section(tmp_path, monkeypatch):
     (tmp_path / "c.yaml").write_text(GOOD + "lineage:\n" + block)
     found = load_config(tmp_path / "c.yaml").lineage
     assert (found.namespace, found.job, found.transport.type) == ("plant", "etl.plant", "http")
+
+
+def test_the_telemetry_section(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD + "telemetry: {otlp_endpoint: 'collector:4318'}\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(path)
+    assert str(error.value) == (
+        "config error: telemetry.otlp_endpoint: give the collector's URL, http(s)://host:port"
+    )
+    path.write_text(
+        GOOD + "telemetry: {otlp_endpoint: 'http://c:4318/', headers: {Authorization: Bearer t0ken-otlp}}\n"
+    )
+    found = load_config(path).telemetry
+    assert found.otlp_endpoint == "http://c:4318" and "t0ken-otlp" not in repr(found)
+    assert redact.redact("sent Bearer t0ken-otlp") == "sent ***"
+
+
+def test_the_docs_telemetry_example_is_a_valid_section(tmp_path, monkeypatch):
+    from tests.support import ROOT
+
+    page = (ROOT / "docs/orchestration.md").read_text()
+    block = page.split("```yaml\ntelemetry:\n", 1)[1].split("```", 1)[0]
+    monkeypatch.setenv("OTLP_TOKEN", "a-token-for-the-test")
+    (tmp_path / "c.yaml").write_text(GOOD + "telemetry:\n" + block)
+    assert load_config(tmp_path / "c.yaml").telemetry.otlp_endpoint == "http://collector:4318"

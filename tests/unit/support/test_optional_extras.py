@@ -42,3 +42,11 @@ def test_the_dagster_extra_is_in_dev(tmp_path):
     """make test installs it; without it, `import etl.dagster` says which extra brings it."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert set(extras["dagster"]) <= set(extras["dev"])
+
+
+def test_the_otel_requirements_are_the_otel_extra():
+    from etl.support.optional import OTEL_REQUIREMENTS
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert sorted(OTEL_REQUIREMENTS.values()) == sorted(extras["otel"])
+    assert set(OTEL_REQUIREMENTS.values()) <= set(extras["dev"])
