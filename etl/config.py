@@ -73,6 +73,13 @@ class RetryConfig(Strict):
     )
 
 
+def http_url(value: str, problem: str) -> str:
+    """An http(s) URL that names a host, without a trailing slash (ValueError saying `problem`, if not)."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(problem)
+    return value.rstrip("/")
+
+
 def source_name(value: str) -> str:
     """A source's name as it may be written: it names files and folders (ValueError saying how, if not)."""
     if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
@@ -132,9 +139,7 @@ class SourceConfig(Strict):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("must start with http:// or https:// and name a host")
-        return value.rstrip("/")
+        return http_url(value, "must start with http:// or https:// and name a host")
 
     @field_validator("proxy")
     @classmethod
@@ -482,8 +487,8 @@ class LineageTransport(Strict):
 
     @model_validator(mode="after")
     def _needs(self) -> LineageTransport:
-        if self.type == "http" and not (self.url and re.match(r"^https?://[^/\s]+", self.url)):
-            raise ValueError("type http needs url, http(s)://host[:port]")
+        if self.type == "http":
+            http_url(self.url or "", "type http needs url, http(s)://host[:port]")
         if self.type == "file" and not self.path:
             raise ValueError("type file needs path")
         given = self.model_fields_set - {"type"}
@@ -527,9 +532,7 @@ class TelemetryConfig(Strict):
     @field_validator("otlp_endpoint")
     @classmethod
     def _endpoint(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("give the collector's URL, http(s)://host:port")
-        return value.rstrip("/")
+        return http_url(value, "give the collector's URL, http(s)://host:port")
 
 
 def section_of(annotation: object) -> type[BaseModel] | None:
