@@ -136,6 +136,16 @@ class Lineage:
 
     def started(self, summary: RunSummary, options: RunOptions) -> None:
         self.run_id = run_uuid(summary.run_id, self.namespace, self.job)
+        with _quiet("send the run's OpenLineage START event"):
+            self._started(summary, options)
+
+    def ended(self, summary: RunSummary, error: BaseException | None) -> None:
+        with _quiet("send the run's last OpenLineage event"):
+            self._ended(summary, error)
+        with _quiet("close the OpenLineage client"):
+            self.client.close(timeout=10.0)
+
+    def _started(self, summary: RunSummary, options: RunOptions) -> None:
         window = self.config.window
         start = options.start if options.start is not None else window.start_ms
         end = options.end if options.end is not None else None if window.end == "now" else window.end_ms(0)
@@ -145,7 +155,7 @@ class Lineage:
         )
         self._emit(RunState.START, summary, facets, self._outputs(summary, finished=False))
 
-    def ended(self, summary: RunSummary, error: BaseException | None) -> None:
+    def _ended(self, summary: RunSummary, error: BaseException | None) -> None:
         facets = self._run_facets(summary)
         if summary.window is not None:
             facets["nominalTime"] = nominal_time_run.NominalTimeRunFacet(
@@ -161,8 +171,6 @@ class Lineage:
                 message=message, programmingLanguage="python"
             )
         self._emit(state, summary, facets, self._outputs(summary, finished=True))
-        with _quiet("close the OpenLineage client"):
-            self.client.close(timeout=10.0)
 
     # -- the event ----------------------------------------------------------------------------------
 
@@ -190,8 +198,7 @@ class Lineage:
             outputs=outputs,
             producer=PRODUCER,
         )
-        with _quiet(f"send the run's OpenLineage {state.value} event"):
-            self.client.emit(event)
+        self.client.emit(event)
 
     def _run_facets(self, summary: RunSummary) -> dict[str, RunFacet]:
         record = summary.as_dict()
@@ -312,7 +319,8 @@ def _environment_kept() -> Iterator[None]:
 
 @contextmanager
 def _quiet(what: str) -> Iterator[None]:
-    """Lineage is a side channel: a transport that fails is a warning, not the run's failure."""
+    """Lineage is a side channel: a transport that fails, or anything else, is a warning, not the run's
+    failure."""
     try:
         yield
     except Exception as exc:  # noqa: BLE001 - whatever a transport raises

@@ -77,6 +77,12 @@ class Telemetry:
             yield _Span(span)
 
     def ended(self, summary: RunSummary, error: BaseException | None) -> None:
+        try:
+            self._ended(summary, error)
+        except Exception as exc:  # noqa: BLE001 - traces are a side channel: a warning, not the run's failure
+            log.warning("telemetry: could not export the run's spans: %s", redact.redact(str(exc)))
+
+    def _ended(self, summary: RunSummary, error: BaseException | None) -> None:
         if self.run is not None:
             record = summary.as_dict()
             _Span(self.run).set(
@@ -89,10 +95,7 @@ class Telemetry:
             if error is not None:
                 self.run.set_status(otel.Status(otel.StatusCode.ERROR, summary.error or type(error).__name__))
             self.run.end()
-        try:
-            self.provider.shutdown()  # exports what is left
-        except Exception as exc:  # noqa: BLE001 - a collector away is a warning, not the run's failure
-            log.warning("telemetry: could not export the run's spans: %s", redact.redact(str(exc)))
+        self.provider.shutdown()  # exports what is left
 
 
 def _exporter(section: TelemetryConfig) -> OTLPSpanExporter:

@@ -131,3 +131,12 @@ def test_an_interrupted_run_sends_abort_with_its_parent(fresh_emulator, tmp_path
     assert abort["job"]["namespace"] == "etl" and abort["run"]["facets"]["etl"]["status"] == "interrupted"
     assert "interrupted" in abort["run"]["facets"]["errorMessage"]["message"]
     assert abort["run"]["facets"]["etl"]["windows"] > 0  # what it wrote before it stopped
+
+
+def test_a_transport_that_fails_is_a_warning_not_the_runs_failure(emulator, tmp_path, caplog):
+    (tmp_path / "a-file").write_text("")
+    lineage = {"transport": {"type": "file", "path": str(tmp_path / "a-file" / "events.jsonl")}}
+    summary = etl.run(make_config(emulator.base_url, tmp_path / "out", series=["raw"], lineage=lineage))
+    assert summary.status == "ok"
+    warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("lineage: could not")]
+    assert len(warned) == 2 and "START" in warned[0], warned
