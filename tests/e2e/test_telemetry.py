@@ -44,7 +44,11 @@ def spans_of(posts: list[tuple[str, bytes]]) -> list[dict]:
 def test_a_run_exports_its_spans(emulator, tmp_path):
     with receiver() as collector:
         telemetry = {"otlp_endpoint": collector.url, "service_name": "plant-etl"}
-        summary = etl.run(make_config(emulator.base_url, tmp_path / "out", telemetry=telemetry))
+        window = {"end": "2026-11-02T00:00:00Z"}
+        config = make_config(
+            emulator.base_url, tmp_path / "out", series=["raw", "average"], window=window, telemetry=telemetry
+        )
+        summary = etl.run(config)
     spans = spans_of(collector.posts)
     [run] = [s for s in spans if s["name"] == "etl.run"]
     assert (run["etl.run_id"], run["etl.status"], run["service"]) == (summary.run_id, "ok", "plant-etl")
