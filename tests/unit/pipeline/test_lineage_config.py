@@ -146,3 +146,17 @@ def test_the_docs_telemetry_example_is_a_valid_section(tmp_path, monkeypatch):
     monkeypatch.setenv("OTLP_TOKEN", "a-token-for-the-test")
     (tmp_path / "c.yaml").write_text(GOOD + "telemetry:\n" + block)
     assert load_config(tmp_path / "c.yaml").telemetry.otlp_endpoint == "http://collector:4318"
+
+
+def test_the_environment_alone_without_the_package_is_a_warning(tmp_path, monkeypatch, caplog):
+    import sys
+
+    from etl.pipeline.observe import observers
+
+    (tmp_path / "c.yaml").write_text(GOOD)
+    found = load_config(tmp_path / "c.yaml")
+    monkeypatch.setenv("OPENLINEAGE_URL", "http://127.0.0.1:1")
+    monkeypatch.setitem(sys.modules, "openlineage.client", None)
+    monkeypatch.delitem(sys.modules, "etl.pipeline.lineage", raising=False)
+    assert observers(found) == []
+    assert "lineage needs openlineage-python: pip install 'etl[lineage]'" in caplog.text
