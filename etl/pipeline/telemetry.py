@@ -1,6 +1,6 @@
 """OpenTelemetry traces of a run (`telemetry:` in the config): a span for the run, and under it one for
 discovery, each slab and each commit (etl/support/trace.py), with their request and point counts,
-exported over OTLP/HTTP when the run ends. The tracer provider is the run's own: a program's global
+exported over OTLP/HTTP in batches as the run goes (a bounded queue) and the rest when it ends. The tracer provider is the run's own: a program's global
 OpenTelemetry setup is left as it is."""
 
 from __future__ import annotations
