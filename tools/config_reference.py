@@ -140,7 +140,7 @@ def render() -> str:
     out = [HEADER]
     for prefix, model in sections(Config):
         keys = [
-            (name, field)
+            (field.alias or name, field)  # a key named as users write it (sink.schema)
             for name, field in model.model_fields.items()
             if _section(field.annotation) is None  # type: ignore[arg-type]
         ]

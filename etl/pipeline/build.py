@@ -19,7 +19,7 @@ from etl.client.capacity import Share
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Series
-from etl.pipeline import dimensions
+from etl.pipeline import dimensions, records
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
 from etl.quality.writer import QualitySlabWriter, QualityTracker
@@ -117,7 +117,9 @@ class Build(Output):
         if self.lake is not None:
             from etl.sinks.lake.writer import write_dimensions
 
-            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+            # PostgreSQL's columns hold no Arrow lists or records: JSON text, as CSV's.
+            flat = records.flat if self.database is not None else None
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name, flat)
         return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- other processes ------------------------------------------------------------------------------
@@ -132,6 +134,8 @@ class Build(Output):
             update={
                 "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
                 "storage_options": self.data.options,
+                # the database's password itself rather than its file, as the source's
+                **({"dsn": self.database.uri, "password_file": None} if self.database is not None else {}),
             }
         )
         source = config.source.model_copy(

@@ -36,7 +36,7 @@ from etl.errors import StorageError
 from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import MARKS, Coverage, key_of
-from etl.state.lock import RunLock
+from etl.state.lock import Lock, RunLock
 from etl.storage.files import Storage
 
 log = logging.getLogger(__name__)
@@ -193,9 +193,10 @@ class StateStore:
     """The checkpoints and run lock of one (source, shard). Shards never share either, so N sharded
     jobs run side by side without waiting for each other."""
 
-    def __init__(self, storage: Storage, lease_seconds: float = 120.0) -> None:
+    def __init__(self, storage: Storage, lease_seconds: float = 120.0, run_lock: Lock | None = None) -> None:
+        """`run_lock`: the lock to hold instead of the folder's own (PostgreSQL's, which holds it too)."""
         self.storage = storage
-        self.run_lock = RunLock(storage, lease_seconds)
+        self.run_lock: Lock = run_lock or RunLock(storage, lease_seconds)
         self._seq = 0  # the last log segment applied
         self._bases: list[int] = []
         self._segments: list[int] = []

@@ -1,4 +1,4 @@
-"""The packages of the `scale` and `lake` extras, imported only by the features that need them."""
+"""The packages of the `scale`, `lake` and `postgres` extras, imported only by the features that need them."""
 
 from __future__ import annotations
 
@@ -21,21 +21,28 @@ LAKE_REQUIREMENTS = {
     "pyiceberg": "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]>=0.12,<0.13",
 }
 
+# Module -> the requirement of the `postgres` extra (sink.format postgres).
+POSTGRES_REQUIREMENTS = {
+    "adbc_driver_postgresql": "adbc-driver-postgresql>=1.6,<2",
+    "adbc_driver_manager": "adbc-driver-manager>=1.6,<2",
+}
+EXTRAS = {"scale": REQUIREMENTS, "lake": LAKE_REQUIREMENTS, "postgres": POSTGRES_REQUIREMENTS}
+
 
 def require(module: str, feature: str) -> ModuleType:
-    """`module`, imported for `feature`; if it is missing or older than the extra asks, one line that
-    names it and the command that installs it."""
-    extra = "lake" if module in LAKE_REQUIREMENTS else "scale"
-    requirement = {**REQUIREMENTS, **LAKE_REQUIREMENTS}[module]
+    """`module` (or a module of its package: `package.sub`), imported for `feature`; if it is missing or
+    older than the extra asks, one line that names it and the command that installs it."""
+    package = module.split(".", 1)[0]
+    extra, requirement = next((name, found[package]) for name, found in EXTRAS.items() if package in found)
     try:
         imported = importlib.import_module(module)
     except ImportError:
-        raise ConfigError(f"{feature} needs {module}: pip install 'etl[{extra}]'") from None
-    version = getattr(imported, "__version__", "")
+        raise ConfigError(f"{feature} needs {package}: pip install 'etl[{extra}]'") from None
+    version = getattr(importlib.import_module(package), "__version__", "")
     minimum = re.search(r">=([\d.]+)", requirement)
     if version and minimum and _release(version) < _release(minimum.group(1)):
         raise ConfigError(
-            f"{feature} needs {requirement}, found {module} {version}: pip install --upgrade '{requirement}'"
+            f"{feature} needs {requirement}, found {package} {version}: pip install --upgrade '{requirement}'"
         )
     return imported
 
