@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, unquote
 
 from etl.errors import LockedError, StorageError
 from etl.support import redact
@@ -25,6 +25,10 @@ from etl.support.optional import require
 
 if TYPE_CHECKING:  # the driver loads for sink.format postgres only
     from adbc_driver_manager.dbapi import Connection, Cursor
+
+
+# scheme://user[:password]@rest: the password runs to the first '@' (hosts hold none).
+_CREDENTIALS = re.compile(r"^([\w+.-]+://)([^:/@]*)(?::([^@]*))?@(.*)$", re.DOTALL)
 
 
 def quoted(*names: str) -> str:
@@ -50,24 +54,28 @@ class Database:
     """One PostgreSQL database and the schema of etl's tables in it."""
 
     def __init__(self, dsn: str, schema: str, password: str | None = None) -> None:
+        """`password`: the database's (sink.password_file), in place of the dsn's."""
         self.schema = schema
-        parts = urlsplit(dsn)
-        if password is not None:
-            redact.register(password, quote(password, safe=""))
-            user = quote(parts.username or "", safe="")
-            netloc = f"{user}:{quote(password, safe='')}@{parts.netloc.rsplit('@', 1)[-1]}"
-            parts = parts._replace(netloc=netloc)
-        self.uri = urlunsplit(parts)
-        host = parts.netloc.rsplit("@", 1)[-1]
+        found = _CREDENTIALS.match(dsn.strip())
+        scheme, user, written, rest = found.groups() if found else ("", None, None, dsn.strip())
+        # Read as SQLAlchemy reads sink.catalog: the password runs to the first '@', so one substituted
+        # from ${VARIABLE} may hold any character; libpq gets it percent-encoded.
+        secret = password if password is not None else unquote(written) if written is not None else None
+        if secret is not None:
+            redact.register(secret, quote(secret, safe=""))
+        login = quote(unquote(user), safe="") if user else ""
+        userinfo = f"{login}:{quote(secret, safe='')}@" if secret is not None else f"{login}@" if user else ""
+        self.uri = f"{scheme}{userinfo}{rest}"
         # What messages name: the user, host, port and database, never the password.
-        self.display = f"{parts.username or ''}@{host}{parts.path}".lstrip("@")
+        where = re.sub(r"^[\w+.-]+://", "", rest).split("?", 1)[0]
+        self.display = f"{unquote(user)}@{where}" if user else where
         self._con: Connection | None = None
         self._lock = threading.RLock()
         self._holding: set[int] = set()  # advisory locks the connection holds
         self._depth = 0  # transactions open (the lock's owner's: one, or none)
 
     def _error(self, action: str, exc: BaseException) -> StorageError:
-        return StorageError(f"PostgreSQL {self.display}: {action}: {_one_line(exc)}")
+        return StorageError(redact.redact(f"PostgreSQL {self.display}: {action}: {_one_line(exc)}"))
 
     def connect(self) -> Connection:
         """A new connection (autocommit off), named in pg_stat_activity by this process."""
