@@ -18,6 +18,7 @@ from tests.support.emulator import END, START, series_requests
 from tests.support.expected import SERIES
 from tests.support.output import checkpoints, read, read_quality
 from tests.support.pipeline import run
+from tests.support.postgres import database, sink
 
 
 def files(root) -> list[str]:
@@ -144,3 +145,28 @@ def test_dask_workers_write_lake_tables_row_for_row_what_a_local_run_writes(
         assert all(summary["series"][s]["files"] > 0 for s in SERIES), summary["series"]  # the commits' files
     if fmt == "delta":  # the workers' files (etl/sinks/lake/delta_files.py), not delta-rs's own
         assert list((remote / "raw").glob("date=*/part-00000-*-c000.zstd.parquet"))
+
+
+def test_dask_workers_write_postgres_tables_row_for_row_what_a_local_run_writes(
+    emulator, dask_cluster, postgres, tmp_path
+):
+    """Workers COPY their slabs' rows into stage tables; the coordinator moves them in, with their
+    checkpoints, in grouped transactions; a second run replaces every window."""
+    local, remote = tmp_path / "local", tmp_path / "dask"
+    run(make_config(emulator.base_url, local, sink=sink(postgres, local)))
+    config = make_config(emulator.base_url, remote, sink=sink(postgres, remote))
+    for full_refresh in (False, True):
+        summary = run(
+            config, executor="dask", scheduler=dask_cluster.scheduler_address, full_refresh=full_refresh
+        ).as_dict()
+        assert summary["executor"].startswith("dask")
+        for series in SERIES:
+            assert read(remote, series).equals(read(local, series)), series
+        assert read_quality(remote).equals(read_quality(local))
+        assert list(checkpoints(remote).rows()) == list(checkpoints(local).rows())
+        assert summary["lake"]["commits"] == 3
+    stages = database(remote).rows(  # type: ignore[attr-defined]
+        "select count(*) from pg_tables where schemaname = $1 and tablename like '\\_etl\\_stage\\_%'",
+        (config.sink.db_schema,),
+    )
+    assert stages == [(0,)]  # every worker's stage table was moved in and dropped

@@ -295,3 +295,49 @@ def test_a_username_that_contains_the_password_is_shown_whole(monkeypatch, capsy
             main(["api", "objects"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 3 and "sign-in refused for user 'demo1'" in err, err
+
+
+def test_the_databases_password_reaches_no_log_error_summary_table_or_doctor(
+    emulator, postgres, tmp_path, capsys, monkeypatch
+):
+    """sink.format postgres: a --debug run with the password in sink.password_file, `etl doctor --json`,
+    and runs refused with a wrong password (from the environment into the dsn, from the file): the
+    password, as typed and encoded, is in no stream, no file of the output, no checkpoint in the
+    database."""
+    from tests.support.cli import etl_main
+    from tests.support.postgres import VARIABLE, database, sink
+
+    out = tmp_path / "out"
+    keys = sink(postgres, out)
+    secret = tmp_path / "pg-password"
+    secret.write_text(postgres.password + "\n")
+    data = config_dict(emulator.base_url, out, series=["raw"], sink=keys)
+    data["window"]["end"] = "2026-11-02T00:00:00Z"
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    from_file = {**data, "sink": {**keys, "dsn": keys["dsn"].replace(f":${{{VARIABLE}}}@", "@")}}
+    from_file["sink"]["password_file"] = str(secret)
+    path = write_config(tmp_path / "file.yaml", from_file)
+    ok = etl("--debug", "run", "-c", str(path), "--json")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    doctor = etl("doctor", "-c", str(path), "--json")
+    assert doctor.returncode in (0, 10), doctor.stderr
+    shown = ok.stdout + ok.stderr + doctor.stdout + doctor.stderr
+    secret.write_text("wrong-pg-password")
+    monkeypatch.setenv("ETL_PASSWORD", "demo")
+    code, stdout, stderr = etl_main(capsys, "--debug", "run", "-c", str(path))
+    assert code == 7 and "password authentication failed" in stderr
+    shown += stdout + stderr
+    refused = write_config(tmp_path / "env.yaml", data)
+    code, stdout, stderr = etl_main(capsys, "run", "-c", str(refused))
+    assert code == 0, stderr
+    shown += stdout + stderr
+    secrets = {postgres.password, quote(postgres.password, safe=""), quote_plus(postgres.password)}
+    secrets.add("wrong-pg-password")
+    assert leaks(shown, secrets) == []
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any("_runs" in p.parts for p in files) and any("_state" in p.parts for p in files)
+    assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
+    db = database(out)
+    stored = db.rows(f'select checkpoint, run from "{keys["schema"]}"._etl_commits')  # type: ignore[attr-defined]
+    assert stored and leaks(repr(stored), secrets) == []
+    db.close()  # type: ignore[attr-defined]
