@@ -167,3 +167,17 @@ def database(out: object) -> object:
 
     url, schema = OUTPUTS[str(out)]
     return Database(url, schema)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.support.postgres CMD...`: CMD run with a throwaway cluster up, its port in
+    ETL_PG_PORT and its password in ETL_PG_PASSWORD (make demo-postgres)."""
+    with running_postgres() as running:
+        env = {**os.environ, "ETL_PG_PORT": str(running.port), VARIABLE: running.password}
+        return subprocess.run(argv, env=env).returncode
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
