@@ -335,6 +335,23 @@ class PostgresTable(LakeTable):
         this, PostgreSQL's own SQL reads them where they are."""
         return ds.dataset(self._select())
 
+    def rows(
+        self, source: str, start: int | None = None, end: int | None = None, params: list[int] | None = None
+    ) -> ds.Dataset:
+        """Only the source's rows a reader asks for, selected in PostgreSQL (a quality row's `day` is the
+        start of its day: the bounds are taken to whole days there)."""
+        where, parameters = ["source = $1"], (source,)
+        if self.time_key is not None:
+            key = quoted(self.time_key)
+            whole = self.time_key != "ts"
+            if start is not None:
+                where.append(f"{key} >= {timestamp(start // DAY_MS * DAY_MS if whole else start)}")
+            if end is not None:
+                where.append(f"{key} < {timestamp(-(-end // DAY_MS) * DAY_MS if whole else end)}")
+        if params is not None and "param_id" in self._known():
+            where.append(f"param_id = any({ids(params)})")
+        return ds.dataset(self._select(" and ".join(where), parameters))
+
     def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
         assert self.time_key is not None
         replace = Replace(source, self.time_key, ((start, end, tuple(params)),))
