@@ -106,7 +106,8 @@ class Output:
         if chosen is None:
             chosen = LEGACY_BUCKETS if existing or self.config.sink.lake else auto_buckets(parameters)
         sink, source = self.config.sink, self.config.source
-        now = Recorded(chosen, sink.format, tuple(sink.partition_by), source.name, source.platform)
+        tables = self.database.target if self.database is not None else None
+        now = Recorded(chosen, sink.format, tuple(sink.partition_by), source.name, source.platform, tables)
         if record and now != recorded:
             store.note_layout(now)
         return chosen

@@ -72,6 +72,7 @@ class Recorded:
     partition_by: tuple[str, ...] | None = None  # sink.partition_by
     source: str | None = None  # source.name: the `source` the rows carry
     platform: str | None = None  # source.base_url without credentials: the instance the rows came from
+    tables: str | None = None  # postgres: the database and schema of the tables (host:port/db schema)
 
     def as_json(self) -> bytes:
         body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
@@ -339,7 +340,7 @@ class StateStore:
         try:
             body = orjson.loads(data)
             buckets, partition_by = body.get("buckets"), body.get("partition_by")
-            texts = {k: body.get(k) for k in ("format", "source", "platform")}
+            texts = {k: body.get(k) for k in ("format", "source", "platform", "tables")}
             valid = (
                 isinstance(buckets, int)
                 and not isinstance(buckets, bool)

@@ -69,6 +69,7 @@ class Database:
         # What messages name: the user, host, port and database, never the password.
         where = re.sub(r"^[\w+.-]+://", "", rest).split("?", 1)[0]
         self.display = f"{unquote(user)}@{where}" if user else where
+        self.target = f"{where} schema {schema}"  # which tables, whoever logs in
         self._con: Connection | None = None
         self._lock = threading.RLock()
         self._holding: set[int] = set()  # advisory locks the connection holds

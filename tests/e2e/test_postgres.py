@@ -262,7 +262,8 @@ def test_two_sources_and_three_shards_at_once(postgres, tmp_path):
 
 def test_the_advisory_lock_keeps_a_second_run_out(emulator, postgres, tmp_path, capsys):
     """A session holding the run's advisory lock (a run on another machine, whose checkpoint folder is
-    not this one) refuses the run and etl state reset with exit 8, naming it."""
+    not this one) refuses the run and etl state reset with exit 8, naming it; a run into other tables
+    than its checkpoints' stops with exit 2."""
     out = tmp_path / "out"
     data = pg_config(emulator, postgres, out)
     path = write_config(tmp_path / "c.yaml", data)
@@ -277,6 +278,10 @@ def test_the_advisory_lock_keeps_a_second_run_out(emulator, postgres, tmp_path, 
     finally:
         other.close()  # type: ignore[attr-defined]
     assert etl_main(capsys, "run", "-c", str(path))[0] == 0
+    # The checkpoints are of these tables: a run into another schema (or database) would miss the rows.
+    data["sink"]["schema"] = "elsewhere"
+    code, _, stderr = etl_main(capsys, "run", "-c", str(write_config(tmp_path / "c.yaml", data)))
+    assert code == 2 and "sink.dsn: the checkpoints" in stderr and "schema elsewhere" in stderr, stderr
 
 
 @pytest.mark.parametrize(
