@@ -147,9 +147,7 @@ def test_dask_workers_write_lake_tables_row_for_row_what_a_local_run_writes(
         assert list((remote / "raw").glob("date=*/part-00000-*-c000.zstd.parquet"))
 
 
-def test_dask_workers_write_postgres_tables_exactly(
-    emulator, dask_cluster, postgres, tmp_path
-):
+def test_dask_workers_write_postgres_tables_exactly(emulator, dask_cluster, postgres, tmp_path):
     """Workers COPY their slabs' rows into stage tables; the coordinator moves them in, with their
     checkpoints, in grouped transactions; a second run replaces every window: exact both times."""
     remote = tmp_path / "dask"
