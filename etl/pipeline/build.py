@@ -17,7 +17,6 @@ from pydantic import SecretStr
 from etl.client import ClientOptions, ClientStats, MonitoringClient
 from etl.client.capacity import Share
 from etl.config import Config
-from etl.errors import ConfigError
 from etl.model import Series
 from etl.pipeline import dimensions, records
 from etl.pipeline.dimensions import Rows
@@ -52,14 +51,7 @@ class Build(Output):
         source = self.config.source
         if source.password_file is None:
             return source.password.get_secret_value() if source.password else ""
-        try:
-            secret = source.password_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"config error: source.password_file: cannot read {source.password_file}: {exc.strerror}"
-            ) from None
-        redact.register(secret)
-        return secret
+        return redact.read_secret(source.password_file, "source.password_file")
 
     @cached_property
     def client_options(self) -> ClientOptions:

@@ -9,7 +9,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from etl.config import Config
-from etl.errors import ConfigError
 from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.formats import FileFormat, file_format
 from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
@@ -17,6 +16,7 @@ from etl.state import StateStore
 from etl.state.lock import AdvisoryLock, RunLock
 from etl.state.store import Recorded
 from etl.storage.files import Storage
+from etl.support import redact
 
 if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
     from etl.sinks.lake import Lake
@@ -61,12 +61,7 @@ class Output:
 
         password = None
         if sink.password_file is not None:
-            try:
-                password = sink.password_file.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise ConfigError(
-                    f"config error: sink.password_file: cannot read {sink.password_file}: {exc.strerror}"
-                ) from None
+            password = redact.read_secret(sink.password_file, "sink.password_file")
         return Database(sink.dsn, sink.db_schema, password)
 
     def close(self) -> None:
