@@ -26,3 +26,12 @@ def test_the_lake_requirements_are_the_lake_extra():
 def test_the_emulator_extra_brings_the_server_that_etl_emulator_serve_asks_for():
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert [r.split("[")[0] for r in pyproject["project"]["optional-dependencies"]["emulator"]] == ["uvicorn"]
+
+
+def test_the_postgres_requirements_are_the_postgres_extra():
+    from etl.support.optional import POSTGRES_REQUIREMENTS
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert sorted(POSTGRES_REQUIREMENTS.values()) == sorted(extras["postgres"])
+    assert set(POSTGRES_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them
