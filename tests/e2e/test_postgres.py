@@ -130,10 +130,12 @@ def no_row_twice(out: Path, stop: threading.Event, failures: list[str]) -> None:
     db.close()
 
 
-def test_sigkill_at_random_moments_then_rerun_is_exact(fresh_emulator, postgres, tmp_path):
+@pytest.mark.parametrize("kills", [3, pytest.param(10, marks=pytest.mark.slow)])
+def test_sigkill_at_random_moments_then_rerun_is_exact(fresh_emulator, postgres, tmp_path, kills):
     """Killed while fetching, right after a table commit (before the state log holds it) and while the
-    checkpoint is written; then one run: exact, one quality row per parameter-day as a clean run makes
-    it, no spool left. A reader never sees a row twice."""
+    checkpoint is written, by turns (a run that finished first is followed by a --full-refresh one);
+    then one run: exact, one quality row per parameter-day as a clean run makes it, no spool left. A
+    reader never sees a row twice."""
     fresh_emulator.set_faults(latency=0.03)
     out = tmp_path / "out"
     data = pg_config(
@@ -171,19 +173,24 @@ def test_sigkill_at_random_moments_then_rerun_is_exact(fresh_emulator, postgres,
     reader = threading.Thread(target=no_row_twice, args=(out, stop, failures), daemon=True)
     reader.start()
     killed, hit = [], []
+    phases = [("fetching", fetching), ("committing", committing), ("checkpointing", checkpointing)]
+    refresh = False
     try:
-        for name, moment in [
-            ("fetching", fetching),
-            ("committing", committing),
-            ("checkpointing", checkpointing),
-        ]:
+        for i in range(4 * kills):
+            if len(hit) >= kills:
+                break
+            name, moment = phases[i % len(phases)]
             fresh_emulator.clear_requests()
-            proc = etl_process("run", "-c", str(path), "--no-progress")
+            proc = etl_process(
+                "run", "-c", str(path), "--no-progress", *(["--full-refresh"] if refresh else [])
+            )
             if kill_when(proc, moment()):
                 hit.append(name)
                 killed.append(proc.pid)
+                refresh = False
             else:
                 assert proc.returncode == 0, proc.stderr.read()
+                refresh = True
             proc.stdout.close()
             proc.stderr.close()
         final = etl("run", "-c", str(path), "--json")
