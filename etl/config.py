@@ -695,10 +695,10 @@ def _held(path: str) -> bool:
 
 def _from_folder(config: Config, folder: str) -> Config:
     """The config's relative local paths (sink.path and password_file, state.path, source.password_file and
-    ca_bundle) read
-    from `folder`, the config file's, as a .gitignore or a dbt project reads its paths: a scheduler that
-    starts `etl` from another working directory gets the same output. A path that holds nothing there but
-    does from the working directory (where etl read it before) is a ConfigError naming both."""
+    ca_bundle) read from `folder`, the config file's, as a .gitignore or a dbt project reads its paths: a
+    scheduler that starts `etl` from another working directory gets the same output. A path that holds
+    nothing there but does from the working directory (where etl read it before) is a ConfigError naming
+    both."""
     source, sink, state = config.source, config.sink, config.state
     given = {
         "sink.path": sink.path,
