@@ -128,8 +128,8 @@ class PostgresTable(LakeTable):
             if self.time_key is not None:
                 if hypertable:
                     cursor.execute(
-                        "select create_hypertable($1, $2, chunk_time_interval => interval '1 day', "
-                        "if_not_exists => true)",
+                        "select create_hypertable($1::regclass, $2::name, chunk_time_interval => "
+                        "interval '1 day', if_not_exists => true)",
                         (self.qualified, self.time_key),
                     )
                 cursor.execute(
