@@ -149,19 +149,16 @@ def test_dask_workers_write_lake_tables_row_for_row_what_a_local_run_writes(
 
 def test_dask_workers_write_postgres_tables_exactly(emulator, dask_cluster, postgres, tmp_path):
     """Workers COPY their slabs' rows into stage tables; the coordinator moves them in, with their
-    checkpoints, in grouped transactions; a second run replaces every window: exact both times."""
+    checkpoints, in grouped transactions (each deleting what its windows cover first): exact."""
     remote = tmp_path / "dask"
     config = make_config(emulator.base_url, remote, sink=sink(postgres, remote))
-    for full_refresh in (False, True):
-        summary = run(
-            config, executor="dask", scheduler=dask_cluster.scheduler_address, full_refresh=full_refresh
-        ).as_dict()
-        assert summary["executor"].startswith("dask")
-        assert_exact(remote, START, END)
-        quality = read_quality(remote)
-        assert quality.num_rows == 8 * 2 and quality.column("completeness").null_count == 0
-        assert len(list(checkpoints(remote).rows())) == 8 * len(SERIES)
-        assert summary["lake"]["commits"] == 3
+    summary = run(config, executor="dask", scheduler=dask_cluster.scheduler_address).as_dict()
+    assert summary["executor"].startswith("dask")
+    assert_exact(remote, START, END)
+    quality = read_quality(remote)
+    assert quality.num_rows == 8 * 2 and quality.column("completeness").null_count == 0
+    assert len(list(checkpoints(remote).rows())) == 8 * len(SERIES)
+    assert summary["lake"]["commits"] == 3
     stages = database(remote).rows(  # type: ignore[attr-defined]
         "select count(*) from pg_tables where schemaname = $1 and tablename like '\\_etl\\_stage\\_%'",
         (config.sink.db_schema,),
