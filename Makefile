@@ -20,7 +20,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
 .PHONY: run test test-fast test-orchestrators lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
-	postgres proxy
+	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
 # set, every `etl` process would otherwise compile etl's modules anew at its start.
@@ -64,10 +64,11 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends chromium >/dev/null; }
 
-# The Iceberg catalog's tests start a throwaway cluster of Debian's PostgreSQL (tests/support/postgres.py), as they
-# start the S3 server; the package is installed here when it is missing (as root, or through sudo).
+# The Iceberg catalog's and the PostgreSQL sink's tests start a throwaway cluster of Debian's PostgreSQL
+# (tests/support/postgres.py), as they start the S3 server; the package is installed here when it is missing
+# (as root, or through sudo).
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the Iceberg catalog's tests"; \
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the PostgreSQL tests"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends postgresql >/dev/null; }
 
@@ -130,6 +131,19 @@ demo-s3: $(STAMP)
 	$(ETL) run -c configs/demo-s3.yaml --no-progress && \
 	$(ETL) query -c configs/demo-s3.yaml "select kind, count(*) as points from raw group by kind order by kind"
 
+## make demo-postgres: the demo into PostgreSQL tables (a throwaway cluster of Debian's PostgreSQL, started and
+## removed here), then `etl query` over them and psql over the raw_named view.
+demo-postgres: $(STAMP) postgres
+	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)); \
+	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & e=$$!; \
+	trap 'kill $$e 2>/dev/null; wait $$e 2>/dev/null' EXIT; \
+	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(BIN)/python -m tests.support.postgres sh -c '\
+	  $(ETL) run -c configs/demo-postgres.yaml --no-progress && \
+	  $(ETL) query -c configs/demo-postgres.yaml "$(DEMO_SQL)" && \
+	  PGPASSWORD=$$ETL_PG_PASSWORD $$(ls /usr/lib/postgresql/*/bin/psql | tail -1) -h 127.0.0.1 -p $$ETL_PG_PORT \
+	    -U etl etl_catalog -c "select param_name, unit, count(*) as points, max(ts) as last from demo.raw_named \
+	    group by 1, 2 order by 1 limit 8"'
+
 ## make demo-dask: a Dask scheduler and 2 worker processes on loopback run the demo (all slabs again).
 demo-dask: $(STAMP)
 	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)) sp=$(call free_port,$(SCHEDULER_PORT)); \
@@ -189,6 +203,14 @@ bench-fleet: $(STAMP) bench-tools
 bench-schedule: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
+
+## make bench-postgres: ADBC's bare COPY, etl's commit (DELETE, COPY, checkpoint in one transaction) and
+## psycopg's COPY of the same Arrow batches, alternating; then etl run into PostgreSQL beside Parquet (wall,
+## CPU, peak RSS). A throwaway cluster of Debian's PostgreSQL; results in benchmarks/results/postgres.json.
+## `make bench-schedule BENCH_ARGS="--formats parquet postgres"` runs the 200 hourly runs into it.
+bench-postgres: $(BENCH_STAMP) postgres
+	$(COMPILE)
+	$(BIN)/python benchmarks/postgres.py $(BENCH_ARGS)
 
 emulator: $(RUN_STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

@@ -136,7 +136,7 @@ def render() -> str:
     out = [HEADER]
     for prefix, model in sections(Config):
         keys = [
-            (name, field)
+            (field.alias or name, field)  # a key named as users write it (sink.schema)
             for name, field in model.model_fields.items()
             if section_of(field.annotation) is None
         ]

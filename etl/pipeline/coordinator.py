@@ -195,6 +195,7 @@ class Coordinator:
             self.summary.cpu_seconds = time.process_time() - cpu
             if not self.options.dry_run and self.summary.window is not None:
                 self._save_summary()
+            self.build.close()
         return self.summary
 
     def _failed(self, exc: BaseException) -> None:

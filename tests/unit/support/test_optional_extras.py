@@ -50,3 +50,12 @@ def test_the_otel_requirements_are_the_otel_extra():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert sorted(OTEL_REQUIREMENTS.values()) == sorted(extras["otel"])
     assert set(OTEL_REQUIREMENTS.values()) <= set(extras["dev"])
+
+
+def test_the_postgres_requirements_are_the_postgres_extra():
+    from etl.support.optional import POSTGRES_REQUIREMENTS
+
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras = pyproject["project"]["optional-dependencies"]
+    assert sorted(POSTGRES_REQUIREMENTS.values()) == sorted(extras["postgres"])
+    assert set(POSTGRES_REQUIREMENTS.values()) <= set(extras["dev"])  # make test installs them
