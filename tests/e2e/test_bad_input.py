@@ -7,7 +7,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import yaml
 
 from tests.support.cli import connection_env, etl, etl_process
 from tests.support.configs import config_dict, make_config, write_config
+from tests.support.network import free_port
 from tests.support.pipeline import run
 
 
@@ -59,12 +59,6 @@ def assert_one_error_line(result: subprocess.CompletedProcess, code: int, *words
     assert len(lines) == 1 and lines[0].startswith("etl: error: "), result.stderr
     assert all(w in lines[0] for w in words), (words, lines[0])
     assert result.stdout == ""
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def not_a_dir(tmp_path: Path) -> str:
@@ -141,7 +135,7 @@ CASES = [
         "unreachable host",
         4,
         ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"],
-        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"),
+        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{free_port()}/sem-restservices"),
     ),
     Case(
         "wrong password",
