@@ -233,6 +233,13 @@ CASES = [
         ["window.start", "month value is outside"],
         text=unquoted_start("2026-13-01T00:00:00Z"),
     ),
+    # issue 54: the first real problem, not the offset a date without a time also lacks
+    Case(
+        "month 13 without a time",
+        2,
+        ["window.start: '2026-13-01' is not a valid time: month must be in 1..12"],
+        text=unquoted_start("2026-13-01"),
+    ),
     Case(
         "February 30, unquoted",
         2,
