@@ -314,7 +314,9 @@ def _capacity_text(capacity: CapacityRecord | None) -> str:
         if capacity["setting"] == "auto"
         else f"fixed {capacity['setting']}"
     )
+    # A run stopped early, or with nothing to fetch, measured no round of answers: no figure, not "None".
+    figures = [f"{name} {latency[name]} ms" for name in ("baseline", "p95") if latency[name] is not None]
     return (
         f"concurrency {setting}: {used['min']}..{used['max']}, median {used['median']}    "
-        f"latency baseline {latency['baseline']} ms, p95 {latency['p95']} ms    refused {capacity['refused']}"
+        f"latency {', '.join(figures) if figures else 'not measured'}    refused {capacity['refused']}"
     )
