@@ -10,7 +10,7 @@ import pandas as pd
 
 from etl.config import Config, load_config
 from etl.dataset.query import connect, views
-from etl.errors import ConfigError
+from etl.errors import ConfigError, NothingToRead
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
 from etl.timeutil import Time, parse_time
 
@@ -38,8 +38,11 @@ def read(
     if series not in (*Series, QUALITY):
         raise ConfigError(f"series {series!r}: use raw, average, candles or quality")
     con = connect(config)
+    present = views(con)
+    if not present:  # not an empty frame: a sink.path that points elsewhere must not read as "no rows"
+        raise NothingToRead(f"no output yet in {config.sink.path}: etl.run writes it")
     view = f"{series}_named" if named else series
-    if view not in views(con):
+    if view not in present:
         return _empty(series, named)
     time = "date" if series == QUALITY else "ts"
     where: list[str] = ["(source = ? or source is null)"]  # older files: no source

@@ -353,6 +353,28 @@ CASES = [
         lambda d, t: d["sink"].update(path=str(t / "empty")),
         argv=lambda t, c: ["query", "-c", c, "select count(*) from raw"],
     ),
+    # issue 54: one class for "nothing to read yet", whichever reader
+    Case(
+        "query's views before any run",
+        2,
+        ["query failed: no output yet in", "empty: etl run -c"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["query", "-c", c],
+    ),
+    Case(
+        "report before any run",
+        2,
+        ["no output yet in", "empty: 'etl run' writes it"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["report", "-c", c],
+    ),
+    Case(
+        "plot before any run",
+        2,
+        ["no raw series in", "empty yet: 'etl run' writes it"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["plot", "-c", c, *PLOT, str(t / "x.png")],
+    ),
     Case(
         "a date in another format",
         2,
@@ -408,6 +430,17 @@ def test_bad_input_gives_one_line_and_touches_nothing(launched, name, code, word
     assert_one_error_line(result, code, *words)
     assert "internal error" not in stderr and "not-the-password-123" not in stderr
     assert_untouched(out, before)
+
+
+def test_reading_an_output_no_run_wrote_is_the_same_class_from_python(emulator, tmp_path):
+    """etl.read as `etl query`, `report` and `plot` (the table above): nothing to read yet is exit 2, not an
+    empty frame that a sink.path pointing elsewhere would hide behind."""
+    import etl
+
+    config = make_config(emulator.base_url, tmp_path / "empty")
+    with pytest.raises(etl.ConfigError, match="no output yet in .*empty: etl.run writes it") as error:
+        etl.read(config, "raw")
+    assert error.value.exit_code == 2 and not (tmp_path / "empty").exists()
 
 
 def test_malformed_yaml_names_file_and_line(existing, tmp_path):
