@@ -505,7 +505,7 @@ class Coordinator:
             self.summary.counts.add(result.counts)
             if result.client is not None:
                 self.summary.client.add(result.client)
-            progress.advance(result.windows, written.points)
+            progress.advance(len(result.done or ()), written.points, len(result.failures))
 
         committer: Committer | None = None
         if self.build.lake is not None:
@@ -540,10 +540,10 @@ class Coordinator:
         finally:
             if committer is not None:
                 committer.discard()
-            progress.close()
             summary = self.summary
             done = sum(totals.windows for totals in summary.series.values())
             summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
+            progress.close(summary.windows_not_done, summary.stopped)
 
     def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:
         """`retry.run_deadline` from the run's start: then the run stops (`_out_of_time`)."""

@@ -17,6 +17,7 @@ from etl.client.capacity import CapacityRecord
 from etl.client.retry import ClientRecord
 from etl.model import Shard
 from etl.pipeline.counts import Counts
+from etl.pipeline.progress import NOTHING_NEW
 from etl.timeutil import duration_text, iso
 
 
@@ -238,7 +239,7 @@ class RunSummary:
         for name, s in summary["series"].items():
             rows.append((name, f"{s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"))
         if not summary["series"] and summary["status"] == "ok":
-            rows.append(("series", "nothing new: the checkpoints already cover this window"))
+            rows.append(("series", NOTHING_NEW))
         rows.append(
             (
                 "requests",
