@@ -143,7 +143,9 @@ def pull(param_id: int, start: int, end: int, series: str, output: str, config_p
     help="FILE.png or FILE.svg",
 )
 def plot(config_path: str, param_id: int, start: int, end: int, series: str, output: str) -> None:
-    """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
+    """Plot one parameter's series from the output (any parameter kind; the output knows it).
+
+    Needs matplotlib, which the plot extra brings: pip install 'etl[plot]'."""
     path = output_file(output, (".png", ".svg"))
     config = load_config(config_path, offline=True)
     from etl.dataset.plot import plot as draw

@@ -74,6 +74,10 @@ def run(
     # A state it cannot read is the run's to report (its lock, its first write), in their own words.
     with suppress(StorageError):
         check_layout(config)
+    if config.sink.lake and not dry_run:  # told before the platform is asked anything, as a config's mistake
+        from etl.sinks.lake import load_library
+
+        load_library(config.sink.format)
     if tune_memory:
         allocator.release_freed_memory()
     coordinator = Coordinator(config, options)

@@ -1,4 +1,4 @@
-"""The packages of the `scale` and `lake` extras, imported only by the features that need them."""
+"""The packages of the `scale`, `plot` and `lake` extras, imported only by the features that need them."""
 
 from __future__ import annotations
 
@@ -8,25 +8,22 @@ from types import ModuleType
 
 from etl.errors import ConfigError
 
-# Module -> the requirement of pyproject's `scale` extra that brings it
-# (tests/unit/support/test_optional_extras.py keeps the two equal).
-REQUIREMENTS = {
-    "distributed": "dask[distributed]>=2024.4",
-    "s3fs": "s3fs>=2024.2",
-    "matplotlib": "matplotlib>=3.8,<4",
-}
-# Module -> the requirement of the `lake` extra (sink.format delta / iceberg).
-LAKE_REQUIREMENTS = {
-    "deltalake": "deltalake>=1.1,<2",
-    "pyiceberg": "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]>=0.12,<0.13",
+# Extra -> module -> the requirement of that pyproject extra that brings it
+# (tests/unit/support/test_optional_extras.py keeps them equal).
+EXTRAS = {
+    "scale": {"distributed": "dask[distributed]>=2024.4", "s3fs": "s3fs>=2024.2"},  # object storage, Dask
+    "plot": {"matplotlib": "matplotlib>=3.8,<4"},  # etl plot
+    "lake": {  # sink.format delta / iceberg
+        "deltalake": "deltalake>=1.1,<2",
+        "pyiceberg": "pyiceberg[sql-sqlite,sql-postgres,pyarrow,pyiceberg-core]>=0.12,<0.13",
+    },
 }
 
 
 def require(module: str, feature: str) -> ModuleType:
     """`module`, imported for `feature`; if it is missing or older than the extra asks, one line that
     names it and the command that installs it."""
-    extra = "lake" if module in LAKE_REQUIREMENTS else "scale"
-    requirement = {**REQUIREMENTS, **LAKE_REQUIREMENTS}[module]
+    extra, requirement = next((e, r[module]) for e, r in EXTRAS.items() if module in r)
     try:
         imported = importlib.import_module(module)
     except ImportError:
