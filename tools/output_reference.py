@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from etl.config import SinkConfig, SourceConfig
 from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, SCHEMAS, ParamKind, Series
+from tools import generated_page
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "output.md"
 EXAMPLE_URL = "https://monitor.example.com:8443/sem-restservices"
@@ -207,17 +208,5 @@ has `source` first. Beyond the fields below the interface document does not show
     return "".join(out)
 
 
-def main(argv: list[str]) -> int:
-    page = render()
-    if "--check" in argv:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE} is out of date: make docs-output", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(generated_page.main(PAGE, render, "docs-output", sys.argv[1:]))
