@@ -118,7 +118,7 @@ or with anything that reads Parquet. A span of time is always half-open, `[start
 | `{QUALITY}/` | a row per parameter and UTC day of raw data ([quality.md](quality.md)) |
 | `dimensions/{{table}}/{{source}}.parquet` | the platform's reference records, a file per source (`.csv`; in a lake, a table), replaced whole |
 | `_state/{{source}}/` | checkpoints and the run lock: read them with `etl state show`, not by hand |
-| `_runs/{{run id}}.json` | one record per run that started: the summary `etl run --json` prints ([python.md](python.md)) |
+| `_runs/{{run id}}.json` | a record per run, the summary `etl run --json` prints ([python.md](python.md)); none for a run refused before it asked the server, or before its output existed |
 """
 
 

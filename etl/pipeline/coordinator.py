@@ -95,7 +95,7 @@ class Coordinator:
         self.task: asyncio.Task[Any] | None = None  # the run's own, cancelled by a stop before slabs run
         self.fetched = False  # every slab and the dimension tables are done: no deadline stops the run now
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
-        self.locked = False  # the run took the state lock: it started, and its record is written
+        self.locked = False  # the run took the state lock: it started
         self.committed: list[
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
@@ -190,7 +190,7 @@ class Coordinator:
             restore()
             self.summary.seconds = time.monotonic() - started
             self.summary.cpu_seconds = time.process_time() - cpu
-            if self.locked:  # a run refused before it took the lock leaves no record
+            if self._recorded():
                 self._save_summary()
         return self.summary
 
@@ -201,6 +201,16 @@ class Coordinator:
         self.summary.error = redact.redact(
             str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
         )
+
+    def _recorded(self) -> bool:
+        """Whether the run leaves a record: once it has taken the lock; refused by the server before, only
+        in an output that holds something already (etl doctor names the cause), never by creating one.
+        A window with nothing in it is refused before anything, as a config's mistake: no record."""
+        if self.locked or self.options.dry_run or self.summary.window is None:
+            return self.locked
+        with suppress(EtlError):
+            return bool(self.data.listdir(""))
+        return False
 
     def _save_summary(self) -> None:
         try:
