@@ -204,12 +204,13 @@ class Coordinator:
 
     def _recorded(self) -> bool:
         """Whether the run leaves a record: once it has taken the lock; refused by the server before, only
-        in an output that holds something already (etl doctor names the cause), never by creating one.
-        A window with nothing in it is refused before anything, as a config's mistake: no record."""
+        in an output folder that exists (a volume mounted for it, an earlier run's), where etl doctor names
+        the cause, never by creating one. A window with nothing in it is refused before anything, as a
+        config's mistake: no record."""
         if self.locked or self.options.dry_run or self.summary.window is None:
             return self.locked
-        with suppress(EtlError):
-            return bool(self.data.listdir(""))
+        with suppress(EtlError, OSError):
+            return bool(self.data.fs.isdir(self.data.full("")))
         return False
 
     def _save_summary(self) -> None:
