@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast test-orchestrators lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
 	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -112,6 +112,11 @@ lint: $(STAMP)
 ## test fails when it is out of date).
 docs-config: $(RUN_STAMP)
 	$(BIN)/python -m tools.config_reference
+
+## make docs-output: docs/output.md, the output reference, generated again from etl/model.py's schemas (a
+## test fails when it is out of date).
+docs-output: $(RUN_STAMP)
+	$(BIN)/python -m tools.output_reference
 
 ## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
 docs: $(STAMP)

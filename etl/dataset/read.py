@@ -9,8 +9,8 @@ from typing import Literal
 import pandas as pd
 
 from etl.config import Config, load_config
-from etl.dataset.query import Scope, open_views, views
-from etl.errors import ConfigError
+from etl.dataset.query import Scope, connect, open_views, views
+from etl.errors import ConfigError, NothingToRead
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
 from etl.timeutil import Time, parse_time
 
@@ -48,6 +48,8 @@ def read(
     con = open_views(config, Scope(frozenset(needed), config.source.name, bounds[0], bounds[1], ids))
     view = f"{series}_named" if named else series
     if view not in views(con):
+        if not views(connect(config)):  # not an empty frame: a sink.path elsewhere must not read as "no rows"
+            raise NothingToRead(f"no output yet in {config.sink.path}: etl.run writes it")
         return _empty(series, named)
     time = "date" if series == QUALITY else "ts"
     where: list[str] = ["(source = ? or source is null)"]  # older files: no source

@@ -13,6 +13,7 @@ from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable, Policy
 from etl.sinks.layout import LEGACY_BUCKETS
 from etl.storage.atomic import Storage
+from etl.support.optional import require
 
 if TYPE_CHECKING:  # pyiceberg loads for Iceberg tables only
     from pyiceberg.catalog import Catalog
@@ -20,6 +21,15 @@ if TYPE_CHECKING:  # pyiceberg loads for Iceberg tables only
     from etl.storage.postgres import Database
 
 DIMENSIONS_FOLDER = "dimensions"
+
+
+def load_library(fmt: str) -> None:
+    """The library of a lake format, imported: a missing or too old one is one line naming its extra."""
+    if fmt == "delta":
+        require("deltalake", "sink.format delta")
+    else:
+        require("pyiceberg", "sink.format iceberg")
+        from etl.sinks.lake import pyiceberg_compat  # noqa: F401 - a pyiceberg etl is not tested with stops here
 
 
 class Lake:
