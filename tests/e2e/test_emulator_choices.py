@@ -294,6 +294,15 @@ def test_records_mark_a_signal_the_chosen_way(emu, field, marker):
     assert [(r.get(field), r.get("signal")) for r in searched if r["id"] > 1500] == [("calculated", None)]
 
 
+def test_a_type_written_as_an_object(emu):
+    emu.set_faults(type_shape="object")
+    with client(emu) as c:
+        listed = c.get("/db/contrdeviceparam", params={"objectId": 1}).json()
+        searched = c.get("/search/params", params={"oid": 1}).json()
+    assert [r["type"] for r in listed] == [{"id": 1, "name": "analog"}] * 2 + [{"id": 3, "name": "signal"}]
+    assert [r["type"] for r in searched][-1] == {"id": 2, "name": "calculated"}
+
+
 def test_new_settings_are_validated_at_run_time(emu):
     root = emu.url + "/_emulator"
     for bad in (
@@ -306,6 +315,7 @@ def test_new_settings_are_validated_at_run_time(emu):
         {"type_field": "kind"},
         {"signal_marker": "bit"},
         {"search_envelope": "xml"},
+        {"type_shape": "number"},
     ):
         assert httpx.put(f"{root}/faults", json=bad).status_code == 400, bad
     assert emu.set_faults(session_end=403)["session_end"] == "403"
@@ -316,6 +326,7 @@ def test_serve_flags_set_them():
     flags = ["--session-end", "302-login", "--error-body", "text", "--sign-in-via", "form"]
     flags += ["--max-count", "5", "--count-default", "3", "--count-reject-over", "1000"]
     flags += ["--type-field", "paramType", "--signal-marker", "flag", "--search-envelope", "spring"]
+    flags += ["--type-shape", "object"]
     process = etl_process(*serve, *flags, stdout=None)
     try:
         line = process.stderr.readline()
@@ -334,6 +345,7 @@ def test_serve_flags_set_them():
                 "type_field",
                 "signal_marker",
                 "search_envelope",
+                "type_shape",
             )
         } == {
             "session_end": "302-login",
@@ -345,6 +357,7 @@ def test_serve_flags_set_them():
             "type_field": "paramType",
             "signal_marker": "flag",
             "search_envelope": "spring",
+            "type_shape": "object",
         }
     finally:
         process.terminate()
