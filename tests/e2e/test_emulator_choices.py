@@ -303,6 +303,29 @@ def test_a_type_written_as_an_object(emu):
     assert [r["type"] for r in searched][-1] == {"id": 2, "name": "calculated"}
 
 
+def test_the_fleet_changes_while_serving(emu):
+    """Objects and parameters added or removed (the control API's fleet): lists, search and series follow;
+    an added parameter serves its whole history, a removed one answers 404."""
+    try:
+        assert emu.set_fleet(objects=3, added=[1004, 1502], removed=[1002]) == {
+            "objects": 3,
+            "added": [1004, 1502],
+            "removed": [1002],
+        }
+        with client(emu) as c:
+            physical = [r["id"] for r in c.get("/db/contrdeviceparam", params={"objectId": 1}).json()]
+            searched = [r["id"] for r in c.get("/search/params", params={"oid": [1, 3]}).json()]
+            added = c.get(f"/db/measure/1004/{T0}/{T0 + HOUR}").json()["points"]
+            assert c.get(f"/db/measure/1002/{T0}/{T0 + HOUR}").status_code == 404
+            assert [o["id"] for o in c.get("/db/object/shortest").json()] == [1, 2, 3]
+        assert physical == [1001, 1003, 1004]
+        assert searched == [1001, 1003, 1004, 1501, 1502, 3001, 3002, 3003, 3501] and added
+        for bad in ({"added": [9001]}, {"objects": -1}, {"removed": "1002"}, {"params": 3}):
+            assert httpx.put(f"{emu.url}/_emulator/fleet", json=bad).status_code == 400, bad
+    finally:
+        emu.set_fleet(objects=2, added=[], removed=[])
+
+
 def test_new_settings_are_validated_at_run_time(emu):
     root = emu.url + "/_emulator"
     for bad in (
