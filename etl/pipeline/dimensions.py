@@ -84,8 +84,8 @@ class Rows:
         if not self._pending:
             return
         table = records.records_table(self._pending)
-        self._pending = []
         self._spool(table)
+        self._pending = []  # only once spooled: a page that could not be is written with the next
 
     def _spool(self, table: pa.Table) -> None:
         try:

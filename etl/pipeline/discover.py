@@ -31,7 +31,7 @@ import pyarrow as pa
 from etl.client import MonitoringClient
 from etl.client.models import Parameter, param_kind, record_id
 from etl.config import ParameterSelect, SelectConfig
-from etl.errors import ConfigError, InvalidResponse
+from etl.errors import ConfigError, InvalidResponse, StorageError
 from etl.model import PARAM_KINDS, ParamKind, Params
 from etl.pipeline.catalog import CatalogFigures, CatalogOptions, due, noted, selection_digest
 from etl.pipeline.dimensions import Rows
@@ -377,7 +377,18 @@ async def _with_catalog(
                 log.warning("%s", figures.gone_text())
     if catalog.save:
         new = noted(ids, listings, listing, now, catalog.refresh)
-        found.save_catalog = lambda: catalog.store.write(digest, now, new, selection.catalog_pages())
+
+        def save() -> None:
+            # The catalog saves requests, nothing else: one not written leaves the last one (the objects
+            # listed now are listed again, what they held found again), and the run goes on.
+            try:
+                catalog.store.write(digest, now, new, selection.catalog_pages())
+            except StorageError as exc:
+                log.warning(
+                    "the fleet's catalog is not written (%s): the next run lists these objects again", exc
+                )
+
+        found.save_catalog = save
 
 
 def _keep(kept: Kept, selection: _Selection, objects: np.ndarray) -> list[int]:
