@@ -112,9 +112,8 @@ class _Selection:
                 f"config error: select.parameters.ids: parameter(s) {', '.join(map(str, missing))} not among "
                 f"the {kinds} parameters of the selected objects visible to login {username!r}"
             )
-        if (
-            self.tags and not self.tags_listed and not self.kept
-        ):  # one tag unused is a choice; none, a mistake
+        # One tag unused is a choice; none used, a mistake.
+        if self.tags and not self.tags_listed and not self.kept:
             raise ConfigError(
                 f"config error: select.parameters.tags: no {kinds} parameter of the selected objects has "
                 f"any of the tags {', '.join(map(repr, sorted(self.tags)))}"
@@ -357,13 +356,12 @@ async def _with_catalog(
         objects=len(ids), forced=catalog.full, now=now, refresh=catalog.refresh
     )
     with ExitStack() as held:
-        kept: Kept | None = None
-        if not catalog.full:
-            kept = await asyncio.to_thread(held.enter_context, catalog.store.read(digest))
+        # Read even when every object is to be listed: what the listings no longer show is named.
+        kept: Kept | None = await asyncio.to_thread(held.enter_context, catalog.store.read(digest))
         listings = kept.listings if kept is not None else None
         listing = (
             due(ids, kept.listings, now, now - kept.written, catalog.refresh)
-            if kept is not None and catalog.refresh
+            if kept is not None and catalog.refresh and not catalog.full
             else np.ones(len(ids), bool)
         )
         figures.kept, figures.listed = kept is not None, int(listing.sum())
