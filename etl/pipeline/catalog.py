@@ -33,6 +33,9 @@ from etl.timeutil import duration_text, iso
 log = logging.getLogger(__name__)
 
 GONE_NAMED = 10  # parameter ids a summary line names at most (the JSON record holds up to 50)
+# The server's clock is read from a Date header, to the second: a listing this far in its future means
+# the clock went back, not that two runs read it a moment apart.
+CLOCK_SLACK = 60_000
 
 
 @dataclass(frozen=True)
@@ -136,12 +139,13 @@ def due(object_ids: np.ndarray, listings: Listings, now: int, gap: int, refresh:
     """Which objects (sorted ids) to list: those the listings do not know, those due before the next run
     (`gap` after this one, with half a gap to spare: runs do not start on the dot; due `refresh` after
     their listing at the latest, should it have been shortened), and those whose listing is in the
-    clock's future (it went back)."""
+    clock's future (it went back, by more than `CLOCK_SLACK`)."""
     at = np.minimum(np.searchsorted(listings.object_id, object_ids), max(len(listings) - 1, 0))
     known = (listings.object_id[at] == object_ids) if len(listings) else np.zeros(len(object_ids), bool)
     ahead = max(gap, 0) * 3 // 2
     due_at = np.minimum(listings.due[at], listings.listed[at] + refresh)
-    listing: np.ndarray = ~known | (due_at <= now + ahead) | (listings.listed[at] > now)
+    went_back = listings.listed[at] > now + CLOCK_SLACK
+    listing: np.ndarray = ~known | (due_at <= now + ahead) | went_back
     return listing
 
 

@@ -47,6 +47,7 @@ def test_a_new_object_is_listed_at_once_and_a_clock_gone_back_lists_again():
     grown = np.arange(1, 26, dtype=np.int64)
     assert grown[due(grown, listings, T + HOUR_MS, HOUR_MS, DAY_MS)].tolist()[-1] == 25
     assert due(objects, listings, T - HOUR_MS, 0, DAY_MS).all()  # listed in the clock's future
+    assert not due(objects, listings, T - 999, 0, DAY_MS).any()  # two runs a moment apart: not so
 
 
 def test_after_a_pause_every_object_is_listed_and_their_next_listings_are_spread():
