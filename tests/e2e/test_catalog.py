@@ -10,6 +10,7 @@ import asyncio
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 from etl.cli.render import plan_text
@@ -23,7 +24,7 @@ from etl.timeutil import DAY_MS, HOUR_MS
 from etl_emulator.dataset import Dataset
 from etl_emulator.server import run_emulator
 from tests.support.emulator import emulator_config, series_requests
-from tests.support.expected import SERIES, expected_table
+from tests.support.expected import SERIES, SOURCE, expected_table
 from tests.support.output import read
 from tests.support.pipeline import run
 from tests.support.schedule import FIRST_RUN, T0, config_for
@@ -66,7 +67,10 @@ def test_hourly_runs_list_a_24th_of_the_objects_and_each_again_within_the_bound(
                 emu.clear_requests()
                 found = await _discover(client, tmp_path, now)
                 objects = _listed_objects(emu)
-                assert len(found.params) == 96 and found.catalog.listed == len(objects)
+                assert (
+                    len(found.params) == found.parameters.count == 96
+                )  # the plan's and the dimension table's
+                assert found.catalog.listed == len(objects)
                 assert len(objects) == 48 if hour == 0 else 1 <= len(objects) <= 5, (hour, sorted(objects))
                 for o in objects:
                     assert now - listed_at.get(o, now) < DAY_MS
@@ -148,6 +152,10 @@ def test_a_new_object_and_a_new_parameter_land_within_the_bound_with_their_whole
         )
         got = got.select(want.column_names).sort_by([("param_id", "ascending"), ("ts", "ascending")])
         assert got.num_rows == want.num_rows and got.equals(want), name
+    # The dimension table names every parameter, those listed by the last run and those kept
+    dimension = pq.read_table(out / "dimensions" / "parameters" / f"{SOURCE}.parquet", columns=["id"])
+    every = [p for o in fleet.object_ids for p in fleet.physical_ids(o) + fleet.calc_ids(o)]
+    assert sorted(dimension.column("id").to_pylist()) == every
     text = plan_text(plan.as_dict())
     assert (
         "catalog     the parameters of 0 of 3 objects listed, the others kept; the oldest listing kept"
