@@ -18,6 +18,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   │   └── Throttled              5     no        no    a 429 to the end while other requests got past
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
+    │   │       └── ParameterGone      5     no        no    404 to a parameter's series
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
     │   │   └── AnswerTooLarge         6     no        no    over source.max_answer_mb
     │   └── RetriesExhausted         (as its last cause)     retries ran out
@@ -177,6 +178,13 @@ class RequestRejected(ApiError):
 
 class NotFound(RequestRejected):
     pass
+
+
+class ParameterGone(NotFound):
+    """A parameter's series answered 404: the parameter is gone from the platform (or from the login's
+    sight). Only its windows fail; a run takes it out of the fleet's catalog and names it."""
+
+    fatal = False
 
 
 class InvalidResponse(ApiError):

@@ -28,6 +28,11 @@ if TYPE_CHECKING:  # the state modules load when a state command runs
 @window_options(required=False, what="Backfill")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
 @click.option(
+    "--refresh-catalog",
+    is_flag=True,
+    help="List the parameters of every object, whatever the fleet's catalog says (select.refresh).",
+)
+@click.option(
     "--shard",
     type=SHARD,
     help="Take only shard I of N of the parameters; each shard keeps its own checkpoints and lock.",
@@ -57,6 +62,7 @@ def run(
     start: int | None,
     end: int | None,
     full_refresh: bool,
+    refresh_catalog: bool,
     shard: Shard | None,
     executor: str | None,
     scheduler: str | None,
@@ -77,6 +83,7 @@ def run(
                 start=start,
                 end=end,
                 full_refresh=full_refresh,
+                refresh_catalog=refresh_catalog,
                 shard=shard,
                 executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
                 scheduler=scheduler,
@@ -145,15 +152,31 @@ def _without_pandas() -> Iterator[None]:
 @config_option
 @window_options(required=False, what="Plan a backfill")
 @click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
+@click.option(
+    "--refresh-catalog", is_flag=True, help="List the parameters of every object, as a run with it would."
+)
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
 def plan_cmd(
-    config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    full_refresh: bool,
+    refresh_catalog: bool,
+    shard: Shard | None,
 ) -> None:
-    """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    """Show the work a run would do (signs in and lists the parameters due; fetches no series)."""
     config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(
+        config,
+        start=start,
+        end=end,
+        full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
+        shard=shard,
+        dry_run=True,
+    )
     click.echo(plan_text(summary.as_dict()))
 
 

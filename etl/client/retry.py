@@ -70,9 +70,11 @@ class ClientStats:
     throttled_seconds: float = 0.0
     bytes_received: int = 0
     capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/concurrency.py)
+    gone: set[int] = field(default_factory=set)  # parameters whose series answered 404 (ParameterGone)
 
     def add(self, other: ClientStats) -> None:
         """Fold in the counts of another client (one per Dask task)."""
+        self.gone |= other.gone
         self.requests += other.requests
         self.retries.update(other.retries)
         self.relogins += other.relogins

@@ -28,6 +28,7 @@ from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, 
 from etl.model import Params, Series, Shard
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
+from etl.pipeline.catalog import catalog_options, forget
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
@@ -65,6 +66,7 @@ class RunOptions:
     dry_run: bool = False  # plan only
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
     scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
+    refresh_catalog: bool = False  # list every object's parameters, whatever the catalog says
 
 
 class Coordinator:
@@ -248,7 +250,10 @@ class Coordinator:
                 recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
             try:
                 server_now = client.server_now()
-                found = await discover(client, self.config.select)
+                full = self.options.full_refresh or self.options.refresh_catalog
+                catalog = catalog_options(self.config, self.store, server_now, full, not self.options.dry_run)
+                found = await discover(client, self.config.select, catalog)
+                summary.catalog = found.catalog
             finally:
                 if recovering is not None:
                     await recovering
@@ -261,6 +266,8 @@ class Coordinator:
             quality_end = min(self.config.window.end_ms(now_ms()), now)
             allocator.trim()
             await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
+            # The output is this run's own: the catalog is written anew (a dry run's saves nothing).
+            await asyncio.to_thread(found.save_catalog)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
             mine = found.params.of_shard(shard)
@@ -303,6 +310,10 @@ class Coordinator:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
                     await self._execute(executor, plan, coverage, decisions)
+                if summary.client.gone:
+                    await asyncio.to_thread(
+                        forget, catalog, self.config.select, summary.catalog, summary.client.gone
+                    )
             except BaseException:
                 if snapshot is not None:
                     snapshot.cancel()
@@ -554,7 +565,8 @@ class Coordinator:
                 committer.discard()
             summary = self.summary
             done = sum(totals.windows for totals in summary.series.values())
-            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
+            gone = summary.counts.gone
+            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows) - gone)
             progress.close(summary.windows_not_done, summary.stopped)
 
     def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:

@@ -31,6 +31,7 @@ def run(
     start: Time | None = None,
     end: Time | None = None,
     full_refresh: bool = False,
+    refresh_catalog: bool = False,
     shard: Shard | str | None = None,
     executor: Literal["local", "dask"] | None = None,
     scheduler: str | None = None,
@@ -43,7 +44,8 @@ def run(
 
     `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
     datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
-    a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
+    a warning: nothing is checkpointed before the server could serve it); `refresh_catalog` lists every
+    object's parameters whatever the fleet's catalog says (`full_refresh` does too); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `progress` None shows a line that updates
     itself in a Jupyter notebook and a bar on a terminal (True: a bar on stderr anywhere, False: none);
     `metrics_file` receives the run's figures in the Prometheus text format whatever the outcome;
@@ -58,6 +60,7 @@ def run(
         start=None if start is None else _time(start, "start"),
         end=None if end is None else _time(end, "end"),
         full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
         shard=Shard.parse(shard) if isinstance(shard, str) else shard,
         progress=progress,
         dry_run=dry_run,

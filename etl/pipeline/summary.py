@@ -16,6 +16,7 @@ from etl.client import ClientStats
 from etl.client.concurrency import CapacityRecord
 from etl.client.retry import ClientRecord
 from etl.model import Shard
+from etl.pipeline.catalog import CatalogFigures, CatalogRecord
 from etl.pipeline.counts import Counts
 from etl.pipeline.progress import NOTHING_NEW
 from etl.timeutil import duration_text, iso
@@ -114,6 +115,7 @@ class RunRecord(ClientRecord):
     quality: QualityRecord
     late: LateRecord
     dimensions: list[str]
+    catalog: CatalogRecord
     lake: NotRequired[LakeRecord]
 
 
@@ -152,6 +154,8 @@ class RunSummary:
     dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
     late: LateFigures = field(default_factory=LateFigures)
+    # What the run listed, kept and took out of the fleet's catalog (etl/pipeline/catalog.py).
+    catalog: CatalogFigures = field(default_factory=CatalogFigures)
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
@@ -209,6 +213,7 @@ class RunSummary:
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
             "late": self.late.as_dict(),
             "dimensions": self.dimensions,
+            "catalog": self.catalog.as_dict(),
         }
         if self.upkeep is not None or self.lake_commits:
             record["lake"] = {"commits": self.lake_commits, "upkeep": self.upkeep}
@@ -234,6 +239,10 @@ class RunSummary:
                 + (f"    shard {summary['shard']}" if summary["shard"] else ""),
             )
         )
+        if self.catalog.objects:
+            rows.append(("catalog", self.catalog.text()))
+        if gone := self.catalog.gone_text():
+            rows.append(("gone", gone))
         if summary["executor"] != "local":
             rows.append(("executor", summary["executor"]))
         for name, s in summary["series"].items():
