@@ -65,6 +65,9 @@ class RunOptions:
     dry_run: bool = False  # plan only
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
     scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
+    # etl verify --repair: per series, (param_id, start, end) fetched and replaced instead of what the
+    # checkpoints miss; no late probe, no reference tables
+    work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
 class Coordinator:
@@ -270,6 +273,7 @@ class Coordinator:
                 extra=findings.work if findings is not None else None,
                 arrivals=self.store.arrivals,
                 full_refresh=self.options.full_refresh,
+                work=self.options.work,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
@@ -279,7 +283,7 @@ class Coordinator:
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
-                if self.config.dimensions.enabled
+                if self.config.dimensions.enabled and self.options.work is None
                 else None
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
@@ -385,7 +389,7 @@ class Coordinator:
     ) -> Findings | None:
         """The tails and revisions to read again (etl/pipeline/late.py); None when nothing is looked for."""
         window = self.config.window
-        if not (window.late_max or window.revisions):
+        if not (window.late_max or window.revisions) or self.options.work is not None:
             return None
         arrivals = self.store.arrivals
         if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints
