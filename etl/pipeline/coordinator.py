@@ -12,11 +12,9 @@ import asyncio
 import logging
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,7 +36,7 @@ from etl.pipeline.loop import handle_signals, workers
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.pipeline.summary import RunSummary
+from etl.pipeline.summary import RunSummary, record_id
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
@@ -80,11 +78,7 @@ class Coordinator:
         self.build = Build(config, options.shard)
         self.data = self.build.data
         self.store = self.build.state_store()
-        # Names sort as the runs started (doctor's "last run" is the last name), to the millisecond;
-        # three random hex digits keep two runs of one millisecond (shards) apart.
-        now = datetime.now(tz=UTC)
-        run_id = f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
-        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.summary = RunSummary(run_id=record_id(), output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
