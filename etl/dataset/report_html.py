@@ -34,7 +34,7 @@ def css_class(completeness: float | None) -> str:
     return next(name for bound, name, _, _ in SCALE[1:] if completeness < bound)
 
 
-def _style() -> str:
+def style() -> str:
     cells = "\n".join(
         f"svg .{name} {{ fill: {colour}; }} .swatch.{name} {{ background: {colour}; }}"
         for _, name, colour, _ in SCALE
@@ -64,7 +64,7 @@ dl {{ display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; }} d
 """
 
 
-_SCRIPT = """
+SCRIPT = """
 (function () {
   function key(cell) {  // numbers sort by their data-sort value, text as text
     var v = cell.getAttribute("data-sort");
@@ -148,7 +148,7 @@ def _legend() -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _table(
+def table(
     table_id: str,
     rows: list[Row],
     columns: list[tuple[str, Callable[[Row], object], Callable[[Row], object] | None]],
@@ -172,7 +172,16 @@ def _table(
     )
 
 
-def _num(key: str, missing: float = -1.0) -> Callable[[Row], object]:
+def card_list(cards: list[tuple[str, str, bool]]) -> str:
+    """(name, value, bad) as the page's cards, the bad ones in red."""
+    return "".join(
+        f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
+        f"<b>{escape(value)}</b></div>"
+        for name, value, bad in cards
+    )
+
+
+def num(key: str, missing: float = -1.0) -> Callable[[Row], object]:
     return lambda r: missing if r.get(key) is None else r[key]
 
 
@@ -197,29 +206,25 @@ def render(report: Report) -> str:
         cards.append(
             (f"below {percent(options.fail_under)}", f"{report.below_count:,}", report.below_count > 0)
         )
-    card_html = "".join(
-        f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
-        f"<b>{escape(value)}</b></div>"
-        for name, value, bad in cards
-    )
+    card_html = card_list(cards)
     parameter = ("parameter", label, None)
-    ident = ("id", lambda r: r["param_id"], _num("param_id"))
-    worst = _table(
+    ident = ("id", lambda r: r["param_id"], num("param_id"))
+    worst = table(
         "worst",
         report.worst,
         [
             parameter,
             ident,
             ("kind", lambda r: r["kind"] or "", None),
-            ("complete", lambda r: percent(r["completeness"]), _num("completeness")),
-            ("points", lambda r: f"{r['points']:,}", _num("points")),
-            ("expected", lambda r: f"{r['expected_points'] or 0:,}", _num("expected_points")),
-            ("longest gap", lambda r: duration_text(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
-            ("period", lambda r: duration_text(r["period_seconds"]), _num("period_seconds")),
+            ("complete", lambda r: percent(r["completeness"]), num("completeness")),
+            ("points", lambda r: f"{r['points']:,}", num("points")),
+            ("expected", lambda r: f"{r['expected_points'] or 0:,}", num("expected_points")),
+            ("longest gap", lambda r: duration_text(r["longest_gap_seconds"]), num("longest_gap_seconds")),
+            ("period", lambda r: duration_text(r["period_seconds"]), num("period_seconds")),
             ("last point", lambda r: r["last_ts"] or "", None),
         ],
     )
-    stale = _table(
+    stale = table(
         "stale",
         report.stale,
         [
@@ -228,31 +233,31 @@ def render(report: Report) -> str:
             (
                 "silent for",
                 lambda r: duration_text(r["silent_seconds"]) or "the whole span",
-                _num("silent_seconds", 1e18),
+                num("silent_seconds", 1e18),
             ),
             ("last point", lambda r: r["last_ts"] or "none in these days", None),
         ],
     )
-    flat = _table(
+    flat = table(
         "flatlines",
         report.flatlines,
         [
             parameter,
             ident,
             ("date", lambda r: r["date"], None),
-            ("one value for", lambda r: duration_text(r["flatline_seconds"]), _num("flatline_seconds")),
-            ("points that day", lambda r: f"{r['points']:,}", _num("points")),
+            ("one value for", lambda r: duration_text(r["flatline_seconds"]), num("flatline_seconds")),
+            ("points that day", lambda r: f"{r['points']:,}", num("points")),
         ],
     )
-    late = _table(
+    late = table(
         "late",
         report.late,
         [
             parameter,
             ident,
-            ("late points", lambda r: f"{r['late_points']:,}", _num("late_points")),
-            ("days", lambda r: r["late_days"], _num("late_days")),
-            ("the latest at least", lambda r: duration_text(r["late_seconds"]), _num("late_seconds")),
+            ("late points", lambda r: f"{r['late_points']:,}", num("late_points")),
+            ("days", lambda r: r["late_days"], num("late_days")),
+            ("the latest at least", lambda r: duration_text(r["late_seconds"]), num("late_seconds")),
         ],
     )
     shown = len(report.heatmap)
@@ -264,7 +269,7 @@ def render(report: Report) -> str:
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>Data quality: {escape(report.source)}, {escape(window)}</title>
-<style>{_style()}</style>
+<style>{style()}</style>
 </head>
 <body>
 <h1>Data quality of {escape(report.source)}</h1>
@@ -306,7 +311,7 @@ without it</dd>
 </dl>
 <p class="muted">Heatmap rows: at most {HEATMAP_ROWS}; tables: the {options.top} first. Everything is in the
 <code>quality</code> view of <code>etl query</code>.</p>
-<script>{_SCRIPT}</script>
+<script>{SCRIPT}</script>
 </body>
 </html>
 """
