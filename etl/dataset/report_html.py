@@ -206,6 +206,15 @@ def render(report: Report) -> str:
         cards.append(
             (f"below {percent(options.fail_under)}", f"{report.below_count:,}", report.below_count > 0)
         )
+    verified = ""
+    if report.verify is not None:
+        cards.append(
+            ("last verify", report.verify["status"], report.verify["status"] in ("differs", "failed"))
+        )
+        verified = (
+            f'<p class="muted">Last <code>etl verify</code> ({escape(str(report.verify["finished"]))}): '
+            f"{escape(report.verify['verdict'])}</p>"
+        )
     card_html = card_list(cards)
     parameter = ("parameter", label, None)
     ident = ("id", lambda r: r["param_id"], num("param_id"))
@@ -276,6 +285,7 @@ def render(report: Report) -> str:
 <div class="muted">raw series, {escape(window)} ({len(report.days)} UTC day{"s" if len(report.days) > 1 else ""}),
 report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}</div>
 <div class="cards">{card_html}</div>
+{verified}
 
 <h2>Completeness per parameter and day{escape(more)}</h2>
 {_legend()}

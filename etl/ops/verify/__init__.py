@@ -43,7 +43,7 @@ from etl.state import Coverage
 from etl.state.arrivals import Arrivals
 from etl.storage import spools
 from etl.support import redact
-from etl.timeutil import iso
+from etl.timeutil import iso, now_ms
 
 __all__ = ["Result", "VerifyOptions", "verify"]
 
@@ -82,7 +82,7 @@ def verify(config: Config, options: VerifyOptions) -> Result:
         in_a_loop(_compare(build, options, result, candidates, options.max_requests))
         if options.repair and result.differing:
             _repair(config, options, result)
-    result.seconds = time.monotonic() - started
+    result.seconds, result.finished = time.monotonic() - started, now_ms()
     verified.save(build.data, result.as_dict())
     return result
 

@@ -58,6 +58,7 @@ class Result:
     max_requests: int | None = None
     requests: int = 0
     seconds: float = 0.0
+    finished: int = 0  # epoch ms
     unsettled: int = 0
     unlisted: int = 0
     series: dict[str, SeriesFigures] = field(default_factory=dict)
@@ -216,6 +217,7 @@ class Result:
             "max_requests": self.max_requests,
             "requests": self.requests,
             "seconds": round(self.seconds, 3),
+            "finished": iso(self.finished) if self.finished else None,
             "differing": self.differing,
             "missing": self.total("missing"),
             "extra": self.total("extra"),
