@@ -18,7 +18,8 @@ def test_airflow_dag_maps_exit_codes_like_etl():
         for node in tree.body
         if isinstance(node, ast.Assign)
         and isinstance(node.targets[0], ast.Name)
-        and node.targets[0].id in ("RETRY", "SKIP")
+        and node.targets[0].id in ("RETRY", "SKIP", "DIFFERS")
     }
     assert sets["RETRY"] == {ExitCode.NETWORK, ExitCode.SERVER, ExitCode.INTERRUPTED}
     assert sets["SKIP"] == {ExitCode.LOCKED}
+    assert sets["DIFFERS"] == ExitCode.DIFFERS
