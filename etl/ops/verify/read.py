@@ -84,7 +84,7 @@ class OutputReader:
                     try:
                         if version.handle is None:  # removed since it was listed
                             continue
-                        for batch in fmt.batches(version.handle, layout.schema, storage.display(rel)):
+                        for batch in fmt.batches(version.handle, layout.schema, storage.display(rel), ids):
                             batch = layout.fill_partition_columns(batch, folder)
                             ts = pc.cast(batch.column("ts"), pa.int64())
                             keep = pc.and_(
