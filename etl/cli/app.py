@@ -1,7 +1,7 @@
 """The `etl` group: logging, lazily loaded commands, and the one-line report of every error.
 
-Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `analysts` (query,
-pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
+Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `ops` (init, doctor,
+verify), `analysts` (query, pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
 printed. A command's module is imported when that command runs (an hourly `etl run` does not pay for
 the analysts' or the emulator's imports); `etl emulator` is the separate `etl_emulator` package.
 """

@@ -142,6 +142,11 @@ class Result:
             if self.not_verified
             else ""
         )
+        if not self.candidates:
+            return (
+                f"verify: nothing to compare: no window is checkpointed from {iso(self.start)} to "
+                f"{iso(self.end)} (but the newest stretch the next run reads again)"
+            )
         found = (
             f"{self.differing:,} window(s) differ from the source in {self.scope()} ({counts}){unverified}"
         )
