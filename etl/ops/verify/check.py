@@ -1,5 +1,5 @@
-"""The sample read again: each window fetched and cleaned as a run would (etl/pipeline/fetch.py,
-clean.py) and compared with the output's rows of it, a group at a time.
+"""The sample read again: each window fetched and cleaned as a run would (etl/pipeline/fetch.py and
+etl/pipeline/clean.py) and compared with the output's rows of it, a group at a time.
 
 A group is one span of one series and one file bucket, at most `extract.batch_windows` windows; its
 output rows are read in a thread while its windows are fetched, and at most `extract.slabs_in_flight`

@@ -1,7 +1,7 @@
 """One window of the output against the same window read again from the source, row for row.
 
-The source's rows are what a run would write now (etl/pipeline/fetch.py and clean.py: [start, end),
-values present and finite, a stamp once). A stamp the source has and the output lacks is missing; one
+The source's rows are what a run would write now (etl/pipeline/fetch.py and etl/pipeline/clean.py:
+[start, end), values present and finite, a stamp once). A stamp the source has and the output lacks is missing; one
 the output holds and the source does not, or a stamp the output holds twice, is extra; a stamp in both
 whose values differ is changed.
 """
