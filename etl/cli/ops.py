@@ -14,6 +14,7 @@ from etl.cli.params import DURATION, SAMPLE, SHARD, TIME, config_option, output_
 from etl.cli.render import echo_json
 from etl.errors import ConfigError, EtlError, Unhealthy, error_from
 from etl.model import Shard
+from etl.support import allocator, startup
 
 
 def _password() -> str:
@@ -233,6 +234,8 @@ def verify_cmd(
     if metrics_file is not None:
         metrics.check_path(metrics_file)
     options = VerifyOptions(start, end, sample, seed, max_requests, repair, shard)
+    if startup.own_process():  # what `etl run` gives its own process: freed buffers go back to the OS
+        allocator.release_freed_memory()
     try:
         result = verify(config, options)
     except EtlError as exc:

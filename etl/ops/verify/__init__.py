@@ -42,7 +42,7 @@ from etl.pipeline.summary import record_id
 from etl.state import Coverage
 from etl.state.arrivals import Arrivals
 from etl.storage import spools
-from etl.support import redact
+from etl.support import allocator, redact
 from etl.timeutil import iso, now_ms
 
 __all__ = ["Result", "VerifyOptions", "verify"]
@@ -100,6 +100,7 @@ async def _compare(
             await client.sign_in()
             server_now = client.server_now()
             fleet = (await discover(client, config.select)).params.of_shard(options.shard)
+            allocator.trim()  # the listing's pages and records are let go
         except RequestsSpent:
             raise ConfigError(
                 f"--max-requests {result.max_requests}: spent before the parameters were listed "

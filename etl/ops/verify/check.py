@@ -26,7 +26,9 @@ from etl.ops.verify.result import Result
 from etl.pipeline.clean import WindowData, clean
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
-from etl.support import redact
+from etl.support import allocator, redact
+
+TRIM_EVERY = 0.5  # seconds
 
 
 def groups(spans: Iterator[Windows], reader: OutputReader, size: int) -> Iterator[Windows]:
@@ -85,6 +87,9 @@ async def check(
                     raise got
         finally:
             room.release()
+        # A group's buffers go back to the OS, not to the next group's peak (not on the event loop:
+        # malloc_trim walks every arena).
+        await asyncio.to_thread(allocator.trim, TRIM_EVERY)
 
     try:
         async with asyncio.TaskGroup() as running:
