@@ -14,7 +14,6 @@ process's wall time, CPU and peak RSS.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -22,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from fleet import Fleet
-from harness import HERE, PY, environment, run_child
+
+from harness import HERE, PY, environment, run_child, save
 
 HEADER = (
     f"{'sample':>8} {'windows':>9} {'of':>9} {'requests':>9} {'log':>6} {'seconds':>8} {'wall s':>7} "
@@ -71,7 +71,9 @@ def main() -> int:
     os.environ["ETL_PASSWORD"] = "demo"
     doc: dict = {"environment": environment(), "parameters": 0, "days": args.days, "runs": []}
     env = doc["environment"]
-    print(f"environment: Python {env['python']}, {env['cores']} cores, load average {env['load_average_start']}")
+    print(
+        f"environment: Python {env['python']}, {env['cores']} cores, load average {env['load_average_start']}"
+    )
     workdir = Path(tempfile.mkdtemp(prefix="etl-verify-"))
     try:
         fleet = Fleet(workdir, args.parameters, args.days)
@@ -90,10 +92,7 @@ def main() -> int:
             fleet.stop()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1))
-    print(f"results: {args.json}")
+    save(doc, args.json)
     return 0
 
 

@@ -34,7 +34,7 @@ def css_class(completeness: float | None) -> str:
     return next(name for bound, name, _, _ in SCALE[1:] if completeness < bound)
 
 
-def style() -> str:
+def _style() -> str:
     cells = "\n".join(
         f"svg .{name} {{ fill: {colour}; }} .swatch.{name} {{ background: {colour}; }}"
         for _, name, colour, _ in SCALE
@@ -64,7 +64,7 @@ dl {{ display: grid; grid-template-columns: max-content 1fr; gap: 2px 14px; }} d
 """
 
 
-SCRIPT = """
+_SCRIPT = """
 (function () {
   function key(cell) {  // numbers sort by their data-sort value, text as text
     var v = cell.getAttribute("data-sort");
@@ -172,6 +172,24 @@ def table(
     )
 
 
+def page(title: str, body: str) -> str:
+    """A self-contained page: `body` (HTML) under the house style, with the tables' script; no fetch."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<style>{_style()}</style>
+</head>
+<body>
+{body}<script>{_SCRIPT}</script>
+</body>
+</html>
+"""
+
+
 def card_list(cards: list[tuple[str, str, bool]]) -> str:
     """(name, value, bad) as the page's cards, the bad ones in red."""
     return "".join(
@@ -271,17 +289,9 @@ def render(report: Report) -> str:
     )
     shown = len(report.heatmap)
     more = f" (the {shown} least complete of {report.parameters:,})" if report.parameters > shown else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Data quality: {escape(report.source)}, {escape(window)}</title>
-<style>{style()}</style>
-</head>
-<body>
-<h1>Data quality of {escape(report.source)}</h1>
+    return page(
+        f"Data quality: {report.source}, {window}",
+        f"""<h1>Data quality of {escape(report.source)}</h1>
 <div class="muted">raw series, {escape(window)} ({len(report.days)} UTC day{"s" if len(report.days) > 1 else ""}),
 report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}</div>
 <div class="cards">{card_html}</div>
@@ -321,7 +331,5 @@ without it</dd>
 </dl>
 <p class="muted">Heatmap rows: at most {HEATMAP_ROWS}; tables: the {options.top} first. Everything is in the
 <code>quality</code> view of <code>etl query</code>.</p>
-<script>{SCRIPT}</script>
-</body>
-</html>
-"""
+""",
+    )

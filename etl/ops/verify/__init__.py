@@ -144,11 +144,16 @@ def _repair(config: Config, options: VerifyOptions, result: Result) -> None:
         result.repaired.update(error=redact.redact(str(exc)), exit_code=exc.exit_code)
         return
     result.repaired["run_id"] = summary.run_id
-    again = Result(result.verify_id, result.source, result.output, seed=result.seed)
-    budget = None if options.max_requests is None else max(0, options.max_requests - result.requests)
+    budget = None if options.max_requests is None else options.max_requests - result.requests
+    again = Result(result.verify_id, result.source, result.output, seed=result.seed, max_requests=budget)
     build = Build(config, options.shard)  # the tables' snapshots as the repair left them
     pass_options = VerifyOptions(start=start, end=end, shard=options.shard)
-    in_a_loop(_compare(build, pass_options, again, _windows_of(work), budget))
+    try:
+        if budget is not None and budget <= 0:
+            raise RequestsSpent("no request left")
+        in_a_loop(_compare(build, pass_options, again, _windows_of(work), budget))
+    except (RequestsSpent, ConfigError):  # --max-requests spent before the listing: not read again
+        again.not_verified = result.differing - again.verified
     result.requests += again.requests
     result.repaired.update(
         differing=again.differing,

@@ -7,7 +7,7 @@ import time
 from html import escape
 from typing import Any
 
-from etl.dataset.report_html import SCRIPT, card_list, num, style, table
+from etl.dataset.report_html import card_list, num, page, table
 from etl.errors import StorageError
 from etl.ops.verify.result import Result
 
@@ -70,17 +70,9 @@ def html(result: Result, command: str) -> str:
     shown = len(record["windows"])
     more = f" (the first {shown} of {record['differing']:,})" if record["differing"] > shown else ""
     sample = "every window" if record["sample"] == "all" else f"a sample of {record['sample']:g}"
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Verify: {escape(result.source)}, {escape(record["from"])} .. {escape(record["to"])}</title>
-<style>{style()}</style>
-</head>
-<body>
-<h1>Output against source: {escape(result.source)}</h1>
+    return page(
+        f"Verify: {result.source}, {record['from']} .. {record['to']}",
+        f"""<h1>Output against source: {escape(result.source)}</h1>
 <div class="muted">{escape(result.output)}, windows checkpointed from {escape(record["from"])} to
 {escape(record["to"])}, {escape(sample)} (seed {record["seed"]}), verify {escape(record["verify_id"])}</div>
 <div class="cards">{card_list(cards)}</div>
@@ -100,10 +92,8 @@ def html(result: Result, command: str) -> str:
 <dt>left out</dt><dd>{record["left_out"]["unsettled"]:,} (parameter, series) whose newest stretch the next
 run reads again; {record["left_out"]["unlisted"]:,} checkpointed parameter(s) no longer listed</dd>
 </dl>
-<script>{SCRIPT}</script>
-</body>
-</html>
-"""
+""",
+    )
 
 
 def write_metrics(path: str, source: str, shard: str, result: Result | None, exit_code: int) -> None:

@@ -160,6 +160,11 @@ class Result:
                 f"verify: {found}; repaired by run {self.repaired['run_id']}, {self.remaining:,} still "
                 "differ when read again (the source changes as it is read?)"
             )
+        elif self.repaired.get("not_verified"):
+            return (
+                f"verify: {found}; repaired by run {self.repaired['run_id']}; "
+                f"{self.repaired['not_verified']:,} of them not read again, --max-requests spent"
+            )
         else:
             return f"verify: {found}; repaired by run {self.repaired['run_id']}: read again, they equal it"
         if self.failed:
