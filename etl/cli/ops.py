@@ -178,7 +178,9 @@ def doctor_cmd(
     help="The share of the checkpointed windows read again: a fraction (0.01) or a percentage (1%); each "
     "parameter's newest window first, the rest at random.",
 )
-@click.option("--seed", type=int, help="Draw the sample of an earlier verify again (each prints its seed).")
+@click.option(
+    "--seed", type=int, metavar="N", help="Draw the sample of an earlier verify again (each prints its seed)."
+)
 @click.option(
     "--max-requests",
     type=click.IntRange(min=1),
