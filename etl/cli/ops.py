@@ -227,14 +227,14 @@ def verify_cmd(
     _verify/ (etl doctor and etl report show the last one).
     """
     from etl.config import load_config
-    from etl.ops.verify import VerifyOptions, render, verify
-    from etl.pipeline import metrics
+    from etl.ops.verify import VerifyOptions, metrics, verify
+    from etl.pipeline.metrics import check_path
 
     config = load_config(config_path)
     if output is not None:
         output_file(output, (".html", ".htm"))
     if metrics_file is not None:
-        metrics.check_path(metrics_file)
+        check_path(metrics_file)
     options = VerifyOptions(start, end, sample, seed, max_requests, repair, shard)
     if startup.own_process():  # what `etl run` gives its own process: freed buffers go back to the OS
         allocator.release_freed_memory()
@@ -242,13 +242,15 @@ def verify_cmd(
         result = verify(config, options)
     except EtlError as exc:
         if metrics_file is not None:
-            render.write_metrics(metrics_file, config.source.name, str(shard or ""), None, exc.exit_code)
+            metrics.write(metrics_file, config.source.name, str(shard or ""), None, exc.exit_code)
         raise
     command = f"etl verify -c {config_path}" + (f" --shard {shard}" if shard else "")
     if output is not None:
+        from etl.ops.verify import render  # DuckDB comes with the report's page: loaded only for -o
+
         render.write_html(output, result, command)
     if metrics_file is not None:
-        render.write_metrics(metrics_file, config.source.name, str(shard or ""), result, result.exit_code)
+        metrics.write(metrics_file, config.source.name, str(shard or ""), result, result.exit_code)
     if as_json:
         echo_json(result.as_dict(command))
     else:

@@ -6,7 +6,8 @@
     compare.py  one window, row for row
     check.py    the windows fetched and compared, a group at a time, within --max-requests
     result.py   the figures, the differing windows, the verdict, the record's form
-    render.py   the HTML page and the metrics file
+    render.py   the HTML page
+    metrics.py  the metrics file
 
 Verify reads through the client a run builds (its capacity limit, retries and redaction) and takes no
 lock: runs go on beside it. A repair is a run (etl/pipeline/coordinator.py, `RunOptions.work`): under
