@@ -239,7 +239,8 @@ def verify_cmd(
     if startup.own_process():  # what `etl run` gives its own process: freed buffers go back to the OS
         allocator.release_freed_memory()
     try:
-        result = verify(config, options)
+        with startup.without_pandas():  # as etl run: nothing here converts to pandas
+            result = verify(config, options)
     except EtlError as exc:
         if metrics_file is not None:
             metrics.write(metrics_file, config.source.name, str(shard or ""), None, exc.exit_code)

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from etl.model import TS, Series, Windows
+from etl.model import Series, Windows
 from etl.sinks.layout import Layout
 from etl.sinks.output import Output
+from etl.sinks.rewrite import param_ids, ts_ms
 from etl.timeutil import DAY_MS
 
 
@@ -32,19 +32,37 @@ class Rows:
         return self.ts[a:b], {c: v[a:b] for c, v in self.values.items()}
 
 
-def _rows(table: pa.Table, series: Series) -> Rows:
+def _ms(column: pa.ChunkedArray) -> np.ndarray:
+    """A timestamp column as epoch ms (lake tables hold microseconds)."""
+    ticks = column.combine_chunks().view(pa.int64()).to_numpy(zero_copy_only=False)
+    unit = column.type.unit
+    ms: np.ndarray = ticks * 1000 if unit == "s" else ticks // {"ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+    return ms
+
+
+def _rows(parts: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]], series: Series) -> Rows:
+    """Rows from (param_id, ts, values) parts, sorted by (param_id, ts); a row twice stays twice."""
     columns = series.value_columns
-    if not table.num_rows:
+    if not parts:
         empty = np.empty(0, np.int64)
         return Rows(empty, empty, {c: np.empty(0, np.float64) for c in columns})
-    ts = pc.cast(table.column("ts"), TS).cast(pa.int64())  # lake tables hold microseconds
-    pids = table.column("param_id").cast(pa.int64())
-    order = np.lexsort((ts.to_numpy(), pids.to_numpy()))  # stable: a row twice stays twice, in order
-    return Rows(
-        pids.to_numpy()[order],
-        ts.to_numpy()[order],
-        {c: table.column(c).cast(pa.float64()).to_numpy(zero_copy_only=False)[order] for c in columns},
-    )
+    pids = np.concatenate([p[0] for p in parts])
+    ts = np.concatenate([p[1] for p in parts])
+    order = np.lexsort((ts, pids))
+    values = {c: np.concatenate([p[2][c] for p in parts])[order] for c in columns}
+    return Rows(pids[order], ts[order], values)
+
+
+def _picked(
+    table: pa.Table, series: Series, pids: np.ndarray, ts: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The kept rows' columns, copied out of the table (numpy: no Arrow compute kernels to load)."""
+    at = np.flatnonzero(keep)
+    values = {
+        c: table.column(c).combine_chunks().to_numpy(zero_copy_only=False).astype(np.float64)[at]
+        for c in series.value_columns
+    }
+    return pids[at], ts[at], values
 
 
 class OutputReader:
@@ -61,16 +79,21 @@ class OutputReader:
         start, end = int(windows.start.min()), int(windows.end.max())
         if self.output.lake is not None:
             table = self.output.lake.series(series).read(self.source, ids.tolist(), start, end)
-        else:
-            table = self._files(self.output.layout(series, self.buckets), windows, ids, start, end)
-        return _rows(table, series)
+            if not table.num_rows:
+                return _rows([], series)
+            pids = table.column("param_id").combine_chunks().to_numpy(zero_copy_only=False)
+            return _rows(
+                [_picked(table, series, pids, _ms(table.column("ts")), np.ones(len(pids), bool))], series
+            )
+        return _rows(self._files(self.output.layout(series, self.buckets), windows, ids, start, end), series)
 
-    def _files(self, layout: Layout, windows: Windows, ids: np.ndarray, start: int, end: int) -> pa.Table:
+    def _files(
+        self, layout: Layout, windows: Windows, ids: np.ndarray, start: int, end: int
+    ) -> list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]]:
         storage, fmt = self.output.data, self.output.fmt
         objects = np.unique(windows.object_id).tolist() if layout.by_object else [0]
         buckets = {layout.bucket(int(p)) for p in ids.tolist()}
-        wanted = pa.array(ids, pa.int64())
-        parts = [layout.empty]
+        parts = []
         for day in range(start // DAY_MS, (end - 1) // DAY_MS + 1):
             for object_id in objects:
                 folder = layout.partition(day, object_id)
@@ -86,15 +109,13 @@ class OutputReader:
                             continue
                         for batch in fmt.batches(version.handle, layout.schema, storage.display(rel), ids):
                             batch = layout.fill_partition_columns(batch, folder)
-                            ts = pc.cast(batch.column("ts"), pa.int64())
-                            keep = pc.and_(
-                                pc.and_(
-                                    pc.is_in(batch.column("param_id"), wanted),
-                                    pc.equal(batch.column("source"), self.source),
-                                ),
-                                pc.and_(pc.greater_equal(ts, start), pc.less(ts, end)),
-                            )
-                            parts.append(batch.filter(keep))
+                            pids, ts = param_ids(batch), ts_ms(batch)
+                            keep = np.isin(pids, ids) & (ts >= start) & (ts < end)
+                            if key.source != self.source:  # a file of an older version: whose rows?
+                                sources = batch.column("source").to_numpy(zero_copy_only=False)
+                                keep &= sources == self.source
+                            if keep.any():
+                                parts.append(_picked(batch, layout.series, pids, ts, keep))
                     finally:
                         version.close()
-        return pa.concat_tables(parts)
+        return parts
