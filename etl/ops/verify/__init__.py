@@ -29,7 +29,7 @@ from etl.config import Config
 from etl.dataset import verified
 from etl.errors import ConfigError, EtlError, RequestsSpent
 from etl.model import Params, Shard, union
-from etl.ops.verify.check import check
+from etl.ops.verify.check import compare_windows
 from etl.ops.verify.read import OutputReader
 from etl.ops.verify.result import Result, Work
 from etl.ops.verify.sample import Candidates, Sample, Scope, candidates
@@ -125,7 +125,9 @@ async def _compare(
         result.candidates += drawn.candidates
         result.sampled += drawn.size
         try:
-            await check(client, OutputReader(build, build.buckets), drawn.spans(), result, config.extract)
+            await compare_windows(
+                client, OutputReader(build, build.buckets), drawn.spans(), result, config.extract
+            )
         finally:
             result.requests += stats.requests
 

@@ -50,7 +50,7 @@ def groups(spans: Iterator[Windows], reader: OutputReader, size: int) -> Iterato
                 yield windows[np.arange(at, min(at + size, hi))]
 
 
-async def check(
+async def compare_windows(
     client: MonitoringClient,
     reader: OutputReader,
     spans: Iterator[Windows],
