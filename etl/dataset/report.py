@@ -212,7 +212,7 @@ def build(config: Config, options: ReportOptions) -> Report:
     )
 
     report = Report(source, start, end, days, options)
-    last = verified.last(Output(config).data, source)
+    last = verified.last(Output(config), source)
     if last is not None:
         report.verify = {
             "finished": last.get("finished"),

@@ -7,19 +7,20 @@ from typing import Any
 
 import orjson
 
-from etl.storage.files import Storage
+from etl.sinks.output import Output
 
 FOLDER = "_verify"
 
 
-def save(storage: Storage, record: dict[str, Any]) -> None:
-    storage.write_atomic(
+def save(output: Output, record: dict[str, Any]) -> None:
+    output.data.write_atomic(
         f"{FOLDER}/{record['verify_id']}.json", orjson.dumps(record, option=orjson.OPT_INDENT_2)
     )
 
 
-def last(storage: Storage, source: str) -> dict[str, Any] | None:
+def last(output: Output, source: str) -> dict[str, Any] | None:
     """The newest record of this source (None: no verify yet, or none readable)."""
+    storage = output.data
     names = sorted((n for n in storage.listdir(FOLDER) if n.endswith(".json")), reverse=True)
     for name in names:
         body = storage.read(f"{FOLDER}/{name}")

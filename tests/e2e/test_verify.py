@@ -18,7 +18,9 @@ import pytest
 
 from etl.config import load_config, parse_config
 from etl.errors import ExitCode
+from etl.model import Series
 from etl.ops.doctor import diagnose
+from etl.sinks.output import Output
 from etl.timeutil import DAY_MS, HOUR_MS, iso
 from etl_emulator.lateness import Lateness
 from etl_emulator.server import run_emulator
@@ -167,16 +169,13 @@ def test_a_value_changed_in_a_delta_table(emulator, outputs, tmp_path, capsys):
 
 
 def test_an_iceberg_snapshot_rolled_back(emulator, tmp_path, capsys):
-    from etl.sinks.lake.iceberg import catalog
-    from etl.storage.files import Storage
-
     out = tmp_path / "out"
     path = config_file(emulator.base_url, out, tmp_path, "iceberg", series=["raw"])
     run(load_config(path), end=HALF)
-    tables = catalog(Storage(str(out)), None)
-    before = tables.load_table(("etl", "raw")).current_snapshot().snapshot_id
+    raw = Output(load_config(path)).lake.series(Series.RAW)
+    before = raw.catalog.load_table(raw.identifier).current_snapshot().snapshot_id
     run(load_config(path))
-    tables.load_table(("etl", "raw")).manage_snapshots().rollback_to_snapshot(before).commit()
+    raw.catalog.load_table(raw.identifier).manage_snapshots().rollback_to_snapshot(before).commit()
     found = found_and_repaired(capsys, path, out, series=["raw"], extra=0, changed=0)
     assert found["differing"] == 8 and found["missing"] > 0
 

@@ -142,7 +142,7 @@ def runs(d: Deployment) -> list[Finding]:
 
 def last_verify(d: Deployment) -> list[Finding]:
     """The last `etl verify` of this source: when, and whether the output equalled the source."""
-    record = verified.last(d.build.data, d.config.source.name)
+    record = verified.last(d.build, d.config.source.name)
     if record is None:
         return [
             ok(

@@ -84,7 +84,7 @@ def verify(config: Config, options: VerifyOptions) -> Result:
         if options.repair and result.differing:
             _repair(config, options, result)
     result.seconds, result.finished = time.monotonic() - started, now_ms()
-    verified.save(build.data, result.as_dict())
+    verified.save(build, result.as_dict())
     return result
 
 
