@@ -220,15 +220,15 @@ def test_max_requests_is_never_exceeded(fresh_emulator, outputs, tmp_path, capsy
 
 
 def test_a_repair_sigkilled_part_way_then_run_again_is_exact(outputs, tmp_path, capsys):
-    """Every series' file of the day removed; the repair (a run of three slabs, answers in 30 ms) is killed
+    """Every series' file of the day removed; the repair (a run of three slabs, answers in 50 ms) is killed
     once it has fetched some of its windows; `etl verify --repair` again ends exact."""
     with run_emulator(emulator_config()) as slow:
-        slow.set_faults(latency=0.03)
+        slow.set_faults(latency=0.05)
         path, out = copy(outputs, "parquet", slow, tmp_path)
         for series in ("raw", "average", "candles"):
             for file in out.glob(f"{series}/date=*/*.parquet"):
                 file.unlink()
-        n = random.Random(5).randint(1, 12)
+        n = random.Random(5).randint(1, 8)
         proc = etl_process("verify", "-c", str(path), "--repair")
 
         def repairing() -> bool:
