@@ -76,7 +76,7 @@ def execute(
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
     # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
-    # its process (etl/cli/runs.py): pyarrow works without it.
+    # its process (etl/support/startup.py): pyarrow works without it.
     with suppress(ImportError):
         import pandas  # noqa: F401
 
