@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
-from types import FrameType, ModuleType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -75,7 +71,7 @@ def run(
         config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
         import etl
 
-        with _without_pandas():
+        with startup.without_pandas():
             with startup.loading():
                 run_pipeline = etl.run  # loads the pipeline
             summary = run_pipeline(
@@ -112,40 +108,6 @@ def run(
         echo_json({**summary.as_dict(), "exit_code": 0})
     else:
         click.echo(summary.text())
-
-
-class _PandasForEtlOnly(MetaPathFinder):
-    """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
-    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
-    `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
-    is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
-
-    ALLOWED = ("etl.timeutil",)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname != "pandas":
-            return None
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame.f_globals.get("__name__") in self.ALLOWED:
-                return None  # the normal finders take it from here
-            frame = frame.f_back
-        raise ImportError("pandas is not imported by an etl run (etl/cli/runs.py)")
-
-
-@contextmanager
-def _without_pandas() -> Iterator[None]:
-    if "pandas" in sys.modules:  # imported already (by a program embedding the CLI): leave it be
-        yield
-        return
-    hook = _PandasForEtlOnly()
-    sys.meta_path.insert(0, hook)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(hook)
 
 
 @click.command("plan")

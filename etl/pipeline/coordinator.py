@@ -12,11 +12,9 @@ import asyncio
 import logging
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +37,7 @@ from etl.pipeline.loop import handle_signals, workers
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.pipeline.summary import RunSummary
+from etl.pipeline.summary import RunSummary, record_id
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
@@ -67,6 +65,9 @@ class RunOptions:
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
     scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
     refresh_catalog: bool = False  # list every object's parameters, whatever the catalog says
+    # etl verify --repair: per series, (param_id, start, end) fetched and replaced instead of what the
+    # checkpoints miss; no late probe, no reference tables
+    work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
 class Coordinator:
@@ -79,11 +80,7 @@ class Coordinator:
         self.build = Build(config, options.shard)
         self.data = self.build.data
         self.store = self.build.state_store()
-        # Names sort as the runs started (doctor's "last run" is the last name), to the millisecond;
-        # three random hex digits keep two runs of one millisecond (shards) apart.
-        now = datetime.now(tz=UTC)
-        run_id = f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
-        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.summary = RunSummary(run_id=record_id(), output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
@@ -293,6 +290,7 @@ class Coordinator:
                 extra=findings.work if findings is not None else None,
                 arrivals=self.store.arrivals,
                 full_refresh=self.options.full_refresh,
+                work=self.options.work,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
@@ -302,7 +300,7 @@ class Coordinator:
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
-                if self.config.dimensions.enabled
+                if self.config.dimensions.enabled and self.options.work is None
                 else None
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
@@ -412,7 +410,7 @@ class Coordinator:
     ) -> Findings | None:
         """The tails and revisions to read again (etl/pipeline/late.py); None when nothing is looked for."""
         window = self.config.window
-        if not (window.late_max or window.revisions):
+        if not (window.late_max or window.revisions) or self.options.work is not None:
             return None
         arrivals = self.store.arrivals
         if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints

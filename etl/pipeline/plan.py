@@ -137,10 +137,12 @@ class Plan:
         extra: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
         arrivals: Arrivals | None = None,
         full_refresh: bool = False,
+        work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
     ) -> None:
         """`extra`: (param_id, start, end) to read besides what the checkpoints miss (late data);
         `arrivals`: what arrived so far, which tells the raw points that arrive late (none when the run
-        reads everything again)."""
+        reads everything again); `work`: (param_id, start, end) to read and replace instead of what the
+        checkpoints miss (`etl verify --repair`)."""
         self.fleet = fleet
         self._known: tuple[np.ndarray, np.ndarray, Rows] | None = None
         if arrivals is not None and Series.RAW in series:
@@ -150,8 +152,11 @@ class Plan:
         self.spans = spans
         self.by_object = by_object
         self.series = [Series(s) for s in SERIES if s in series]
-        self.needed = {s: needed(coverage, s, fleet.ids, options) for s in self.series}
-        for s, (pids, starts, ends) in (extra or {}).items():
+        nothing = (np.empty(0, np.int64),) * 3
+        self.needed = {
+            s: needed(coverage, s, fleet.ids, options) if work is None else nothing for s in self.series
+        }
+        for s, (pids, starts, ends) in [*(extra or {}).items(), *(work or {}).items()]:
             if s in self.needed and len(pids):
                 mine = np.isin(pids, fleet.ids)
                 have = self.needed[s]

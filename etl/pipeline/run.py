@@ -67,10 +67,21 @@ def run(
         executor=executor,
         scheduler=scheduler,
     )
+    return execute(config, options, metrics_file, tune_memory)
+
+
+def execute(
+    config: Config,
+    options: RunOptions,
+    metrics_file: str | PathLike[str] | None = None,
+    tune_memory: bool = False,
+) -> RunSummary:
+    """A run of `options` (what `run` does once it has made them; `etl verify --repair` makes its own)."""
+    dry_run = options.dry_run
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
     # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
-    # its process (etl/cli/runs.py): pyarrow works without it.
+    # its process (etl/support/startup.py): pyarrow works without it.
     with suppress(ImportError):
         import pandas  # noqa: F401
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,14 @@ from etl.pipeline.catalog import CatalogFigures, CatalogRecord
 from etl.pipeline.counts import Counts
 from etl.pipeline.progress import NOTHING_NEW
 from etl.timeutil import duration_text, iso
+
+
+def record_id() -> str:
+    """The name of a run's record (and a verify's): names sort as the commands started (doctor's "last
+    run" is the last name), to the millisecond; three random hex digits keep two of one millisecond
+    (shards) apart."""
+    now = datetime.now(tz=UTC)
+    return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
 
 
 @dataclass
