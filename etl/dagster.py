@@ -30,7 +30,7 @@ from etl.config import Config, load_config
 from etl.dataset.query import connect, views
 from etl.errors import EtlError, ExitCode
 from etl.model import QUALITY, Series
-from etl.pipeline.observe import ParentRun, parent_run
+from etl.pipeline.parent import ParentRun, parent_run
 from etl.pipeline.run import run
 from etl.pipeline.summary import RunSummary
 from etl.timeutil import iso, to_ms

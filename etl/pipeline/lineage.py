@@ -22,12 +22,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
-from etl import __version__
 from etl.config import Config
 from etl.errors import EtlError
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
 from etl.support import redact
 from etl.support.optional import require
+from etl.support.version import __version__
 from etl.timeutil import iso
 
 require("openlineage.client", "lineage")
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from etl.pipeline.coordinator import RunOptions
-    from etl.pipeline.observe import ParentRun
+    from etl.pipeline.parent import ParentRun
     from etl.pipeline.summary import RunSummary
     from etl.storage.atomic import Storage
     from etl.support.trace import Trace

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
-from etl import __version__
 from etl.config import Config, TelemetryConfig
 from etl.support import redact
 from etl.support.optional import require
 from etl.support.trace import Span, Trace, Value
+from etl.support.version import __version__
 
 require("opentelemetry.sdk", "telemetry")
 require("opentelemetry.exporter.otlp.proto.http", "telemetry")

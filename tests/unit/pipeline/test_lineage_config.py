@@ -10,7 +10,8 @@ import pytest
 
 from etl.config import load_config
 from etl.errors import ConfigError
-from etl.pipeline.observe import ParentRun, lineage_from_environment, parent, parent_run
+from etl.pipeline.observe import lineage_from_environment
+from etl.pipeline.parent import ParentRun, parent, parent_run
 from etl.support import redact
 
 GOOD = (
