@@ -86,7 +86,9 @@ def first_load(params: int, days: int) -> dict[str, float | int]:
         "planned_windows": planned,
         "seconds": round(time.perf_counter() - started, 2),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "peak_rss_mb_over_imports": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before, 1),
+        "peak_rss_mb_over_imports": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before, 1
+        ),
     }
 
 
@@ -112,7 +114,14 @@ def main() -> None:
         f"best of {row['repeat']}"
     )
     if args.first_load:
-        child = [sys.executable, __file__, "--first-load-child", str(args.first_load), "--days", str(args.days)]
+        child = [
+            sys.executable,
+            __file__,
+            "--first-load-child",
+            str(args.first_load),
+            "--days",
+            str(args.days),
+        ]
         load = json.loads(subprocess.run(child, check=True, capture_output=True, text=True).stdout)
         row["first_load"] = load
         print(
