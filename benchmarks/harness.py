@@ -123,7 +123,7 @@ def lake_rows(root: Path, fmt: str) -> int:
     """Rows of the series tables' current snapshots (sink.format delta / iceberg)."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
     return sum(t.dataset().count_rows() for t in (lake.series(s) for s in SERIES) if t.exists())

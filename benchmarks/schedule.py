@@ -102,7 +102,7 @@ def run_once(config: Path, end: int, hour: int) -> Run:
 def _lake(out: Path, fmt: str):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     return Lake(SinkConfig(format=fmt, path=str(out)), Storage(str(out)))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from etl.state import StateStore  # noqa: E402
-from etl.storage.files import Storage  # noqa: E402
+from etl.storage.atomic import Storage  # noqa: E402
 from tests.support.wide_state import DAYS, PARAMS, fleet, load_and_plan, write_state  # noqa: E402
 
 

@@ -32,10 +32,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # a type only: the run's summary is made far above this module
-    from etl.pipeline.summary import RunSummary
+from collections.abc import Mapping
+from typing import Protocol
 
 
 class ExitCode:
@@ -63,6 +61,21 @@ def debug(on: bool = True) -> None:
     _tracebacks = on
 
 
+class RunReport(Protocol):
+    """What a run got done, as its error carries it: the `etl.RunSummary` a good run returns. Written here
+    so that the exception tree needs nothing from the pipeline above it."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...  # ok, failed, interrupted
+
+    def as_dict(self) -> Mapping[str, object]: ...  # the JSON form: `etl run --json`, _runs/{run_id}.json
+
+    def text(self) -> str: ...  # what `etl run` prints
+
+
 class EtlError(Exception):
     """Base of every error the tool reports as one line."""
 
@@ -70,7 +83,7 @@ class EtlError(Exception):
     retryable = False
     fatal = True
     # Raised by a run (etl.run): what got done before it stopped, the same `RunSummary` a good run returns.
-    summary: RunSummary | None = None
+    summary: RunReport | None = None
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows for the error when a cell raises it (its protocol for exceptions that render

@@ -16,7 +16,7 @@ import httpx
 from pydantic import ValidationError
 
 from etl.client.auth import SignIn
-from etl.client.caps import AnswerCaps
+from etl.client.count_cap import AnswerCaps
 from etl.client.models import (
     Candles,
     ExternalCommand,
@@ -170,7 +170,7 @@ class MonitoringClient:
 
     `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
     as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
-    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`);
+    series answers tell about the server's silent cap on points per answer (see `etl.client.count_cap`);
     `throttled`, the parameters whose series the server throttled to the end of a request's retries
     (`Throttled`), until when it asked to wait: `series` does not ask them again before then.
     A record of a listing that cannot be used (an id that is not a 64-bit integer, a field of the wrong

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
-from etl.client.capacity import CapacityFigures, CapacityRecord
+from etl.client.concurrency import CapacityFigures, CapacityRecord
 from etl.client.purpose import PURPOSES
 from etl.errors import EtlError, RetriesExhausted
 from etl.support import redact
@@ -72,7 +72,7 @@ class ClientStats:
     throttled_seconds: float = 0.0
     bytes_received: int = 0
     purposes: Counter[str] = field(default_factory=Counter)  # what each request was for (client/purpose.py)
-    capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/capacity.py)
+    capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/concurrency.py)
 
     def add(self, other: ClientStats) -> None:
         """Fold in the counts of another client (one per Dask task)."""

@@ -22,9 +22,9 @@ import httpx
 from aiolimiter import AsyncLimiter
 
 from etl.client import classify, purpose, routes
+from etl.client.answer_size import ACCEPT_ENCODING, BoundedTransport
 from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
-from etl.client.capacity import Limit, make_limit
-from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
+from etl.client.concurrency import Limit, make_limit
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RateGate, retrying

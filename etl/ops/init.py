@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from etl.client.capacity import AUTO_START
+from etl.client.concurrency import AUTO_START
 from etl.config import parse_config
 from etl.model import slug
 from etl.ops.findings import Finding, ok, warn

@@ -15,7 +15,7 @@ from functools import cached_property
 from pydantic import SecretStr
 
 from etl.client import ClientOptions, ClientStats, MonitoringClient
-from etl.client.capacity import Share
+from etl.client.concurrency import Share
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Series
@@ -24,7 +24,7 @@ from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
 from etl.quality.writer import QualitySlabWriter, QualityTracker
 from etl.sinks.base import SlabSink
-from etl.sinks.files import SlabWriter
+from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
 from etl.support import redact

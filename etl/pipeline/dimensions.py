@@ -28,7 +28,7 @@ from etl.sinks import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.state.store import SnapshotNote
 from etl.storage import spools
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
 ROW_GROUP = 1000  # records per row group of a written table (pages gathered)

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from etl.client import ClientOptions, MonitoringClient
-from etl.client.capacity import Share
+from etl.client.concurrency import Share
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
 from etl.pipeline.slab import FetchFlow, SlabJob, SlabResult, process_slab, run_slab

@@ -42,7 +42,7 @@ from etl.pipeline.dimensions import table_file
 from etl.sinks.output import Output
 from etl.state import Coverage, StateStore
 from etl.state.store import LAYOUT, SNAPSHOT
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 RENAME = "etl state rename-source -c CONFIG --from {old}"

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client import ClientStats, MonitoringClient, purpose
-from etl.client.capacity import Share
+from etl.client.concurrency import Share
 from etl.config import Config
 from etl.errors import EtlError, ExitCode, without_frames
 from etl.model import Series, Shard, Window, Windows, batches

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
 from etl.client import ClientStats
-from etl.client.capacity import CapacityRecord
+from etl.client.concurrency import CapacityRecord
 from etl.client.retry import ClientRecord
 from etl.model import Shard
 from etl.pipeline.counts import Counts

@@ -14,7 +14,7 @@ from etl.sinks.formats import FileFormat, file_format
 from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
 from etl.state import StateStore
 from etl.state.store import Recorded
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
     from etl.sinks.lake import Lake

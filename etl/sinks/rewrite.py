@@ -26,7 +26,7 @@ from etl.errors import DataError, StorageError
 from etl.model import Windows
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from typing import TypedDict
 
 from etl.errors import LockedError, StorageError
-from etl.storage.files import KEEP, Storage
+from etl.storage.atomic import KEEP, Storage
 from etl.timeutil import iso
 
 LOCK_FILE = "lock"

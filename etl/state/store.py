@@ -39,7 +39,7 @@ from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import MARKS, Coverage, key_of
 from etl.state.lock import RunLock
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +373,7 @@ class StateStore:
 
     def caps(self) -> tuple[int, dict[str, list[int | None]]]:
         """When the server's answers were last learned from scratch, and what they taught
-        (etl/client/caps.py); (0, {}) when nothing is noted or the note is damaged."""
+        (etl/client/count_cap.py); (0, {}) when nothing is noted or the note is damaged."""
         data = self.storage.read(CAPS)
         try:
             body = orjson.loads(data) if data else {}

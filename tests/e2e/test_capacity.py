@@ -1,5 +1,5 @@
 """A server of limited capacity (the emulator's --capacity: workers, a queue, 503 past its length) and
-etl's limit on requests in flight (`extract.concurrency: auto`, etl/client/capacity.py): the emulator
+etl's limit on requests in flight (`extract.concurrency: auto`, etl/client/concurrency.py): the emulator
 queues and sheds as it says, the limit grows to what the server takes and no further, a server that
 sheds loses no window, and `extract.max_rps` caps the requests a second."""
 

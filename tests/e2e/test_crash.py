@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from etl.config import parse_config
-from etl.storage.files import TMP_SUFFIX
+from etl.storage.atomic import TMP_SUFFIX
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact, assert_output_matches_state
 from tests.support.cli import environment, etl, etl_process

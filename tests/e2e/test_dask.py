@@ -79,7 +79,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
         name = "kill-mid-write"
 
         def setup(self, worker):
-            from etl.storage.files import Storage
+            from etl.storage.atomic import Storage
 
             self.original = original = Storage.commit
 
@@ -96,7 +96,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
             Storage.commit = commit
 
         def teardown(self, worker):
-            from etl.storage.files import Storage
+            from etl.storage.atomic import Storage
 
             Storage.commit = self.original
 

@@ -16,7 +16,7 @@ from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import LockedError, StorageError
 from etl.pipeline.build import Build
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import to_ms
 from tests.support.checks import assert_exact
 from tests.support.cli import etl_process

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.model import SCHEMAS, Series
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from tests.support.expected import SERIES, SOURCE
 
 

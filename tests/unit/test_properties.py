@@ -38,7 +38,7 @@ from etl.sinks.layout import LEGACY_BUCKETS
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
 from etl.state.store import segment, windows_of
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z

@@ -16,7 +16,7 @@ from etl.ops.doctor.deployment import SPOOLS, Deployment, human
 from etl.ops.findings import Finding, fail, ok, warn
 from etl.storage import spools as spool_folders
 from etl.storage import tempfiles
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.support.optional import require
 from etl.timeutil import HOUR_MS
 

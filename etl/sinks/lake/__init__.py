@@ -11,7 +11,7 @@ from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable, Policy
 from etl.sinks.layout import LEGACY_BUCKETS
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 if TYPE_CHECKING:  # pyiceberg loads for Iceberg tables only
     from pyiceberg.catalog import Catalog

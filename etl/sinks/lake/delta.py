@@ -49,7 +49,7 @@ from etl.sinks.lake.common import (
     to_merge,
 )
 from etl.sinks.lake.delta_files import merge_parts, partition_text, write_files, write_part
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.support.optional import require
 
 if TYPE_CHECKING:  # deltalake loads for Delta tables only

@@ -49,7 +49,7 @@ from etl.sinks.lake.common import (
     table_lock,
     to_merge,
 )
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.support import redact
 from etl.support.optional import require
 

@@ -23,7 +23,7 @@ from etl.sinks.rewrite import Ranges
 from etl.state.arrivals import NONE, Arrivals, Rows
 from etl.state.coverage import Coverage, key_of
 from etl.state.store import StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 20_000 * DAY_MS  # a UTC midnight

@@ -20,7 +20,7 @@ from etl.sinks.base import SlabOutcome
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import FileRewrite, Observer, Ranges, concat, ts_ms
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS
 
 _DAYS = 1 << 24  # days in 45,000 years: object * _DAYS + day names a partition uniquely
