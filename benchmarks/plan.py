@@ -351,6 +351,7 @@ def main() -> None:
             print(f"{scenario:<10} {server:<9} {json.dumps(figures)}", flush=True)
     results["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2))
 
 
