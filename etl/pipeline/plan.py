@@ -241,7 +241,7 @@ class Plan:
         spans = self.spans[series]
         first, last = starts // spans.span, (ends - 1) // spans.span
         merged = self._merged(series, starts, ends)
-        if merged is not None:  # its two days' spans count as one
+        if merged is not None:  # its last two spans count as one
             second = merged // spans.span + 1
             first, last = first - (first >= second), last - (last >= second)
         buckets = self.fleet.buckets[self._rows(pids)]
@@ -265,7 +265,7 @@ class Plan:
             return np.where(b - a <= unit, (b > a).astype(np.int64), aligned(a, b))
 
         total = 0
-        if merged is not None:  # the last two days: one span
+        if merged is not None:  # the last two spans: one
             a, b = np.maximum(starts, merged), ends
             total += int(fitted(a, b).sum())
             ends = np.minimum(ends, merged)
@@ -300,14 +300,15 @@ class Plan:
             yield slab
 
     def _merged(self, series: Series, starts: np.ndarray, ends: np.ndarray) -> int | None:
-        """Raw: the start of the last two days when they are one span (else None): when an interval that
-        fits one request crosses the last midnight of the work (the tail since the last run, at midnight),
-        so that it is asked once; the writer splits its rows by day."""
-        if series is not Series.RAW or not len(starts):
+        """The start of the last two spans when they are one (else None): when an interval that fits one
+        request crosses the last span boundary of the work (the tail since the last run, at midnight for
+        raw, at a week's end for aggregates), so that it is asked once; the writer splits its rows by day."""
+        if not len(starts):
             return None
-        midnight = (int(ends.max()) - 1) // DAY_MS * DAY_MS
-        crossing = (starts < midnight) & (ends > midnight) & (ends - starts <= self.spans[series].unit)
-        return midnight - DAY_MS if crossing.any() else None
+        spans = self.spans[series]
+        boundary = (int(ends.max()) - 1) // spans.span * spans.span
+        crossing = (starts < boundary) & (ends > boundary) & (ends - starts <= spans.unit)
+        return boundary - spans.span if crossing.any() else None
 
     def _spans(self, series: Series, starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
         """The spans with any work, newest first."""
