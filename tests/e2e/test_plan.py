@@ -157,3 +157,35 @@ def test_an_hourly_run_across_midnight_asks_once_a_series_and_says_where_its_req
         got = read(out, series).sort_by([("param_id", "ascending"), ("ts", "ascending")])
         want = expected_table(final, series, T0, horizon(clock))
         assert got.select(want.column_names).equals(want), series
+
+
+def test_hourly_runs_cost_the_floor_across_midnight_and_a_weeks_end(tmp_path):
+    """48 parameters caught up, then hourly runs across a midnight that ends a week (the aggregates'
+    slabs): every request the server saw, sign-ins and listings included, is at most 1.05x the floor (one
+    per parameter and series with new data, the sign-in and the object list); the output is exact."""
+    week = 7 * DAY_MS
+    boundary = (T0 + DAY_MS) // week * week + week  # a midnight that is also a week's end
+    first = boundary - 3 * HOUR_MS + 7 * MINUTE_MS
+    emulator_config = replace(
+        late_emulator(Lateness()), objects=6, params_per_object=6, calc_per_object=2, now_ms=first
+    )
+    out = tmp_path / "out"
+    with run_emulator(emulator_config) as emulator:
+        config = parse_config(config_data(emulator, out, window={"start": iso(first - DAY_MS)}))
+        run(config)
+        requests = floor = 0
+        clock = first
+        for _ in range(5):
+            clock += HOUR_MS
+            emulator.set_clock(clock)
+            emulator.clear_requests()
+            summary = run(config)
+            requests += len(emulator.requests())
+            floor += summary.request_floor
+            assert summary.client.purposes["history"] == 0, summary.client.purposes
+    assert requests <= 1.05 * floor, (requests, floor)
+    final = replace(emulator_config, now_ms=clock)
+    for series in SERIES:
+        got = read(out, series).sort_by([("param_id", "ascending"), ("ts", "ascending")])
+        want = expected_table(final, series, first - DAY_MS, horizon(clock))
+        assert got.select(want.column_names).equals(want), series
