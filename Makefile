@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast test-orchestrators lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan soak clean demo-s3 demo-dask browser docs \
 	postgres proxy
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -81,6 +81,19 @@ proxy:
 
 test: $(STAMP) browser postgres bench-tools proxy
 	$(BIN)/python -m pytest -q
+
+## make test-orchestrators: Airflow 3 runs docs/airflow/etl_dag.py (dag.test(), SQLite) against the emulator, from
+## a venv of its own (.venv-airflow: Airflow's pins would fight the dev venv's); a few minutes. .ci/run calls it
+## after make test.
+AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+$(AIRFLOW_STAMP): tests/orchestrators/airflow-requirements.txt
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/orchestrators/airflow-requirements.txt
+	touch $(AIRFLOW_STAMP)
+
+test-orchestrators: $(STAMP) $(AIRFLOW_STAMP)
+	AIRFLOW_PYTHON=$(AIRFLOW_VENV)/bin/python $(BIN)/python -m pytest -q -m orchestrators tests/orchestrators
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
 test-fast: $(STAMP)
@@ -194,4 +207,4 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) output/demo .pytest_cache site
+	rm -rf $(VENV) $(AIRFLOW_VENV) output/demo .pytest_cache site

@@ -6,6 +6,7 @@ import difflib
 import logging
 import os
 import re
+import typing
 from collections.abc import Iterator
 from datetime import date, datetime
 from os import PathLike
@@ -72,6 +73,13 @@ class RetryConfig(Strict):
     )
 
 
+def http_url(value: str, problem: str) -> str:
+    """An http(s) URL that names a host, without a trailing slash (ValueError saying `problem`, if not)."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(problem)
+    return value.rstrip("/")
+
+
 def source_name(value: str) -> str:
     """A source's name as it may be written: it names files and folders (ValueError saying how, if not)."""
     if not re.fullmatch(r"[A-Za-z0-9._-]+", value) or value in (".", ".."):
@@ -131,9 +139,7 @@ class SourceConfig(Strict):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("must start with http:// or https:// and name a host")
-        return value.rstrip("/")
+        return http_url(value, "must start with http:// or https:// and name a host")
 
     @field_validator("proxy")
     @classmethod
@@ -490,6 +496,78 @@ class DimensionsConfig(Strict):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class LineageTransport(Strict):
+    """Where the OpenLineage events go (the client's http, file and console transports). Without this
+    section, the client's own configuration: OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml."""
+
+    type: Literal["http", "file", "console"] = Field(
+        description="http: POST each event to a lineage server (Marquez...); file: append them to a "
+        "file, one JSON a line; console: log them"
+    )
+    url: str | None = Field(None, description="http: the server, e.g. http://marquez:5000")
+    endpoint: str = Field("api/v1/lineage", description="http: the path events are posted to")
+    api_key: SecretStr | None = Field(None, description="http: a bearer token, e.g. ${OPENLINEAGE_API_KEY}")
+    timeout: float = Field(5.0, gt=0, description="http: seconds an event may take to be sent")
+    path: str | None = Field(None, description="file: the file events are appended to")
+
+    @model_validator(mode="after")
+    def _needs(self) -> LineageTransport:
+        if self.type == "http":
+            http_url(self.url or "", "type http needs url, http(s)://host[:port]")
+        if self.type == "file" and not self.path:
+            raise ValueError("type file needs path")
+        given = self.model_fields_set - {"type"}
+        foreign = given - ({"url", "endpoint", "api_key", "timeout"} if self.type == "http" else {"path"})
+        if foreign:
+            raise ValueError(f"{', '.join(sorted(foreign))}: not a key of type {self.type}")
+        return self
+
+
+class LineageConfig(Strict):
+    """OpenLineage events (pip install 'etl[lineage]'): START when a run starts, then COMPLETE, FAIL or
+    ABORT (interrupted). Without this section, runs emit them only when the environment configures the
+    OpenLineage client (OPENLINEAGE_URL or OPENLINEAGE_CONFIG); `lineage: true` is this section with its
+    defaults, `lineage: false` emits none even then."""
+
+    enabled: bool = Field(True, description="false: no events, whatever the environment says")
+    namespace: str | None = Field(
+        None,
+        description="the job's namespace",
+        json_schema_extra={"default_written": "`$OPENLINEAGE_NAMESPACE`, else `etl`"},
+    )
+    job: str | None = Field(
+        None, description="the job's name", json_schema_extra={"default_written": "`etl.{source.name}`"}
+    )
+    transport: LineageTransport | None = None
+
+
+class TelemetryConfig(Strict):
+    """OpenTelemetry traces of each run (pip install 'etl[otel]'): a span for the run, discovery, each
+    slab and each commit, with their request and point counts, sent over OTLP/HTTP."""
+
+    otlp_endpoint: str = Field(
+        description="the collector's OTLP/HTTP endpoint, e.g. http://collector:4318 (traces go to /v1/traces)"
+    )
+    service_name: str = Field("etl", description="the traces' service.name")
+    headers: dict[str, SecretStr] = Field(
+        {}, description="sent with each export, e.g. {Authorization: 'Bearer ${OTLP_TOKEN}'}"
+    )
+    timeout: float = Field(10.0, gt=0, description="seconds an export may take")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return http_url(value, "give the collector's URL, http(s)://host:port")
+
+
+def section_of(annotation: object) -> type[BaseModel] | None:
+    """The section model a field holds (`X` or an optional `X | None`), or None for a plain key."""
+    for each in (annotation, *typing.get_args(annotation)):
+        if isinstance(each, type) and issubclass(each, BaseModel):
+            return each
+    return None
+
+
 class Config(Strict):
     source: SourceConfig
     select: SelectConfig = SelectConfig()
@@ -502,6 +580,16 @@ class Config(Strict):
     state: StateConfig = StateConfig()
     executor: ExecutorConfig = ExecutorConfig()
     dimensions: DimensionsConfig = DimensionsConfig()
+    lineage: LineageConfig | None = None
+    telemetry: TelemetryConfig | None = None
+
+    @field_validator("lineage", mode="before")
+    @classmethod
+    def _lineage(cls, value: object) -> object:
+        """`lineage: true`: the section with its defaults; `false`: none, whatever the environment says."""
+        if value is True:
+            return {}
+        return {"enabled": False} if value is False else value
 
     @field_validator("series")
     @classmethod
@@ -563,10 +651,10 @@ def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] = Config
     for part in path:
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        inner = section_of(field.annotation) if field else None
+        if inner is None:
             return None
-        model = annotation
+        model = inner
     return model
 
 
@@ -574,8 +662,8 @@ def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     """Every key of a section and the sections below it, dotted."""
     for name, field in model.model_fields.items():
         yield prefix + name
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            yield from _keys(field.annotation, f"{prefix}{name}.")
+        if (inner := section_of(field.annotation)) is not None:
+            yield from _keys(inner, f"{prefix}{name}.")
 
 
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
@@ -635,6 +723,13 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
         count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
     redact.register_public(config.source.username)
+    if config.telemetry is not None:
+        redact.register(*redact.url_passwords(config.telemetry.otlp_endpoint))
+        redact.register(*(value.get_secret_value() for value in config.telemetry.headers.values()))
+    if config.lineage is not None and (transport := config.lineage.transport) is not None:
+        redact.register(*redact.url_passwords(transport.url or ""))
+        if transport.api_key is not None:
+            redact.register(transport.api_key.get_secret_value())
     if config.source.password:
         redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):
@@ -672,16 +767,19 @@ def _held(path: str) -> bool:
 
 
 def _from_folder(config: Config, folder: str) -> Config:
-    """The config's relative local paths (sink.path, state.path, source.password_file and ca_bundle) read
-    from `folder`, the config file's, as a .gitignore or a dbt project reads its paths: a scheduler that
-    starts `etl` from another working directory gets the same output. A path that holds nothing there but
-    does from the working directory (where etl read it before) is a ConfigError naming both."""
+    """The config's relative local paths (sink.path, state.path, source.password_file and ca_bundle,
+    lineage.transport.path) read from `folder`, the config file's, as a .gitignore or a dbt project
+    reads its paths: a scheduler that starts `etl` from another working directory gets the same output.
+    A path that holds nothing there but does from the working directory (where etl read it before) is a
+    ConfigError naming both."""
     source, sink, state = config.source, config.sink, config.state
+    lineage = config.lineage.transport if config.lineage is not None else None
     given = {
         "sink.path": sink.path,
         "state.path": state.path,
         "source.password_file": source.password_file,
         "source.ca_bundle": source.ca_bundle,
+        "lineage.transport.path": lineage.path if lineage is not None else None,
     }
     found: dict[str, str] = {}
     for key, value in given.items():
@@ -707,7 +805,11 @@ def _from_folder(config: Config, folder: str) -> Config:
     )
     sink = sink.model_copy(update={"path": found["sink.path"]} if "sink.path" in found else {})
     state = state.model_copy(update={"path": found["state.path"]} if "state.path" in found else {})
-    return config.model_copy(update={"source": source, "sink": sink, "state": state})
+    update: dict[str, object] = {"source": source, "sink": sink, "state": state}
+    if lineage is not None and config.lineage is not None and "lineage.transport.path" in found:
+        moved = lineage.model_copy(update={"path": found["lineage.transport.path"]})
+        update["lineage"] = config.lineage.model_copy(update={"transport": moved})
+    return config.model_copy(update=update)
 
 
 def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:

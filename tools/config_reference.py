@@ -19,7 +19,7 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from etl.config import Config, Duration, Size
+from etl.config import Config, Duration, Size, section_of
 
 # The validators that make a Duration and a Size (etl/config.py): how their fields are told apart.
 _DURATION, _SIZE = typing.get_args(Duration)[1], typing.get_args(Size)[1]
@@ -122,15 +122,11 @@ def human(ms: int) -> str:
     return f"{ms}ms"
 
 
-def _section(model: type[BaseModel]) -> type[BaseModel] | None:
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
 def sections(model: type[BaseModel], prefix: str = "") -> list[tuple[str, type[BaseModel]]]:
     """(dotted name, model) of every section, depth first, the top level first."""
     found = [(prefix, model)]
     for name, field in model.model_fields.items():
-        inner = _section(field.annotation)  # type: ignore[arg-type]
+        inner = section_of(field.annotation)
         if inner is not None:
             found += sections(inner, f"{prefix}{name}.")
     return found
@@ -142,7 +138,7 @@ def render() -> str:
         keys = [
             (name, field)
             for name, field in model.model_fields.items()
-            if _section(field.annotation) is None  # type: ignore[arg-type]
+            if section_of(field.annotation) is None
         ]
         if not keys:
             continue

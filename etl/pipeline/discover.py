@@ -27,6 +27,7 @@ from etl.config import ParameterSelect, SelectConfig
 from etl.errors import ConfigError, InvalidResponse
 from etl.model import PARAM_KINDS, ParamKind, Params
 from etl.pipeline.dimensions import Rows
+from etl.support import trace
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +269,18 @@ def _usable_id(value: object) -> bool:
 
 
 async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
+    with trace.current().span("etl.discovery") as span:
+        requests = client.stats.requests
+        found = await _discover(client, select)
+        span.set(
+            objects=len(found.object_ids),
+            parameters=len(found.params),
+            requests=client.stats.requests - requests,
+        )
+        return found
+
+
+async def _discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
     records, selection = Rows("objects"), _Selection(select.parameters)
     silent: list[int] = []
     try:

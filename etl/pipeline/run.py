@@ -1,6 +1,7 @@
 """`etl.run`: the public entry point of a run, what `etl run -c` calls. It turns its arguments into
-`RunOptions`, runs the `Coordinator` on an event loop of its own and writes the metrics file whatever
-the outcome."""
+`RunOptions`, runs the `Coordinator` on an event loop of its own, tells the run's observers (lineage,
+traces: etl/pipeline/observe.py) when it starts and ends, and writes the metrics file whatever the
+outcome."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from etl.pipeline import metrics
 from etl.pipeline.coordinator import Coordinator, RunOptions
 from etl.pipeline.identity import check_layout
 from etl.pipeline.loop import in_a_loop
+from etl.pipeline.observe import observers, trace_of
 from etl.pipeline.summary import RunSummary
-from etl.support import allocator
+from etl.support import allocator, trace
 from etl.timeutil import Time, parse_time
 
 __all__ = ["RunSummary", "run"]
@@ -74,13 +76,20 @@ def run(
     # A state it cannot read is the run's to report (its lock, its first write), in their own words.
     with suppress(StorageError):
         check_layout(config)
+    # Lineage and the like: a missing extra is told here, before the run touches anything.
+    watching = [] if dry_run else observers(config)
     if tune_memory:
         allocator.release_freed_memory()
     coordinator = Coordinator(config, options)
+    for observer in watching:
+        observer.started(coordinator.summary, options)
     try:
-        summary = in_a_loop(coordinator.run())
+        with trace.tracing(trace_of(watching)):
+            summary = in_a_loop(coordinator.run())
     except BaseException as exc:
         error = exc if isinstance(exc, EtlError) else Interrupted("interrupted") if _stopped(exc) else None
+        for observer in watching:
+            observer.ended(coordinator.summary, error or exc)
         if metrics_file is not None and not dry_run:
             code = error.exit_code if error is not None else ExitCode.INTERNAL
             with suppress(EtlError):  # the run's own error is the one to report
@@ -91,6 +100,8 @@ def run(
         if error is exc:
             raise
         raise error from None
+    for observer in watching:
+        observer.ended(summary, None)
     if metrics_file is not None and not dry_run:
         metrics.write(str(metrics_file), summary, config.source.name, ExitCode.OK)
     return summary

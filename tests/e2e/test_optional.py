@@ -114,3 +114,28 @@ def test_a_lake_format(tmp_path, fmt, module):
 def test_the_emulator_server():
     result = etl_with("uvicorn", None, "emulator", "serve", "--port", "0")
     assert_one_line(result, "'etl emulator serve' needs uvicorn: pip install 'etl[emulator]'")
+
+
+def test_lineage(emulator, tmp_path):
+    """Asked by the config: one line before the run starts (asked by the environment alone: a warning,
+    tests/unit/pipeline/test_lineage_config.py)."""
+    path = config(tmp_path, tmp_path / "out", emulator.base_url, lineage=True, series=["raw"])
+    result = etl_with("openlineage.client", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "lineage needs openlineage-python: pip install 'etl[lineage]'")
+    assert not (tmp_path / "out" / "raw").exists()
+
+
+def test_dagster():
+    code = "import sys; sys.modules['dagster'] = None; import etl.dagster"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert (
+        done.stderr.splitlines()[-1] == "ImportError: etl.dagster needs dagster: pip install 'etl[dagster]'"
+    )
+
+
+def test_telemetry(tmp_path):
+    telemetry = {"otlp_endpoint": "http://127.0.0.1:1"}
+    path = config(tmp_path, tmp_path / "out", telemetry=telemetry, series=["raw"])
+    result = etl_with("opentelemetry.sdk", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "telemetry needs opentelemetry-sdk: pip install 'etl[otel]'")

@@ -112,12 +112,17 @@ def fragments(text: str, size: int = 8) -> set[str]:
 @pytest.mark.parametrize("echo", ECHOED)
 def test_a_password_a_server_echoes_in_any_encoding_appears_nowhere(echoing, echo, tmp_path):
     """Every sign-in answers 502 with the credentials it got, in one encoding: the run's stderr (--debug),
-    its --json summary, its record, the metrics file, `etl doctor --json` on that record and every file
-    of the output (the Delta log included) hold no piece of the password in that encoding nor as typed.
+    its --json summary, its record, the metrics file, its OpenLineage events, `etl doctor --json` on that
+    record and every file of the output (the Delta log included) hold no piece of the password in that
+    encoding nor as typed.
     The echo reaches the error line, masked."""
     emulator, data, out = echoing
     pattern, way = ECHOED[echo]
-    config = write_config(tmp_path / "c.yaml", {**data, "source": {**data["source"], "sign_in": way}})
+    events = tmp_path / "lineage.jsonl"  # the run's OpenLineage events, its FAIL with the error line
+    lineage = {"transport": {"type": "file", "path": str(events)}}
+    config = write_config(
+        tmp_path / "c.yaml", {**data, "source": {**data["source"], "sign_in": way}, "lineage": lineage}
+    )
     metrics = tmp_path / "etl.prom"
     emulator.set_faults(reset=True, error_rate=1.0, echo_params=echo)
     try:
@@ -136,8 +141,9 @@ def test_a_password_a_server_echoes_in_any_encoding_appears_nowhere(echoing, ech
     assert "sign-in: HTTP 502" in line and "***" in line, line
     secrets = fragments(echoed) | fragments(PASSWORD) | {quote(PASSWORD), quote_plus(PASSWORD)}
     assert leaks(run.stdout + run.stderr + doctor.stdout + doctor.stderr, secrets) == []
-    files = [metrics, *(p for p in out.rglob("*") if p.is_file())]
+    files = [metrics, events, *(p for p in out.rglob("*") if p.is_file())]
     assert any("_delta_log" in p.parts for p in files) and any("_runs" in p.parts for p in files)
+    assert b'"eventType": "FAIL"' in events.read_bytes() and b"***" in events.read_bytes()
     assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
 
 
