@@ -12,7 +12,7 @@ from datetime import date, datetime
 from os import PathLike
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 from pydantic import (
@@ -328,6 +328,10 @@ class ExtractConfig(Strict):
 
 
 LAKE_FORMATS = ("delta", "iceberg")
+# Formats whose tables commit each group of slabs with its checkpoint (docs/lake.md, docs/postgres.md).
+TABLE_FORMATS = (*LAKE_FORMATS, "postgres")
+# A PostgreSQL identifier etl makes (schema names are spliced into its SQL, quoted).
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -359,10 +363,25 @@ class CommitConfig(Strict):
 class SinkConfig(Strict):
     """Where and how the data is written."""
 
-    format: Literal["parquet", "csv", "delta", "iceberg"] = Field(
-        "parquet", description="files (Parquet, CSV) or lake tables (Delta, Iceberg: pip install 'etl[lake]')"
+    format: Literal["parquet", "csv", "delta", "iceberg", "postgres"] = Field(
+        "parquet",
+        description="files (Parquet, CSV), lake tables (Delta, Iceberg: pip install 'etl[lake]') or "
+        "PostgreSQL tables (pip install 'etl[postgres]')",
     )
-    path: str = Field(description="a folder, or an fsspec URL: s3://bucket/prefix, gs://, az://")
+    path: str = Field(
+        description="a folder, or an fsspec URL: s3://bucket/prefix, gs://, az://; postgres: the folder of "
+        "the checkpoints and run summaries"
+    )
+    dsn: str | None = Field(
+        None,
+        description="postgres: the database's URL, postgresql://user:${PASSWORD}@host:5432/db[?sslmode=...]",
+    )
+    db_schema: str = Field(
+        "etl", alias="schema", description="postgres: the schema of the tables (made when missing)"
+    )
+    password_file: Path | None = Field(
+        None, description="postgres: a file holding the database's password, instead of one in dsn"
+    )
     catalog: str | None = Field(
         None,
         description="iceberg: a REST catalog URI or a SQL database URL",
@@ -418,6 +437,27 @@ class SinkConfig(Strict):
             raise ValueError("must contain 'date' once (and may add 'source' and 'object_id')")
         return value
 
+    @field_validator("db_schema")
+    @classmethod
+    def _schema(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError("a PostgreSQL schema name: lower-case letters, digits and _, 63 at most")
+        return value
+
+    @model_validator(mode="after")
+    def _postgres(self) -> SinkConfig:
+        if self.format != "postgres":
+            if self.dsn is not None or self.password_file is not None:
+                raise ValueError("dsn, password_file: only sink.format postgres has a database")
+            return self
+        if self.dsn is None:
+            raise ValueError("dsn: sink.format postgres needs the database's URL, postgresql://user@host/db")
+        if not re.match(r"^postgres(ql)?://", self.dsn):
+            raise ValueError("dsn: give a PostgreSQL URL, postgresql://user:${PASSWORD}@host:5432/db")
+        if self.password_file is not None and redact.url_passwords(self.dsn):
+            raise ValueError("password_file: the dsn holds a password already; give one or the other")
+        return self
+
     @model_validator(mode="after")
     def _catalog(self) -> SinkConfig:
         if self.catalog is not None and self.format != "iceberg":
@@ -443,7 +483,8 @@ class SinkConfig(Strict):
 
     @property
     def lake(self) -> bool:
-        return self.format in LAKE_FORMATS
+        """Tables whose commits carry their slabs' checkpoints: Delta, Iceberg and PostgreSQL."""
+        return self.format in TABLE_FORMATS
 
 
 class StateConfig(Strict):
@@ -661,7 +702,7 @@ def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
 def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     """Every key of a section and the sections below it, dotted."""
     for name, field in model.model_fields.items():
-        yield prefix + name
+        yield prefix + (field.alias or name)
         if (inner := section_of(field.annotation)) is not None:
             yield from _keys(inner, f"{prefix}{name}.")
 
@@ -669,7 +710,8 @@ def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """A key close to an unknown one: in its own section, else anywhere (a key put in the wrong section)."""
     key, section = str(loc[-1]), _model_at(loc[:-1])
-    if section is not None and (close := difflib.get_close_matches(key, list(section.model_fields), 1, 0.6)):
+    keys = [f.alias or name for name, f in section.model_fields.items()] if section is not None else []
+    if close := difflib.get_close_matches(key, keys, 1, 0.6):
         return f" (did you mean {close[0]}?)"
     everywhere = {dotted.rsplit(".", 1)[-1]: dotted for dotted in _keys(Config) if "." in dotted}
     if close := difflib.get_close_matches(key, list(everywhere), 1, 0.8):
@@ -705,17 +747,23 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     raw_password = (
         (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
     )
-    raw_catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
+    raw_sink = data.get("sink")
     data = _substitute(data, "", offline)
     proxy = (data.get("source") or {}).get("proxy") if isinstance(data.get("source"), dict) else None
     if isinstance(proxy, str):  # before validation: no message may show its password
         redact.register(*redact.url_passwords(proxy))
-    catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
-    if isinstance(catalog, str):  # before validation: no message may show it
-        redact.register(*redact.url_passwords(catalog))
-        written = redact.url_passwords(raw_catalog) if isinstance(raw_catalog, str) else []
-        if written and not _ENV.search(written[0]):
-            log.warning("sink.catalog holds a password written in the config file; prefer ${VARIABLE} there")
+    sink = data.get("sink") if isinstance(data.get("sink"), dict) else {}
+    raw_sink = raw_sink if isinstance(raw_sink, dict) else {}
+    for key in ("catalog", "dsn"):  # database URLs: before validation, so that no message shows them
+        url = sink.get(key)
+        if isinstance(url, str):
+            redact.register(*redact.url_passwords(url), *parse_qs(urlsplit(url).query).get("password", []))
+            raw = raw_sink.get(key)
+            written = redact.url_passwords(raw) if isinstance(raw, str) else []
+            if written and not _ENV.search(written[0]):
+                log.warning(
+                    "sink.%s holds a password written in the config file; prefer ${VARIABLE} there", key
+                )
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
@@ -767,11 +815,11 @@ def _held(path: str) -> bool:
 
 
 def _from_folder(config: Config, folder: str) -> Config:
-    """The config's relative local paths (sink.path, state.path, source.password_file and ca_bundle,
-    lineage.transport.path) read from `folder`, the config file's, as a .gitignore or a dbt project
-    reads its paths: a scheduler that starts `etl` from another working directory gets the same output.
-    A path that holds nothing there but does from the working directory (where etl read it before) is a
-    ConfigError naming both."""
+    """The config's relative local paths (sink.path and password_file, state.path, source.password_file and
+    ca_bundle, lineage.transport.path) read from `folder`, the config file's, as a .gitignore or a dbt
+    project reads its paths: a scheduler that starts `etl` from another working directory gets the same
+    output. A path that holds nothing there but does from the working directory (where etl read it before)
+    is a ConfigError naming both."""
     source, sink, state = config.source, config.sink, config.state
     lineage = config.lineage.transport if config.lineage is not None else None
     given = {
@@ -780,6 +828,7 @@ def _from_folder(config: Config, folder: str) -> Config:
         "source.password_file": source.password_file,
         "source.ca_bundle": source.ca_bundle,
         "lineage.transport.path": lineage.path if lineage is not None else None,
+        "sink.password_file": sink.password_file,
     }
     found: dict[str, str] = {}
     for key, value in given.items():
@@ -803,7 +852,13 @@ def _from_folder(config: Config, folder: str) -> Config:
             if f"source.{name}" in found
         }
     )
-    sink = sink.model_copy(update={"path": found["sink.path"]} if "sink.path" in found else {})
+    sink = sink.model_copy(
+        update={
+            name: found[f"sink.{name}"] if name == "path" else Path(found[f"sink.{name}"])
+            for name in ("path", "password_file")
+            if f"sink.{name}" in found
+        }
+    )
     state = state.model_copy(update={"path": found["state.path"]} if "state.path" in found else {})
     update: dict[str, object] = {"source": source, "sink": sink, "state": state}
     if lineage is not None and config.lineage is not None and "lineage.transport.path" in found:

@@ -7,7 +7,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
                                     exit  retryable  fatal
     EtlError                          70     no        yes   a bug: please report it
     ├── ConfigError (ValueError)       2     no        yes   bad config, arguments or base URL
-    │   └── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   ├── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   └── NothingToRead              2     no        yes   an output no run has written, an empty selection
     ├── ApiError                       5     no        yes   talking to the platform
     │   ├── AuthError                  3     no        yes   sign-in refused; a right the login lacks
     │   │   └── SessionRejected        3     yes       yes   sessions refused even right after signing in
@@ -99,6 +100,12 @@ class ConfigError(EtlError, ValueError):
 
 class InvalidArgument(ConfigError):
     """An argument the server would refuse anyway (e.g. a raw window over 24 h)."""
+
+
+class NothingToRead(ConfigError):
+    """What a reader (etl query, report, plot; etl.read) was pointed at holds nothing yet: an output no
+    run has written, a dataset the config does not keep, a parameter or window without rows. One class
+    for all of them: the fix is the reader's arguments or a run, never the data."""
 
 
 class ApiError(EtlError):

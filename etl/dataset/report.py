@@ -25,7 +25,7 @@ import duckdb
 
 from etl.config import Config
 from etl.dataset.query import connect
-from etl.errors import DataError
+from etl.errors import NothingToRead
 from etl.model import QUALITY
 from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso, now_ms
 
@@ -167,8 +167,12 @@ def _plain(row: Row) -> Row:
 def build(config: Config, options: ReportOptions) -> Report:
     con = connect(config)
     views = {r[0] for r in con.sql("select view_name from duckdb_views() where not internal").fetchall()}
+    if not views:
+        raise NothingToRead(f"no output yet in {config.sink.path}: 'etl run' writes it")
     if QUALITY not in views:
-        raise DataError(f"no quality dataset in {config.sink.path}: 'etl run' keeps it for the raw series")
+        raise NothingToRead(
+            f"no quality dataset in {config.sink.path}: 'etl run' keeps it for the raw series"
+        )
     named = f"{QUALITY}_named" in views
     source = config.source.name
     names = (
@@ -184,13 +188,15 @@ def build(config: Config, options: ReportOptions) -> Report:
             con, "select max(epoch_ms(date::timestamp) + cast(span_seconds * 1000 as bigint)) from mine"
         )[0]
         if end is None:
-            raise DataError(f"no quality rows of source {source} in {config.sink.path}: 'etl run' keeps them")
+            raise NothingToRead(
+                f"no quality rows of source {source} in {config.sink.path}: 'etl run' keeps them"
+            )
     start = options.start
     if start is None:  # the last DEFAULT_DAYS days the dataset holds
         first = _one(con, "select min(epoch_ms(date::timestamp)) from mine")[0] or 0
         start = max(first, (end - 1) // DAY_MS * DAY_MS - (DEFAULT_DAYS - 1) * DAY_MS)
     if start >= end:
-        raise DataError(f"the report's window is empty: {iso(start)} is not before {iso(end)}")
+        raise NothingToRead(f"the report's window is empty: {iso(start)} is not before {iso(end)}")
     first_day, last_day = start // DAY_MS, (end - 1) // DAY_MS
     days = [_day(d * DAY_MS) for d in range(first_day, last_day + 1)]
     con.sql(

@@ -14,7 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import ExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -96,6 +96,7 @@ class Coordinator:
         self.task: asyncio.Task[Any] | None = None  # the run's own, cancelled by a stop before slabs run
         self.fetched = False  # every slab and the dimension tables are done: no deadline stops the run now
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
+        self.locked = False  # the run took the state lock: it started
         self.committed: list[
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
@@ -167,12 +168,8 @@ class Coordinator:
             self.scheduler = self._scheduler()
             if self.data.local:
                 asyncio.get_running_loop().set_default_executor(workers())
-            if not self.options.dry_run:
-                self.data.check_writable()
-                with self.store.lock(), spools.held():
-                    await self._run_locked()
-            else:
-                await self._run_locked()
+            with ExitStack() as held:  # the lock, from the sign-in to the run's end
+                await self._run_locked(held)
             if self.interrupted:  # a signal whose cancellation was absorbed (an await that suppresses it)
                 raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         except asyncio.CancelledError as exc:
@@ -194,8 +191,9 @@ class Coordinator:
             restore()
             self.summary.seconds = time.monotonic() - started
             self.summary.cpu_seconds = time.process_time() - cpu
-            if not self.options.dry_run and self.summary.window is not None:
+            if self._recorded():
                 self._save_summary()
+            self.build.close()
         return self.summary
 
     def _failed(self, exc: BaseException) -> None:
@@ -206,6 +204,17 @@ class Coordinator:
             str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
         )
 
+    def _recorded(self) -> bool:
+        """Whether the run leaves a record: once it has taken the lock; refused by the server before, only
+        in an output folder that exists (a volume mounted for it, an earlier run's), where etl doctor names
+        the cause, never by creating one. A window with nothing in it is refused before anything, as a
+        config's mistake: no record."""
+        if self.locked or self.options.dry_run or self.summary.window is None:
+            return self.locked
+        with suppress(EtlError, OSError):
+            return bool(self.data.fs.isdir(self.data.full("")))
+        return False
+
     def _save_summary(self) -> None:
         try:
             body = orjson.dumps(self.summary.as_dict(), option=orjson.OPT_INDENT_2)
@@ -213,17 +222,10 @@ class Coordinator:
         except EtlError as exc:
             log.warning("could not write the run summary: %s", exc)
 
-    async def _run_locked(self) -> None:
+    async def _run_locked(self, held: ExitStack) -> None:
+        """The run, the state lock entered into `held` once signed in (a dry run takes none)."""
         summary = self.summary
         start, end = self._window()  # a window with nothing in it is refused before any I/O
-        if not self.options.dry_run:
-            summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
-        coverage = self.store.load()
-        recovering = None
-        if self.build.lake is not None and not self.options.dry_run:
-            # Opening the tables (and importing their library) goes on while the platform answers the
-            # sign-in and the listings; planning waits for it.
-            recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
         summary.window = (start, end)
         findings: Findings | None = None
         now = now_ms()
@@ -231,8 +233,22 @@ class Coordinator:
             caps = await asyncio.to_thread(self._caps, client, now)
             if self.deadline is not None:
                 client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
+            # Before the output is touched: a refused sign-in or an unreachable host leaves no folder,
+            # lock or record that a later command could read as a run.
+            await client.sign_in()
+            if not self.options.dry_run:
+                self.data.check_writable()
+                held.enter_context(self.store.lock())
+                held.enter_context(spools.held())
+                self.locked = True
+                summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
+            coverage = self.store.load()
+            recovering = None
+            if self.build.lake is not None and not self.options.dry_run:
+                # Opening the tables (and importing their library) goes on while the platform answers the
+                # listings; planning waits for it.
+                recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
             try:
-                await client.sign_in()
                 server_now = client.server_now()
                 with purpose.purpose(purpose.CATALOG):
                     found = await discover(client, self.config.select)
@@ -558,7 +574,7 @@ class Coordinator:
             self.summary.counts.add(result.counts)
             if result.client is not None:
                 self.summary.client.add(result.client)
-            progress.advance(result.windows, written.points)
+            progress.advance(len(result.done or ()), written.points, len(result.failures))
 
         committer: Committer | None = None
         if self.build.lake is not None:
@@ -593,7 +609,6 @@ class Coordinator:
         finally:
             if committer is not None:
                 committer.discard()
-            progress.close()
             summary = self.summary
             done = sum(totals.windows for totals in summary.series.values())
             summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
@@ -602,6 +617,7 @@ class Coordinator:
                 series.value: History(h.windows - loaded[series][0], h.ms - loaded[series][1], h.total_ms)
                 for series, h in plan.history.items()
             }
+            progress.close(summary.windows_not_done, summary.stopped)
 
     def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:
         """`retry.run_deadline` from the run's start: then the run stops (`_out_of_time`)."""

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from etl.pipeline.coordinator import RunOptions
     from etl.pipeline.observe import ParentRun
     from etl.pipeline.summary import RunSummary
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
     from etl.support.trace import Trace
 
 log = logging.getLogger("etl")
@@ -328,7 +328,7 @@ def _quiet(what: str) -> Iterator[None]:
 
 
 def _storage(config: Config) -> Storage:
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     return Storage(config.sink.path, config.sink.storage_options)
 

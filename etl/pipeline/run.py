@@ -78,6 +78,10 @@ def run(
         check_layout(config)
     # Lineage and the like: a missing extra is told here, before the run touches anything.
     watching = [] if dry_run else observers(config)
+    if config.sink.lake and not dry_run:  # told before the platform is asked anything, as a config's mistake
+        from etl.sinks.lake import load_library
+
+        load_library(config.sink.format)
     if tune_memory:
         allocator.release_freed_memory()
     coordinator = Coordinator(config, options)

@@ -300,4 +300,7 @@ def run_slab(job: SlabJob) -> SlabResult:
         result.client = stats
         return result.detached()
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    finally:
+        built.close()  # a worker runs many slabs: none keeps a database connection

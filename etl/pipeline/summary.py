@@ -18,6 +18,7 @@ from etl.client.retry import ClientRecord
 from etl.model import Shard
 from etl.pipeline.counts import Counts
 from etl.pipeline.plan import History
+from etl.pipeline.progress import NOTHING_NEW
 from etl.state.store import Progress
 from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso
 
@@ -332,7 +333,7 @@ class RunSummary:
         for name, s in summary["series"].items():
             rows.append((name, f"{s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"))
         if not summary["series"] and summary["status"] == "ok":
-            rows.append(("series", "nothing new: the checkpoints already cover this window"))
+            rows.append(("series", NOTHING_NEW))
         rows.append(
             (
                 "requests",
@@ -416,7 +417,9 @@ def _capacity_text(capacity: CapacityRecord | None) -> str:
         if capacity["setting"] == "auto"
         else f"fixed {capacity['setting']}"
     )
+    # A run stopped early, or with nothing to fetch, measured no round of answers: no figure, not "None".
+    figures = [f"{name} {latency[name]} ms" for name in ("baseline", "p95") if latency[name] is not None]
     return (
         f"concurrency {setting}: {used['min']}..{used['max']}, median {used['median']}    "
-        f"latency baseline {latency['baseline']} ms, p95 {latency['p95']} ms    refused {capacity['refused']}"
+        f"latency {', '.join(figures) if figures else 'not measured'}    refused {capacity['refused']}"
     )

@@ -38,7 +38,7 @@ from etl.errors import StorageError
 from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import MARKS, Coverage, key_of
-from etl.state.lock import RunLock
+from etl.state.lock import Lock, RunLock
 from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class Recorded:
     partition_by: tuple[str, ...] | None = None  # sink.partition_by
     source: str | None = None  # source.name: the `source` the rows carry
     platform: str | None = None  # source.base_url without credentials: the instance the rows came from
+    tables: str | None = None  # postgres: the database and schema of the tables (host:port/db schema)
 
     def as_json(self) -> bytes:
         body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
@@ -211,9 +212,10 @@ class StateStore:
     """The checkpoints and run lock of one (source, shard). Shards never share either, so N sharded
     jobs run side by side without waiting for each other."""
 
-    def __init__(self, storage: Storage, lease_seconds: float = 120.0) -> None:
+    def __init__(self, storage: Storage, lease_seconds: float = 120.0, run_lock: Lock | None = None) -> None:
+        """`run_lock`: the lock to hold instead of the folder's own (PostgreSQL's, which holds it too)."""
         self.storage = storage
-        self.run_lock = RunLock(storage, lease_seconds)
+        self.run_lock: Lock = run_lock or RunLock(storage, lease_seconds)
         self._seq = 0  # the last log segment applied
         self._bases: list[int] = []
         self._segments: list[int] = []
@@ -393,7 +395,7 @@ class StateStore:
         try:
             body = orjson.loads(data)
             buckets, partition_by = body.get("buckets"), body.get("partition_by")
-            texts = {k: body.get(k) for k in ("format", "source", "platform")}
+            texts = {k: body.get(k) for k in ("format", "source", "platform", "tables")}
             valid = (
                 isinstance(buckets, int)
                 and not isinstance(buckets, bool)

@@ -18,6 +18,7 @@ from tests.support.cli import etl_process
 from tests.support.configs import write_config
 from tests.support.output import read_quality
 from tests.support.pipeline import run
+from tests.support.postgres import sink
 from tests.support.schedule import (
     FIRST_RUN,
     T0,
@@ -41,14 +42,17 @@ FORMATS = ["parquet", "delta", "iceberg"]
         ("parquet", HOURS),
         ("delta", 24),
         ("iceberg", 24),
+        ("postgres", 24),
         pytest.param("delta", HOURS, marks=pytest.mark.slow),
         pytest.param("iceberg", HOURS, marks=pytest.mark.slow),
     ],
 )
-def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt, hours):
+def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt, hours, request):
     config = late_emulator()
+    # PostgreSQL: the session's cluster, a schema of this test's
+    keys = sink(request.getfixturevalue("postgres"), tmp_path) if fmt == "postgres" else {}
     with run_emulator(config) as emulator:
-        schedule = run_schedule(emulator, config_for(emulator, tmp_path, fmt), hours)
+        schedule = run_schedule(emulator, config_for(emulator, tmp_path, fmt, sink=keys), hours)
     assert all(s.status == "ok" for s in schedule.summaries), [s.error for s in schedule.summaries]
     final = type(config)(**{**config.__dict__, "now_ms": schedule.last_end + 60_000})
     assert_exact(tmp_path, final, schedule.last_end, fmt)

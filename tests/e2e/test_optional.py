@@ -1,4 +1,4 @@
-"""A missing or too old package of an extra (`scale`, `lake`, `emulator`): one line naming it and its install
+"""A missing or too old package of an extra (`scale`, `plot`, `lake`, `emulator`): one line naming it and its install
 command, exit 2, through the CLI in a process where the package is hidden (None in sys.modules) or replaced
 by an old version. That the requirements are the extras': tests/unit/support/test_optional_extras.py."""
 
@@ -48,7 +48,7 @@ def assert_one_line(result: subprocess.CompletedProcess, line: str) -> None:
 @pytest.mark.parametrize(
     ("version", "line"),
     [
-        (None, "'etl plot' needs matplotlib: pip install 'etl[scale]'"),
+        (None, "'etl plot' needs matplotlib: pip install 'etl[plot]'"),
         (
             "3.5.1",
             "'etl plot' needs matplotlib>=3.8,<4, found matplotlib 3.5.1: pip install --upgrade 'matplotlib>=3.8,<4'",

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from etl.config import Config
 from etl.errors import EtlError
 from etl.ops.doctor.deployment import CHECKS, Deployment, Diagnosis, Limits
-from etl.ops.doctor.output import lake_tables, partition_files, sources, spools, temp_files
+from etl.ops.doctor.output import lake_tables, partition_files, postgres_tables, sources, spools, temp_files
 from etl.ops.doctor.server import server_checks
 from etl.ops.doctor.state import checkpoints_ahead_of_now, locks, runs
 from etl.ops.findings import Finding, fail
@@ -73,7 +73,11 @@ def diagnose(
         "locks": [locks],
         "leftovers": [temp_files, spools],
         "files": [] if config.sink.lake else [partition_files],
-        "lake": [lake_tables] if config.sink.lake and d.has_output else [],
+        "lake": [postgres_tables]
+        if config.sink.format == "postgres"
+        else [lake_tables]
+        if config.sink.lake and d.has_output
+        else [],
         "sources": [sources],
     }
     for check in d.checks:

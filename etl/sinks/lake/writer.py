@@ -206,15 +206,19 @@ class Snapshot(Protocol):
 
 
 def write_dimensions(
-    tables: Mapping[str, Snapshot], lake_table: Callable[[str], LakeTable], source: str
+    tables: Mapping[str, Snapshot],
+    lake_table: Callable[[str], LakeTable],
+    source: str,
+    transform: Callable[[pa.Table], pa.Table] | None = None,
 ) -> list[str]:
     """Each reference table's snapshot replaces this source's rows of its lake table, in one commit
-    (none when they are the same rows)."""
+    (none when they are the same rows); `transform`: what the format needs done to the rows first."""
     written = []
     for name, rows in tables.items():
         try:
             target = lake_table(name)
-            target.snapshot(rows.reader(source), source)
+            table = rows.reader(source).read_all()
+            target.snapshot(transform(table) if transform is not None else table, source)
             written.append(target.name)
         finally:
             rows.close()
