@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan bench-verify soak clean demo-s3 demo-dask browser docs \
 	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -225,6 +225,12 @@ bench-plan: $(STAMP)
 bench-postgres: $(BENCH_STAMP) postgres
 	$(COMPILE)
 	$(BIN)/python benchmarks/postgres.py $(BENCH_ARGS)
+
+## make bench-verify: what a nightly `etl verify --sample 0.01` costs over 8,000 parameters and a week of
+## history (requests, seconds, peak RSS; benchmarks/verify.py). The export it verifies takes most of the time.
+bench-verify: $(STAMP)
+	$(COMPILE)
+	$(BIN)/python benchmarks/verify.py $(BENCH_ARGS)
 
 emulator: $(RUN_STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)

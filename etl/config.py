@@ -207,6 +207,13 @@ class SelectConfig(Strict):
     )
     object_states: list[int] | None = Field(None, description="only objects in these state ids")
     parameters: ParameterSelect = ParameterSelect()
+    refresh: Duration = Field(
+        DAY_MS,
+        ge=0,
+        description="the parameters of every object are listed again within this long; in between a run "
+        "lists new objects and a rolling share of the others, and keeps the rest from the catalog beside "
+        "the checkpoints (0: every object every run)",
+    )
 
 
 class WindowConfig(Strict):

@@ -78,7 +78,9 @@ class Catalog:
     def _record(self, pid: int) -> dict[str, Any]:
         """A parameter's full record, its type and signal marked as the server chose (Faults)."""
         f = self.plan.faults
-        return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)
+        return records.marked(
+            records.param_record(self.dataset, pid), f.type_field, f.signal_marker, f.type_shape
+        )
 
     def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[Record]:
         return [self._record(pid) for pid in self._ids(object_ids, physical=physical, calculated=calculated)]

@@ -53,6 +53,7 @@ CLASSIFIERS = [
 ]
 ROOM_TYPES: list[dict[str, Any]] = [{"id": 1, "name": "office"}, {"id": 2, "name": "plant room"}]
 USER_LOCALE = "en"
+TYPE_IDS = {"analog": 1, "calculated": 2, "signal": 3}  # a type written as an object {id, name}
 
 
 def object_state(ds: Dataset, object_id: int) -> int:
@@ -183,13 +184,18 @@ def param_record(ds: Dataset, pid: int) -> Record:
     }
 
 
-def marked(record: dict[str, Any], type_field: str = "type", signal_marker: str = "type") -> dict[str, Any]:
+def marked(
+    record: dict[str, Any], type_field: str = "type", signal_marker: str = "type", type_shape: str = "text"
+) -> dict[str, Any]:
     """A parameter record as a server with these choices writes it: its type under `type_field`; a signal
     parameter marked by its type ("type": `"type": "signal"`) or as a physical one with a flag ("flag":
-    `"type": "analog", "signal": true`, every other physical record `"signal": false`)."""
+    `"type": "analog", "signal": true`, every other physical record `"signal": false`); the type as text
+    or as an object ("object": `{"id": 2, "name": "calculated"}`, ids in TYPE_IDS)."""
     kind = record["type"]
     if signal_marker == "flag" and kind != "calculated":
         record = {**record, "type": "analog", "signal": kind == "signal"}
+    if type_shape == "object":
+        record = {**record, "type": {"id": TYPE_IDS[record["type"]], "name": record["type"]}}
     if type_field != "type":
         record = {(type_field if k == "type" else k): v for k, v in record.items()}
     return record

@@ -14,6 +14,9 @@ A scheduled run fetches what the checkpoints do not cover yet. A backfill's run 
 create`), or any run triggered with the param `window: interval`, fetches its data interval
 [data_interval_start, data_interval_end) instead, whatever the checkpoints say. With Airflow's
 OpenLineage provider installed, etl's lineage events name the task as their parent run.
+
+A second DAG verifies the output every night (`etl verify --sample 0.01`, per shard): 11, the output
+differs from the source, alerts.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ SHARDS = int(os.environ.get("ETL_SHARDS", "4"))
 
 RETRY = {4, 5, 130}  # ExitCode.NETWORK, ExitCode.SERVER, ExitCode.INTERRUPTED
 SKIP = {8}  # ExitCode.LOCKED
+DIFFERS = 11  # ExitCode.DIFFERS: etl verify found windows that differ from the source
 
 
 def alert(context: dict[str, Any]) -> None:
@@ -90,3 +94,34 @@ def monitoring_etl():
 
 
 monitoring_etl()
+
+
+@dag(
+    schedule="40 3 * * *",
+    start_date=datetime(2026, 11, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 0, "on_failure_callback": alert},
+    tags=["monitoring", "etl"],
+)
+def monitoring_etl_verify():
+    @task
+    def verify_shard(shard: int) -> dict:
+        """1% of the shard's checkpointed windows read again, at most 2,000 requests; the result as XCom."""
+        env = {**os.environ, "ETL_PASSWORD": Variable.get("etl_password")}
+        command = [ETL, "-q", "verify", "-c", CONFIG, "--shard", f"{shard}/{SHARDS}", "--sample", "0.01"]
+        proc = subprocess.run(
+            [*command, "--max-requests", "2000", "--json"], capture_output=True, text=True, env=env
+        )
+        print(proc.stderr)
+        if proc.returncode == 0:
+            return json.loads(proc.stdout)
+        reason = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        if proc.returncode == DIFFERS:  # the verdict names the --seed and --repair that rewrite them
+            raise AirflowFailException(f"the output differs from the source: {reason}")
+        raise AirflowFailException(f"etl verify exit {proc.returncode}: {reason}")
+
+    verify_shard.expand(shard=list(range(SHARDS)))
+
+
+monitoring_etl_verify()

@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
-from types import FrameType, ModuleType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -27,6 +23,11 @@ if TYPE_CHECKING:  # the state modules load when a state command runs
 @config_option
 @window_options(required=False, what="Backfill")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
+@click.option(
+    "--refresh-catalog",
+    is_flag=True,
+    help="List the parameters of every object, whatever the fleet's catalog says (select.refresh).",
+)
 @click.option(
     "--shard",
     type=SHARD,
@@ -57,6 +58,7 @@ def run(
     start: int | None,
     end: int | None,
     full_refresh: bool,
+    refresh_catalog: bool,
     shard: Shard | None,
     executor: str | None,
     scheduler: str | None,
@@ -69,7 +71,7 @@ def run(
         config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
         import etl
 
-        with _without_pandas():
+        with startup.without_pandas():
             with startup.loading():
                 run_pipeline = etl.run  # loads the pipeline
             summary = run_pipeline(
@@ -77,6 +79,7 @@ def run(
                 start=start,
                 end=end,
                 full_refresh=full_refresh,
+                refresh_catalog=refresh_catalog,
                 shard=shard,
                 executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
                 scheduler=scheduler,
@@ -107,53 +110,35 @@ def run(
         click.echo(summary.text())
 
 
-class _PandasForEtlOnly(MetaPathFinder):
-    """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
-    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
-    `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
-    is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
-
-    ALLOWED = ("etl.timeutil",)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname != "pandas":
-            return None
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame.f_globals.get("__name__") in self.ALLOWED:
-                return None  # the normal finders take it from here
-            frame = frame.f_back
-        raise ImportError("pandas is not imported by an etl run (etl/cli/runs.py)")
-
-
-@contextmanager
-def _without_pandas() -> Iterator[None]:
-    if "pandas" in sys.modules:  # imported already (by a program embedding the CLI): leave it be
-        yield
-        return
-    hook = _PandasForEtlOnly()
-    sys.meta_path.insert(0, hook)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(hook)
-
-
 @click.command("plan")
 @config_option
 @window_options(required=False, what="Plan a backfill")
 @click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
+@click.option(
+    "--refresh-catalog", is_flag=True, help="List the parameters of every object, as a run with it would."
+)
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
 def plan_cmd(
-    config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    full_refresh: bool,
+    refresh_catalog: bool,
+    shard: Shard | None,
 ) -> None:
-    """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    """Show the work a run would do (signs in and lists the parameters due; fetches no series)."""
     config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(
+        config,
+        start=start,
+        end=end,
+        full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
+        shard=shard,
+        dry_run=True,
+    )
     click.echo(plan_text(summary.as_dict()))
 
 

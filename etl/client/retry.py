@@ -73,9 +73,11 @@ class ClientStats:
     bytes_received: int = 0
     purposes: Counter[str] = field(default_factory=Counter)  # what each request was for (client/purpose.py)
     capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/concurrency.py)
+    gone: set[int] = field(default_factory=set)  # parameters whose series answered 404 (ParameterGone)
 
     def add(self, other: ClientStats) -> None:
         """Fold in the counts of another client (one per Dask task)."""
+        self.gone |= other.gone
         self.requests += other.requests
         self.retries.update(other.retries)
         self.relogins += other.relogins

@@ -29,7 +29,7 @@ from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
-from etl.errors import InvalidResponse, NetworkError, ServerError, Throttled
+from etl.errors import InvalidResponse, NetworkError, RequestsSpent, ServerError, Throttled
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
@@ -290,12 +290,17 @@ class Session:
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
         """Every request, sign-ins and resends of the auth flow included: held while a 429 pauses the
-        client and within `max_rps` (the request's own deadline starts again after those waits), counted,
-        and stamped with the time it goes."""
+        client and within `max_rps` (the request's own deadline starts again after those waits), counted
+        (and not sent past `options.max_requests`), and stamped with the time it goes."""
         waited = await self.gate.wait()
         if self._rate is not None:
             waited = not self._rate.has_capacity() or waited
             await self._rate.acquire()
+        budget = self.options.max_requests
+        if budget is not None and self.stats.requests >= budget:  # counted below with no await between
+            raise RequestsSpent(
+                f"{request.method} {request.url.path}: not sent, the {budget} request(s) allowed are spent"
+            )
         if waited and (deadline := _DEADLINE.get()) is not None:
             deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1

@@ -9,7 +9,7 @@ made (the TLS context with them), and the warnings about weak settings are given
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pydantic import SecretStr
@@ -58,10 +58,15 @@ class Build(Output):
         """How the client talks to the source, made once (the TLS trust with it)."""
         return ClientOptions.from_config(self.config)
 
-    def client(self, stats: ClientStats | None = None, share: Share | None = None) -> MonitoringClient:
-        """The client of the source; `share`: its part of the source's limit (a Dask task's)."""
+    def client(
+        self, stats: ClientStats | None = None, share: Share | None = None, max_requests: int | None = None
+    ) -> MonitoringClient:
+        """The client of the source; `share`: its part of the source's limit (a Dask task's);
+        `max_requests`: the most it sends in all (`etl verify --max-requests`)."""
         source = self.config.source
         options = self.client_options if share is None else self.client_options.shared(share)
+        if max_requests is not None:
+            options = replace(options, max_requests=max_requests)
         return MonitoringClient(source.base_url, source.username, self.password, options=options, stats=stats)
 
     # -- a run's slabs ----------------------------------------------------------------------------------

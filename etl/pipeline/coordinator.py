@@ -12,11 +12,9 @@ import asyncio
 import logging
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +26,7 @@ from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, 
 from etl.model import Params, Series, Shard, Windows
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
+from etl.pipeline.catalog import catalog_options, forget
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
@@ -38,7 +37,7 @@ from etl.pipeline.loop import handle_signals, workers
 from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, History, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.pipeline.summary import Backfill, RunSummary
+from etl.pipeline.summary import Backfill, RunSummary, record_id
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
@@ -66,6 +65,10 @@ class RunOptions:
     dry_run: bool = False  # plan only
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
     scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
+    refresh_catalog: bool = False  # list every object's parameters, whatever the catalog says
+    # etl verify --repair: per series, (param_id, start, end) fetched and replaced instead of what the
+    # checkpoints miss; no late probe, no reference tables
+    work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
 class Coordinator:
@@ -78,11 +81,7 @@ class Coordinator:
         self.build = Build(config, options.shard)
         self.data = self.build.data
         self.store = self.build.state_store()
-        # Names sort as the runs started (doctor's "last run" is the last name), to the millisecond;
-        # three random hex digits keep two runs of one millisecond (shards) apart.
-        now = datetime.now(tz=UTC)
-        run_id = f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
-        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.summary = RunSummary(run_id=record_id(), output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
@@ -250,8 +249,11 @@ class Coordinator:
                 recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
             try:
                 server_now = client.server_now()
+                full = self.options.full_refresh or self.options.refresh_catalog
+                catalog = catalog_options(self.config, self.store, server_now, full, not self.options.dry_run)
                 with purpose.purpose(purpose.CATALOG):
-                    found = await discover(client, self.config.select)
+                    found = await discover(client, self.config.select, catalog)
+                summary.catalog = found.catalog
             finally:
                 if recovering is not None:
                     await recovering
@@ -264,6 +266,8 @@ class Coordinator:
             quality_end = min(self.config.window.end_ms(now_ms()), now)
             allocator.trim()
             await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
+            # The output is this run's own: the catalog is written anew (a dry run's saves nothing).
+            await asyncio.to_thread(found.save_catalog)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
             mine = found.params.of_shard(shard)
@@ -292,6 +296,7 @@ class Coordinator:
                 waiting=findings.rest if findings is not None else None,
                 every=dict(self.config.cadence.series),
                 averages=findings.averages if findings is not None else None,
+                work=self.options.work,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
@@ -303,7 +308,7 @@ class Coordinator:
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
-                if self.config.dimensions.enabled
+                if self.config.dimensions.enabled and self.options.work is None
                 else None
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
@@ -311,6 +316,10 @@ class Coordinator:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
                     await self._execute(executor, plan, coverage, decisions)
+                if summary.client.gone:
+                    await asyncio.to_thread(
+                        forget, catalog, self.config.select, summary.catalog, summary.client.gone
+                    )
             except BaseException:
                 if snapshot is not None:
                     snapshot.cancel()
@@ -446,9 +455,9 @@ class Coordinator:
         silent: np.ndarray,
     ) -> Findings | None:
         """The tails and revisions to read again and the quiet parameters to poll (etl/pipeline/late.py);
-        None when nothing is looked for."""
+        None when nothing is looked for (or the run reads the windows it was given)."""
         window, cadence = self.config.window, self.config.cadence
-        if not (window.late_max or window.revisions or cadence.quiet_max):
+        if not (window.late_max or window.revisions or cadence.quiet_max) or self.options.work is not None:
             return None
         arrivals = self.store.arrivals
         if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints
@@ -611,7 +620,8 @@ class Coordinator:
                 committer.discard()
             summary = self.summary
             done = sum(totals.windows for totals in summary.series.values())
-            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
+            gone = summary.counts.gone
+            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows) - gone)
             summary.request_floor = sum(int(f.sum()) for f in fresh.values()) + 2  # + sign-in, objects
             summary.backfill.left = {
                 series.value: History(h.windows - loaded[series][0], h.ms - loaded[series][1], h.total_ms)

@@ -150,6 +150,22 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
         "Lowest completeness (0-1) among the parameter-days the last run wrote",
         quality.get("lowest_completeness"),
     )
+    catalog = summary["catalog"]
+    gauge(
+        "etl_catalog_objects_listed",
+        "Objects whose parameters the last run listed",
+        catalog["objects_listed"],
+    )
+    gauge(
+        "etl_catalog_age_seconds",
+        "Age of the oldest listing the last run kept from the fleet's catalog",
+        catalog["age_seconds"],
+    )
+    gauge(
+        "etl_catalog_parameters_gone",
+        "Parameters the last run took out of the catalog (no longer listed, or 404)",
+        catalog["gone_count"],
+    )
     try:
         write_to_textfile(path, registry)
     except OSError as exc:

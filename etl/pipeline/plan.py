@@ -172,12 +172,15 @@ class Plan:
         waiting: np.ndarray | None = None,
         every: dict[Series, int] | None = None,
         averages: dict[int, WindowData] | None = None,
+        work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None,
     ) -> None:
         """`extra`: (param_id, start, end) to read besides what the checkpoints miss (late data);
         `arrivals`: what arrived so far, which tells the raw points that arrive late (none when the run
         reads everything again); `waiting`: parameters whose new time waits (quiet ones, etl/pipeline/
         late.py); `every`: a series' new time is asked once it is this old (`cadence.series`); `averages`:
-        the probes' averages up to the run's end, which average windows within them take as their answer."""
+        the probes' averages up to the run's end, which average windows within them take as their answer;
+        `work`: (param_id, start, end) to read and replace instead of what the checkpoints miss (`etl
+        verify --repair`)."""
         self.fleet = fleet
         self.options = options
         self._known: tuple[np.ndarray, tuple[np.ndarray, ...], Rows] | None = None
@@ -187,7 +190,9 @@ class Plan:
         self.spans = spans
         self.by_object = by_object
         self.series = [Series(s) for s in SERIES if s in series]
-        self.needed = {s: needed(coverage, s, fleet.ids, options) for s in self.series}
+        self.needed = {
+            s: needed(coverage, s, fleet.ids, options) if work is None else _EMPTY_WORK for s in self.series
+        }
         self.frontier = {s: self._frontier(coverage, s, full_refresh) for s in self.series}
         self.history = {s: self._history(s, *self.needed[s]) for s in self.series}
         for s in self.series:
@@ -197,7 +202,7 @@ class Plan:
             if wait.any():
                 self.needed[s] = self._without_new_time(s, wait, *self.needed[s])
         self.averages = averages or {}
-        for s, (pids, starts, ends) in (extra or {}).items():
+        for s, (pids, starts, ends) in [*(extra or {}).items(), *(work or {}).items()]:
             if s in self.needed and len(pids):
                 mine = np.isin(pids, fleet.ids)
                 have = self.needed[s]

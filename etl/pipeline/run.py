@@ -31,6 +31,7 @@ def run(
     start: Time | None = None,
     end: Time | None = None,
     full_refresh: bool = False,
+    refresh_catalog: bool = False,
     shard: Shard | str | None = None,
     executor: Literal["local", "dask"] | None = None,
     scheduler: str | None = None,
@@ -43,7 +44,8 @@ def run(
 
     `config` is a YAML file's path or a `Config`. `start`/`end` (ISO 8601 with an offset, an aware
     datetime, or epoch seconds, ms or us, told apart by size) backfill another window (an end past the server's clock is cut there, less a minute, with
-    a warning: nothing is checkpointed before the server could serve it); `shard` ("I/N") takes one shard of the parameters; `executor`
+    a warning: nothing is checkpointed before the server could serve it); `refresh_catalog` lists every
+    object's parameters whatever the fleet's catalog says (`full_refresh` does too); `shard` ("I/N") takes one shard of the parameters; `executor`
     "dask" with a `scheduler` address runs slabs on a cluster; `progress` None shows a line that updates
     itself in a Jupyter notebook and a bar on a terminal (True: a bar on stderr anywhere, False: none);
     `metrics_file` receives the run's figures in the Prometheus text format whatever the outcome;
@@ -58,16 +60,28 @@ def run(
         start=None if start is None else _time(start, "start"),
         end=None if end is None else _time(end, "end"),
         full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
         shard=Shard.parse(shard) if isinstance(shard, str) else shard,
         progress=progress,
         dry_run=dry_run,
         executor=executor,
         scheduler=scheduler,
     )
+    return execute(config, options, metrics_file, tune_memory)
+
+
+def execute(
+    config: Config,
+    options: RunOptions,
+    metrics_file: str | PathLike[str] | None = None,
+    tune_memory: bool = False,
+) -> RunSummary:
+    """A run of `options` (what `run` does once it has made them; `etl verify --repair` makes its own)."""
+    dry_run = options.dry_run
     if metrics_file is not None:
         metrics.check_path(str(metrics_file))
     # pyarrow loads pandas at its first conversion: load it now, not mid-run. `etl run` keeps it out of
-    # its process (etl/cli/runs.py): pyarrow works without it.
+    # its process (etl/support/startup.py): pyarrow works without it.
     with suppress(ImportError):
         import pandas  # noqa: F401
 

@@ -6,10 +6,12 @@ time, so a slab holds a bounded amount of data however wide the fleet. Requests 
 batch boundaries; writing runs in a thread beside the fetching.
 
 A window that fails stays out of the files and the checkpoints; a fatal failure (or a stop) ends the
-slab early, writing what was fetched before it. After a stop (a signal) the windows in flight get
-`STOP_GRACE` seconds; those still out then (a stuck answer) are cancelled and stay open. No checkpoint
-is committed here: the coordinator does, once the result says the files are swapped in. Besides the client, a job and its result are plain
-picklable data, so `run_slab` can run it on a Dask worker with a client of its own.
+slab early, writing what was fetched before it. A window whose parameter is gone (its series answered
+404) is no failure: it is counted (`Counts.gone`) and left open, and the run names the parameter. After
+a stop (a signal) the windows in flight get `STOP_GRACE` seconds; those still out then (a stuck answer)
+are cancelled and stay open. No checkpoint is committed here: the coordinator does, once the result says
+the files are swapped in. Besides the client, a job and its result are plain picklable data, so
+`run_slab` can run it on a Dask worker with a client of its own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pyarrow as pa
 from etl.client import ClientStats, MonitoringClient, purpose
 from etl.client.concurrency import Share
 from etl.config import Config
-from etl.errors import EtlError, ExitCode, without_frames
+from etl.errors import EtlError, ExitCode, ParameterGone, without_frames
 from etl.model import Series, Shard, Window, Windows, batches
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
@@ -224,6 +226,8 @@ async def process_slab(
                         newest[index] = outcome.ts[-1]
                 elif isinstance(outcome, asyncio.CancelledError) and fetcher.cancelled:
                     complete = False  # stopped while in flight: it stays open; the rest is written
+                elif isinstance(outcome, ParameterGone):
+                    result.counts.gone += 1  # not a failure: the run takes it out of the catalog
                 elif isinstance(outcome, Exception):
                     # Each error class says whether fetching more is pointless; anything else is a bug. The
                     # run's record keeps the message, which may quote a server's answer.

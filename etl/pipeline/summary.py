@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,11 +17,20 @@ from etl.client import ClientStats
 from etl.client.concurrency import CapacityRecord
 from etl.client.retry import ClientRecord
 from etl.model import Shard
+from etl.pipeline.catalog import CatalogFigures, CatalogRecord
 from etl.pipeline.counts import Counts
 from etl.pipeline.plan import History
 from etl.pipeline.progress import NOTHING_NEW
 from etl.state.store import Progress
 from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso
+
+
+def record_id() -> str:
+    """The name of a run's record (and a verify's): names sort as the commands started (doctor's "last
+    run" is the last name), to the millisecond; three random hex digits keep two of one millisecond
+    (shards) apart."""
+    now = datetime.now(tz=UTC)
+    return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
 
 
 @dataclass
@@ -201,6 +211,7 @@ class RunRecord(ClientRecord):
     dimensions: list[str]
     request_floor: int
     backfill: ProgressRecord
+    catalog: CatalogRecord
     lake: NotRequired[LakeRecord]
 
 
@@ -243,6 +254,8 @@ class RunSummary:
     # hourly run cannot cost less than (its requests by purpose are the client's).
     request_floor: int = 0
     backfill: Backfill = field(default_factory=Backfill)
+    # What the run listed, kept and took out of the fleet's catalog (etl/pipeline/catalog.py).
+    catalog: CatalogFigures = field(default_factory=CatalogFigures)
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
@@ -303,6 +316,7 @@ class RunSummary:
             "dimensions": self.dimensions,
             "request_floor": self.request_floor,
             "backfill": self.backfill.as_dict(),
+            "catalog": self.catalog.as_dict(),
         }
         if self.upkeep is not None or self.lake_commits:
             record["lake"] = {"commits": self.lake_commits, "upkeep": self.upkeep}
@@ -328,6 +342,10 @@ class RunSummary:
                 + (f"    shard {summary['shard']}" if summary["shard"] else ""),
             )
         )
+        if self.catalog.objects:
+            rows.append(("catalog", self.catalog.text()))
+        if gone := self.catalog.gone_text():
+            rows.append(("gone", gone))
         if summary["executor"] != "local":
             rows.append(("executor", summary["executor"]))
         for name, s in summary["series"].items():

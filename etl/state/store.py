@@ -18,6 +18,7 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/renaming.json          a source rename under way (etl state rename-source): from and to
     {store}/progress.json          the history left to load after each of the last runs (a backfill's rate)
     {store}/caps.json              what the answers taught of the server's silent cap on points, and when
+    {store}/catalog/{login}.parquet the fleet's parameters as a login last listed them (etl/state/catalog.py)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pyarrow.parquet as pq
 from etl.errors import StorageError
 from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
+from etl.state.catalog import Catalog
 from etl.state.coverage import MARKS, Coverage, key_of
 from etl.state.lock import Lock, RunLock
 from etl.storage.atomic import Storage
@@ -334,6 +336,10 @@ class StateStore:
         self._segments.append(self._seq)
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
+
+    def catalog(self, key: str) -> Catalog:
+        """The fleet's catalog of a login (`etl.state.catalog.login_key`), written under this store's lock."""
+        return Catalog(self.storage, key, self.run_lock)
 
     def snapshot(self) -> dict[str, object]:
         """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged

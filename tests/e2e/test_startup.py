@@ -66,9 +66,9 @@ print("ARROW", os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pool, pa.default_mem
 def test_odd_stamps_are_parsed_while_pandas_is_kept_from_pyarrow():
     code = """
 import numpy as np, pyarrow as pa, sys
-from etl.cli.runs import _without_pandas
+from etl.support.startup import without_pandas
 from etl.timeutil import parse_iso_ms
-with _without_pandas():
+with without_pandas():
     pa.array(np.zeros(3)).to_numpy()
     assert "pandas" not in sys.modules
     print(parse_iso_ms(["2026-11-01T00:00:00+03:00"])[0])

@@ -8,6 +8,7 @@ server as `etl init` does.
     runs.last            the last runs' outcome and failed windows, from _runs/*.json
     runs.age             the age of the last successful run, against --max-age
     runs.late            how late the last runs found points to be; parameters quiet past window.late_max
+    runs.verify          the last `etl verify`: when, and whether the output equalled the source
     locks                a state lock held by a run that is gone
     leftovers.temp       temp files of killed runs in the output; leftovers.spool: spools in the temp folder
     files                Parquet/CSV partitions holding more files than sink.buckets
@@ -29,7 +30,7 @@ from etl.errors import EtlError
 from etl.ops.doctor.deployment import CHECKS, Deployment, Diagnosis, Limits
 from etl.ops.doctor.output import lake_tables, partition_files, postgres_tables, sources, spools, temp_files
 from etl.ops.doctor.server import server_checks
-from etl.ops.doctor.state import checkpoints_ahead_of_now, locks, runs
+from etl.ops.doctor.state import checkpoints_ahead_of_now, last_verify, locks, runs
 from etl.ops.findings import Finding, fail
 from etl.timeutil import now_ms
 
@@ -69,7 +70,7 @@ def diagnose(
         findings += found
     runs_by_check: dict[str, list[Callable[[Deployment], list[Finding]]]] = {
         "checkpoints": [checkpoints_ahead_of_now],
-        "runs": [runs],
+        "runs": [runs, last_verify],
         "locks": [locks],
         "leftovers": [temp_files, spools],
         "files": [] if config.sink.lake else [partition_files],
