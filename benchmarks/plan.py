@@ -42,10 +42,10 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE / "servers"))
 
 import live_client  # noqa: E402
-from harness import PY, Emulator, environment  # noqa: E402
 
 from etl.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, iso  # noqa: E402
 from etl_emulator.config import EmulatorConfig  # noqa: E402
+from harness import PY, Emulator, environment  # noqa: E402
 from tests.support.expected import expected_table  # noqa: E402
 
 # Days well behind the real clock: a run's `end: now` is the machine's clock too, cut at the server's.
@@ -191,11 +191,15 @@ def output_newest(out: Path) -> dict[int, int]:
 
     if not (out / "raw").exists():
         return {}
-    table = ds.dataset(out / "raw", format="parquet", partitioning="hive").to_table(columns=["param_id", "ts"])
+    table = ds.dataset(out / "raw", format="parquet", partitioning="hive").to_table(
+        columns=["param_id", "ts"]
+    )
     return _newest(table.column("param_id").to_pylist(), table.column("ts").cast("int64").to_pylist())
 
 
-def emulator_fleet(now: int, objects: int, physical: int, calculated: int, lateness: dict[str, Any]) -> EmulatorConfig:
+def emulator_fleet(
+    now: int, objects: int, physical: int, calculated: int, lateness: dict[str, Any]
+) -> EmulatorConfig:
     return EmulatorConfig(
         seed=7,
         objects=objects,
@@ -216,7 +220,9 @@ def freshness(server: str, runner: Runner) -> dict[str, Any]:
         config.faults.capacity, config.faults.service_time = 1, 0.02
         platform: Platform = EmulatorPlatform(runner.workdir, config)
     else:
-        platform = LivePlatform(runner.workdir, clock, None, objects=8, params=32, workers=1, service_time=0.02)
+        platform = LivePlatform(
+            runner.workdir, clock, None, objects=8, params=32, workers=1, service_time=0.02
+        )
     rows = []
     with platform:
         path = runner.config(platform, f"fresh-{server}", retry={"run_deadline": 10})
@@ -228,7 +234,9 @@ def freshness(server: str, runner: Runner) -> dict[str, Any]:
             fresh = sum(1 for p, t in want.items() if got.get(p, 0) >= t - HOUR_MS) / max(len(want), 1)
             series = (summary.get("backfill") or {}).get("series") or {}
             done = series.get("raw", {}).get("share_done")
-            rows.append({"run": run, "fresh": round(fresh, 3), "history_done": done, "status": summary["status"]})
+            rows.append(
+                {"run": run, "fresh": round(fresh, 3), "history_done": done, "status": summary["status"]}
+            )
             if summary["status"] == "ok":
                 break
             clock += HOUR_MS
@@ -258,7 +266,9 @@ def quiet(server: str, runner: Runner) -> dict[str, Any]:
         config = emulator_fleet(first, 12, 3, 1, {})
         ids = sorted(p for o in range(1, 13) for p in [o * 1000 + j for j in (1, 2, 3)] + [o * 1000 + 501])
         silent = [p for i, p in enumerate(ids) if i % 4]  # three in four
-        config.lateness = type(config.lateness)(quiet=[(p, START - 21 * DAY_MS, START + 99 * DAY_MS) for p in silent])
+        config.lateness = type(config.lateness)(
+            quiet=[(p, START - 21 * DAY_MS, START + 99 * DAY_MS) for p in silent]
+        )
         platform: Platform = EmulatorPlatform(runner.workdir, config)
         active = len(ids) - len(silent)
     else:
@@ -302,13 +312,16 @@ def late(server: str, runner: Runner) -> dict[str, Any]:
         if server == "emulator":
             platform: Platform = EmulatorPlatform(runner.workdir, emulator_fleet(first, 12, 3, 1, lateness))
         else:
-            fleet_file = {k: ({str(p): ms for p, ms in v.items()} if isinstance(v, dict) else v) for k, v in lateness.items()}
+            fleet_file = {
+                k: ({str(p): ms for p, ms in v.items()} if isinstance(v, dict) else v)
+                for k, v in lateness.items()
+            }
             platform = LivePlatform(runner.workdir, first, fleet_file, objects=12, params=48, seed=1)
         with platform:
             served = _hourly(platform, runner, f"late-{server}-{name}", 24, first)
         figures[name] = {k: sum(s[k] for s in served) for k in ("series_requests", "series_bytes")}
     base = figures["punctual"]
-    for name, f in figures.items():
+    for f in figures.values():
         f["bytes_ratio"] = round(f["series_bytes"] / base["series_bytes"], 3)
         f["requests_ratio"] = round(f["series_requests"] / base["series_requests"], 3)
     return figures
@@ -329,14 +342,21 @@ def floor(server: str, runner: Runner) -> dict[str, Any]:
     for summary in runner.summaries[-hours:]:
         for k, v in (summary.get("requests_by_purpose") or {}).items():
             by_purpose[k] = by_purpose.get(k, 0) + v
-    return {"requests": requests, "floor": floor_, "ratio": round(requests / floor_, 3), "by_purpose": by_purpose}
+    return {
+        "requests": requests,
+        "floor": floor_,
+        "ratio": round(requests / floor_, 3),
+        "by_purpose": by_purpose,
+    }
 
 
 SCENARIOS = {"freshness": freshness, "quiet": quiet, "late": late, "floor": floor}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--scenarios", nargs="+", choices=list(SCENARIOS), default=list(SCENARIOS))
     parser.add_argument("--servers", nargs="+", choices=["emulator", "live"], default=["emulator", "live"])
     parser.add_argument("--tree", type=Path, default=HERE.parent, help="the checkout whose etl runs")

@@ -339,7 +339,9 @@ async def discover(
         return found
 
 
-async def _discover(client: MonitoringClient, select: SelectConfig, catalog: CatalogOptions | None) -> Discovery:
+async def _discover(
+    client: MonitoringClient, select: SelectConfig, catalog: CatalogOptions | None
+) -> Discovery:
     records, selection = Rows("objects"), _Selection(select.parameters)
     found = Discovery([], records, selection.rows, Params.of([]))
     try:
