@@ -28,7 +28,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from etl.state.lock import RunLock
+from etl.state.lock import Lock
 from etl.storage.atomic import Storage, Version
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ def _values(text: object) -> np.ndarray:
 class Catalog:
     """One login's catalog in a state folder; written under the run lock."""
 
-    def __init__(self, storage: Storage, key: str, lock: RunLock | None = None) -> None:
+    def __init__(self, storage: Storage, key: str, lock: Lock | None = None) -> None:
         self.storage = storage
         self.rel = f"{FOLDER}/{key}.parquet"
         self.lock = lock
