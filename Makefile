@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-verify soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan bench-verify soak clean demo-s3 demo-dask browser docs \
 	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -208,6 +208,15 @@ bench-fleet: $(STAMP) bench-tools
 bench-schedule: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
+
+## make bench-plan: what a run spends the server's capacity on, on the emulator and on servers/live.py: a
+## first load's freshness run by run, a quiet fleet against its active part, late data's bytes by kind,
+## an hourly run against the floor (benchmarks/plan.py; PLAN_ARGS="--scenarios floor --tree ../old" runs
+## another checkout's etl). About 20 minutes on 2 cores; results in benchmarks/results/plan.json.
+PLAN_ARGS ?=
+bench-plan: $(STAMP)
+	$(COMPILE)
+	$(BIN)/python benchmarks/plan.py --json benchmarks/results/plan.json $(PLAN_ARGS)
 
 ## make bench-postgres: ADBC's bare COPY, etl's commit (DELETE, COPY, checkpoint in one transaction) and
 ## psycopg's COPY of the same Arrow batches, alternating; then etl run into PostgreSQL beside Parquet (wall,

@@ -270,6 +270,31 @@ class WindowConfig(Strict):
         return now if self.end == "now" else to_ms(self.end)
 
 
+class CadenceConfig(Strict):
+    """How often each parameter's new data is asked for: every run, but for quiet parameters and series
+    given a cadence of their own. Nothing is lost by waiting: what a parameter sent meanwhile is fetched
+    when it is next polled, late points and backlogs included."""
+
+    quiet_after: Duration = Field(
+        6 * 3_600_000,
+        description="a parameter whose newest point is this old (or whose object has no controller, or all "
+        "its controllers offline) is quiet: polled by one small request, at its own cadence",
+    )
+    quiet_max: Duration = Field(
+        6 * 3_600_000,
+        description="a quiet parameter is polled at least this often: its cadence is a quarter of its "
+        "silence, up to this (off: every run)",
+    )
+    series: dict[Series, Duration] = Field(
+        {}, description="a series' new data asked for at most this often, e.g. {average: 6h, candles: 6h}"
+    )
+
+    @field_validator("quiet_max", mode="before")
+    @classmethod
+    def _or_off(cls, value: object) -> object:
+        return 0 if value in ("off", False, None) else value
+
+
 class ExtractConfig(Strict):
     """How the series are fetched."""
 
@@ -596,6 +621,7 @@ class Config(Strict):
     select: SelectConfig = SelectConfig()
     series: list[Series] = Field(list(Series), description="the series exported, each at most once")
     window: WindowConfig
+    cadence: CadenceConfig = CadenceConfig()
     extract: ExtractConfig = ExtractConfig()
     retry: RetryConfig = RetryConfig()
     sink: SinkConfig

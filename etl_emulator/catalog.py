@@ -54,15 +54,15 @@ class Catalog:
     def objects(self, call: Call) -> bytes:
         states = set(call.integers("state"))
         found = [
-            records.object_full(self.dataset, o)
+            records.object_full(self.dataset, o, self.clock.now())
             for o in self._objects(call)
-            if not states or records.object_state(o) in states
+            if not states or records.object_state(self.dataset, o) in states
         ]
         kinds = self.plan.faults.odd_records
         return odd_objects(kinds, found) if kinds else orjson.dumps(found)
 
     def object(self, call: Call) -> bytes:
-        return orjson.dumps(records.object_by_id(self.dataset, self._object(call)))
+        return orjson.dumps(records.object_by_id(self.dataset, self._object(call), self.clock.now()))
 
     def units(self, call: Call) -> bytes:
         return orjson.dumps(records.units(self._object(call)))

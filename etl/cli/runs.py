@@ -216,9 +216,25 @@ shard_option = click.option(
 @config_option
 @shard_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
-    """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(config_path, shard).load().rows())
+@click.option(
+    "--backfill",
+    is_flag=True,
+    help="The history still to load after the last run, per series, and when it should be in.",
+)
+def state_show(config_path: str, shard: Shard | None, as_json: bool, backfill: bool) -> None:
+    """Covered intervals and high-water mark per (parameter, series); or, with --backfill, the history
+    still to load."""
+    store = _store(config_path, shard)
+    if backfill:
+        from etl.pipeline.summary import Backfill
+
+        left = Backfill.of(store.progress())
+        if as_json:
+            echo_json(left.as_dict())
+        else:
+            click.echo(left.text() or "no history left to load (as of the last run)")
+        return
+    rows = list(store.load().rows())
     if as_json:
         echo_json(rows)
     else:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
-from etl.client import MonitoringClient
+from etl.client import MonitoringClient, purpose
 from etl.config import Config
 from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, RunDeadline, error_from
-from etl.model import Params, Series, Shard
+from etl.model import Params, Series, Shard, Windows
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.catalog import catalog_options, forget
@@ -34,10 +34,10 @@ from etl.pipeline.group_commit import GroupCommit
 from etl.pipeline.identity import check_source_identity
 from etl.pipeline.late import Findings, LateOptions
 from etl.pipeline.loop import handle_signals, workers
-from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
+from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, History, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.pipeline.summary import RunSummary, record_id
+from etl.pipeline.summary import Backfill, RunSummary, record_id
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # the lake modules load for lake formats only
     from etl.sinks.lake.committer import Committer, Landed
 
 HORIZON_MARGIN_S = HORIZON_MARGIN_MS // 1000
+CAPS_TRUSTED = DAY_MS  # what earlier runs learned of the server's cap is relied on this long
 MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
 
 log = logging.getLogger("etl")
@@ -228,6 +229,7 @@ class Coordinator:
         findings: Findings | None = None
         now = now_ms()
         async with self.build.client(summary.client) as client:
+            caps = await asyncio.to_thread(self._caps, client, now)
             if self.deadline is not None:
                 client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
             # Before the output is touched: a refused sign-in or an unreachable host leaves no folder,
@@ -249,7 +251,8 @@ class Coordinator:
                 server_now = client.server_now()
                 full = self.options.full_refresh or self.options.refresh_catalog
                 catalog = catalog_options(self.config, self.store, server_now, full, not self.options.dry_run)
-                found = await discover(client, self.config.select, catalog)
+                with purpose.purpose(purpose.CATALOG):
+                    found = await discover(client, self.config.select, catalog)
                 summary.catalog = found.catalog
             finally:
                 if recovering is not None:
@@ -279,7 +282,7 @@ class Coordinator:
                 record=not self.options.dry_run,
             )
             decisions = Decisions(buckets, quality_end)
-            findings = await self._late(client, coverage, mine, start, end, now)
+            findings = await self._late(client, coverage, mine, start, end, now, found.silent_params(mine))
             plan = Plan(
                 Fleet(mine, buckets),
                 coverage,
@@ -290,11 +293,16 @@ class Coordinator:
                 extra=findings.work if findings is not None else None,
                 arrivals=self.store.arrivals,
                 full_refresh=self.options.full_refresh,
+                waiting=findings.rest if findings is not None else None,
+                every=dict(self.config.cadence.series),
+                averages=findings.averages if findings is not None else None,
                 work=self.options.work,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
                 return
+            if findings is not None and any(len(w[0]) for w in findings.empty.values()):
+                await asyncio.to_thread(self._found_empty, findings, mine)
             # Reference tables are fetched and written beside the series: the first windows need not wait.
             snapshot = self.snapshot = (
                 asyncio.ensure_future(
@@ -322,6 +330,8 @@ class Coordinator:
                 with suppress(asyncio.CancelledError):
                     await snapshot
             self.left_out[:0] = client.skipped
+            if not self.options.dry_run and client.caps.known() != caps[1]:
+                await asyncio.to_thread(self.store.note_caps, caps[0], client.caps.known())
         self.fetched = True  # what is left to do here writes, and is not cut by the deadline
         if self.left_out:
             summary.records_left_out += len(self.left_out)
@@ -330,6 +340,8 @@ class Coordinator:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
             await asyncio.to_thread(self._compact, coverage, now)
+        if summary.backfill.left:
+            await asyncio.to_thread(self._note_progress)
         if self.build.lake is not None and not stopped:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 log.info("lake upkeep skipped: the run is past retry.run_deadline; the next run does it")
@@ -384,6 +396,7 @@ class Coordinator:
             )
             return stale or self.options.full_refresh or not self.build.references_written(), fresh
 
+        purpose.set_purpose(purpose.CATALOG)  # this task's own
         fetch, fresh = await asyncio.to_thread(due)
         tables, failed = await dimensions.collect(client, object_ids, objects, parameters, fetch)
         self.left_out += failed
@@ -405,12 +418,46 @@ class Coordinator:
         self.store.arrivals.prune(now - max(window.late_max, window.revisions) - DAY_MS)
         self.store.compact(coverage)
 
+    def _caps(self, client: MonitoringClient, now: int) -> tuple[int, dict[str, list[int | None]]]:
+        """What earlier runs learned of the server's silent cap, taught to the client when it is less than
+        CAPS_TRUSTED old (a server's settings can change: then it is learned again from scratch); when it
+        was first learned, and what."""
+        at, known = self.store.caps()
+        if now - at >= CAPS_TRUSTED:
+            return now, {}
+        client.caps.learn(known)
+        return at, client.caps.known()
+
+    def _note_progress(self) -> None:
+        """This run's history left beside the last runs': the backfill's rate and when it ends."""
+        backfill = self.summary.backfill
+        if not backfill.days_left and not any(run.left_ms for run in self.store.progress()):
+            return  # no backfill now or lately: nothing to note, run after run
+        self.summary.backfill = Backfill.of(self.store.note_progress(backfill.progress(now_ms())))
+
+    def _found_empty(self, findings: Findings, mine: Params) -> None:
+        """Checkpoint the new time of quiet parameters whose probe found nothing in it: asked once, as
+        averages, and nothing to write (the late-data tails still read again from their newest points)."""
+        for series, (pids, starts, ends) in findings.empty.items():
+            rows = np.searchsorted(mine.id, pids)
+            windows = Windows(series, pids, mine.object_id[rows], mine.kind[rows], starts, ends)
+            self.store.commit(windows)
+            self.committed.append(intervals_of(windows))
+
     async def _late(
-        self, client: MonitoringClient, coverage: Coverage, mine: Params, start: int, end: int, now: int
+        self,
+        client: MonitoringClient,
+        coverage: Coverage,
+        mine: Params,
+        start: int,
+        end: int,
+        now: int,
+        silent: np.ndarray,
     ) -> Findings | None:
-        """The tails and revisions to read again (etl/pipeline/late.py); None when nothing is looked for."""
-        window = self.config.window
-        if not (window.late_max or window.revisions) or self.options.work is not None:
+        """The tails and revisions to read again and the quiet parameters to poll (etl/pipeline/late.py);
+        None when nothing is looked for (or the run reads the windows it was given)."""
+        window, cadence = self.config.window, self.config.cadence
+        if not (window.late_max or window.revisions or cadence.quiet_max) or self.options.work is not None:
             return None
         arrivals = self.store.arrivals
         if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints
@@ -423,10 +470,14 @@ class Coordinator:
             window.revisions,
             tuple(self.config.series),
             self.config.extract.max_points,
+            cadence.quiet_after,
+            0 if self.options.full_refresh else cadence.quiet_max,
+            () if self.options.full_refresh else tuple(cadence.series.items()),
         )
-        findings = await late.probe(
-            client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts
-        )
+        with purpose.purpose(purpose.PROBES):
+            findings = await late.probe(
+                client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts, silent
+            )
         figures = self.summary.late
         figures.quiet, figures.past_late_max, figures.backlog = (
             findings.quiet,
@@ -477,6 +528,9 @@ class Coordinator:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
         checkpoints = GroupCommit(self.store)
+        # Which (parameter, series) brought new data, for the floor; what history the slabs loaded.
+        fresh = {series: np.zeros(len(plan.fleet), bool) for series in plan.series}
+        loaded = {series: [0, 0] for series in plan.series}  # windows, parameter-ms
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
             self.fatal = self.fatal or exc
@@ -517,6 +571,9 @@ class Coordinator:
                 # A slab's freed buffers go back to the OS, not to the next one's peak; malloc_trim walks
                 # every arena, so not on the event loop.
                 await asyncio.to_thread(allocator.trim)
+                fresh[result.series][np.searchsorted(plan.fleet.ids, result.new_data)] = True
+                loaded[result.series][0] += result.history_windows
+                loaded[result.series][1] += result.history_ms
                 totals = self.summary.series[result.series]
                 totals.slabs += 1
                 totals.windows += len(result.done)
@@ -565,6 +622,11 @@ class Coordinator:
             done = sum(totals.windows for totals in summary.series.values())
             gone = summary.counts.gone
             summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows) - gone)
+            summary.request_floor = sum(int(f.sum()) for f in fresh.values()) + 2  # + sign-in, objects
+            summary.backfill.left = {
+                series.value: History(h.windows - loaded[series][0], h.ms - loaded[series][1], h.total_ms)
+                for series, h in plan.history.items()
+            }
             progress.close(summary.windows_not_done, summary.stopped)
 
     def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:

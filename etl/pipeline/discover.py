@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, param_kind, record_id
+from etl.client.models import ObjectFull, Parameter, param_kind, record_id
 from etl.config import ParameterSelect, SelectConfig
 from etl.errors import ConfigError, InvalidResponse, StorageError
 from etl.model import PARAM_KINDS, ParamKind, Params
@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
 SEARCH_PAGE = 1000
 SEARCHES_AT_ONCE = 4
+NO_CONTROLLER = (
+    1  # sdirobjectstate id: no controller installed or configured on the object (the document's 3)
+)
 
 _List = Callable[[int], Awaitable[list[Parameter]]]  # an object's parameters of one list
 
@@ -60,6 +63,13 @@ class Discovery:
     # Writes the fleet's catalog anew from this discovery: a run calls it once it knows the output is its
     # own to write (a run stopped before then leaves the catalog as it was).
     save_catalog: Callable[[], None] = field(default=lambda: None, repr=False)
+    # Objects whose record says none of their parameters can send now: no controller installed or
+    # configured (state 1, "new", in the document), or every controller offline.
+    silent: list[int] = field(default_factory=list)
+
+    def silent_params(self, params: Params) -> np.ndarray:
+        """The ids of these parameters on silent objects."""
+        return params.id[np.isin(params.object_id, np.array(self.silent, np.int64))]
 
 
 class _Selection:
@@ -335,7 +345,7 @@ async def _discover(
     records, selection = Rows("objects"), _Selection(select.parameters)
     found = Discovery([], records, selection.rows, Params.of([]))
     try:
-        found.object_ids = await _objects(client, select, records)
+        found.object_ids = await _objects(client, select, records, found.silent)
         if catalog is None:
             await _list(client, found.object_ids, selection)
         else:
@@ -437,8 +447,18 @@ async def _search_or_list(client: MonitoringClient, object_ids: list[int], selec
     await _per_object(client, object_ids, selection.kinds, selection)
 
 
-async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:
-    """The selected objects' ids, sorted; their records go to `records` a page at a time."""
+def _silent(o: ObjectFull) -> bool:
+    """Whether an object's record says none of its parameters can send now."""
+    state = o.sdirobjectstate.get("id") if isinstance(o.sdirobjectstate, dict) else None
+    total, offline = o.controllersTotalCount, o.controllersOfflineCount
+    return state == NO_CONTROLLER or (bool(total) and offline is not None and offline >= (total or 0))
+
+
+async def _objects(
+    client: MonitoringClient, select: SelectConfig, records: Rows, silent: list[int]
+) -> list[int]:
+    """The selected objects' ids, sorted; their records go to `records` a page at a time; the silent
+    ones' ids to `silent`."""
     wanted = None if select.objects == "all" else set(select.objects)
     # An array, not a list: an int kept from each page would pin the allocator's arenas that held the
     # page's records, and the listing's whole peak would stay for the run.
@@ -446,6 +466,7 @@ async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows
     async for page in client.object_pages(states=select.object_states):
         page = [o for o in page if wanted is None or o.id in wanted]
         object_ids.extend(o.id for o in page)
+        silent.extend(o.id for o in page if _silent(o))
         records.add([o.raw() for o in page])
     missing = sorted((wanted or set()) - set(object_ids))
     if missing:

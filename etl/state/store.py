@@ -16,6 +16,8 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/layout.json            what the output of this source is: its files per partition (sink.buckets),
                                    format, partitioning, source name and platform, as first decided
     {store}/renaming.json          a source rename under way (etl state rename-source): from and to
+    {store}/progress.json          the history left to load after each of the last runs (a backfill's rate)
+    {store}/caps.json              what the answers taught of the server's silent cap on points, and when
     {store}/catalog/{login}.parquet the fleet's parameters as a login last listed them (etl/state/catalog.py)
 """
 
@@ -46,6 +48,9 @@ log = logging.getLogger(__name__)
 SNAPSHOT = "dimensions.json"
 LAYOUT = "layout.json"
 RENAMING = "renaming.json"
+PROGRESS = "progress.json"
+CAPS = "caps.json"
+PROGRESS_RUNS = 12  # runs whose history left is kept: enough for a rate, whatever the number of runs
 # 3: segments carry what arrived (etl/state/arrivals.py); 2 did not.
 SEGMENT_VERSION = 3
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
@@ -61,6 +66,19 @@ class SnapshotNote(TypedDict):
     fetched: int  # epoch ms
     objects: str  # a digest of the object ids they cover
     sink: str  # the format they were written in
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A run's end and the history it left to load, per series: (windows, parameter-milliseconds left,
+    parameter-milliseconds there are in all) (etl/pipeline/plan.py `History`)."""
+
+    at: int  # epoch ms
+    left: dict[str, tuple[int, int, int]]
+
+    @property
+    def left_ms(self) -> int:
+        return sum(ms for _, ms, _ in self.left.values())
 
 
 @dataclass(frozen=True)
@@ -337,6 +355,43 @@ class StateStore:
         """Once the reference tables it describes are written."""
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
+
+    def progress(self) -> list[Progress]:
+        """The history left after each of the last runs, oldest first ([] when none is noted, or the note
+        is damaged: it only feeds a rate)."""
+        data = self.storage.read(PROGRESS)
+        try:
+            runs = orjson.loads(data)["runs"] if data else []
+            return [
+                Progress(
+                    int(r["at"]), {str(k): (int(w), int(ms), int(t)) for k, (w, ms, t) in r["left"].items()}
+                )
+                for r in runs
+            ]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return []
+
+    def note_progress(self, run: Progress) -> list[Progress]:
+        """Note this run's history left, keeping the last PROGRESS_RUNS; all of them back."""
+        self.run_lock.check()
+        runs = [*self.progress(), run][-PROGRESS_RUNS:]
+        body = {"runs": [{"at": r.at, "left": r.left} for r in runs]}
+        self.storage.write_atomic(PROGRESS, orjson.dumps(body))
+        return runs
+
+    def caps(self) -> tuple[int, dict[str, list[int | None]]]:
+        """When the server's answers were last learned from scratch, and what they taught
+        (etl/client/count_cap.py); (0, {}) when nothing is noted or the note is damaged."""
+        data = self.storage.read(CAPS)
+        try:
+            body = orjson.loads(data) if data else {}
+            return int(body["at"]), dict(body["routes"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return 0, {}
+
+    def note_caps(self, at: int, routes: dict[str, list[int | None]]) -> None:
+        self.run_lock.check()
+        self.storage.write_atomic(CAPS, orjson.dumps({"at": at, "routes": routes}))
 
     def layout(self) -> Recorded:
         """What the output of this store's source was recorded to be (nothing recorded: all None)."""

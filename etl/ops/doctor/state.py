@@ -13,6 +13,7 @@ from etl.dataset import verified
 from etl.model import SERIES
 from etl.ops.doctor.deployment import HOST, Deployment, alive, human, shard_of
 from etl.ops.findings import Finding, fail, ok, warn
+from etl.pipeline.summary import Backfill
 from etl.state.lock import LOCK_FILE, Holder
 from etl.timeutil import MINUTE_MS, iso, parse_time
 
@@ -137,7 +138,38 @@ def runs(d: Deployment) -> list[Finding]:
         out.append(ok("runs.last", f"the last run {last['run_id']} was ok ({len(records)} run(s) read)"))
     out.append(_age(d, records))
     out.append(_late(d, records))
+    out.extend(_backfill(d))
     return out
+
+
+STALLED_AFTER = 3  # runs in a row that loaded no history while some was left: a backfill has stopped
+
+
+def _backfill(d: Deployment) -> list[Finding]:
+    """The history still to load (etl/state/store.py `progress`): a warning while a backfill makes
+    progress, a failure once the last runs stopped loading any."""
+    out = []
+    for store, _ in d.stores:
+        runs = store.progress()
+        if not runs or not runs[-1].left_ms:
+            continue
+        shard = shard_of(store)
+        where = f" (shard {shard})" if shard else ""
+        left = Backfill.of(runs)
+        recent = runs[-STALLED_AFTER:]
+        if len(recent) == STALLED_AFTER and recent[-1].left_ms >= recent[0].left_ms:
+            out.append(
+                fail(
+                    "runs.backfill",
+                    f"the history still to load{where} did not shrink in the last {STALLED_AFTER} runs: "
+                    f"{left.text()}",
+                    "see what stops the runs (failed windows, retry.run_deadline reached before any history "
+                    f"is fetched: etl doctor's runs.last, etl plan {d.cmd})",
+                )
+            )
+        else:
+            out.append(warn("runs.backfill", f"history still loading{where}: {left.text()}"))
+    return out or [ok("runs.backfill", "no history left to load")]
 
 
 def last_verify(d: Deployment) -> list[Finding]:
