@@ -178,3 +178,11 @@ def environment() -> dict:
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "versions": versions,
     }
+
+
+def save(doc: dict, path: Path) -> None:
+    """A benchmark's results, with the load average at its end, as JSON at `path`."""
+    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"results: {path}")

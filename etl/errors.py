@@ -7,7 +7,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
                                     exit  retryable  fatal
     EtlError                          70     no        yes   a bug: please report it
     ├── ConfigError (ValueError)       2     no        yes   bad config, arguments or base URL
-    │   └── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   ├── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   └── NothingToRead              2     no        yes   an output no run has written, an empty selection
     ├── ApiError                       5     no        yes   talking to the platform
     │   ├── AuthError                  3     no        yes   sign-in refused; a right the login lacks
     │   │   └── SessionRejected        3     yes       yes   sessions refused even right after signing in
@@ -17,6 +18,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   │   └── Throttled              5     no        no    a 429 to the end while other requests got past
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
+    │   │       └── ParameterGone      5     no        no    404 to a parameter's series
+    │   ├── RequestsSpent              2     no        yes   a command's --max-requests reached
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
     │   │   └── AnswerTooLarge         6     no        no    over source.max_answer_mb
     │   └── RetriesExhausted         (as its last cause)     retries ran out
@@ -26,6 +29,7 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     ├── Unhealthy                     10     no        no    etl doctor: something needs a person
+    ├── OutputDiffers                 11     no        no    etl verify: the output is not the source's
     ├── RunDeadline                    4     no        yes   retry.run_deadline passed (5 if throttled)
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
@@ -48,6 +52,7 @@ class ExitCode:
     LOCKED = 8  # another run holds the state lock
     QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
     UNHEALTHY = 10  # etl doctor: a deployment needs a person (each finding says what to do)
+    DIFFERS = 11  # etl verify: the output differs from what the source serves now
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -100,6 +105,12 @@ class ConfigError(EtlError, ValueError):
 
 class InvalidArgument(ConfigError):
     """An argument the server would refuse anyway (e.g. a raw window over 24 h)."""
+
+
+class NothingToRead(ConfigError):
+    """What a reader (etl query, report, plot; etl.read) was pointed at holds nothing yet: an output no
+    run has written, a dataset the config does not keep, a parameter or window without rows. One class
+    for all of them: the fix is the reader's arguments or a run, never the data."""
 
 
 class ApiError(EtlError):
@@ -171,6 +182,20 @@ class RequestRejected(ApiError):
 
 class NotFound(RequestRejected):
     pass
+
+
+class ParameterGone(NotFound):
+    """A parameter's series answered 404: the parameter is gone from the platform (or from the login's
+    sight). Only its windows fail; a run takes it out of the fleet's catalog and names it."""
+
+    fatal = False
+
+
+class RequestsSpent(ApiError):
+    """A request past the budget a command was given (`etl verify --max-requests`): not sent."""
+
+    exit_code = ExitCode.CONFIG
+    reason = "budget"
 
 
 class InvalidResponse(ApiError):
@@ -254,6 +279,13 @@ class Unhealthy(EtlError):
     fatal = False
 
 
+class OutputDiffers(EtlError):
+    """`etl verify`: windows of the output hold other rows than the source serves for them now."""
+
+    exit_code = ExitCode.DIFFERS
+    fatal = False
+
+
 class RunDeadline(EtlError):
     """The run stopped at `retry.run_deadline` as on SIGTERM (what was done is checkpointed), or earlier
     when a 429 held every request until past it: a timeout of the whole run, or the server's 429."""
@@ -280,6 +312,7 @@ _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.LOCKED: LockedError,
     ExitCode.QUALITY: QualityBelow,
     ExitCode.UNHEALTHY: Unhealthy,
+    ExitCode.DIFFERS: OutputDiffers,
     ExitCode.INTERRUPTED: Interrupted,
 }
 

@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # the state modules load when a state command runs
 @window_options(required=False, what="Backfill")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
 @click.option(
+    "--refresh-catalog",
+    is_flag=True,
+    help="List the parameters of every object, whatever the fleet's catalog says (select.refresh).",
+)
+@click.option(
     "--shard",
     type=SHARD,
     help="Take only shard I of N of the parameters; each shard keeps its own checkpoints and lock.",
@@ -53,6 +58,7 @@ def run(
     start: int | None,
     end: int | None,
     full_refresh: bool,
+    refresh_catalog: bool,
     shard: Shard | None,
     executor: str | None,
     scheduler: str | None,
@@ -73,6 +79,7 @@ def run(
             start=start,
             end=end,
             full_refresh=full_refresh,
+            refresh_catalog=refresh_catalog,
             shard=shard,
             executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
             scheduler=scheduler,
@@ -107,15 +114,31 @@ def run(
 @config_option
 @window_options(required=False, what="Plan a backfill")
 @click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
+@click.option(
+    "--refresh-catalog", is_flag=True, help="List the parameters of every object, as a run with it would."
+)
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
 def plan_cmd(
-    config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    full_refresh: bool,
+    refresh_catalog: bool,
+    shard: Shard | None,
 ) -> None:
-    """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    """Show the work a run would do (signs in and lists the parameters due; fetches no series)."""
     config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(
+        config,
+        start=start,
+        end=end,
+        full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
+        shard=shard,
+        dry_run=True,
+    )
     click.echo(plan_text(summary.as_dict()))
 
 
@@ -193,9 +216,25 @@ shard_option = click.option(
 @config_option
 @shard_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
-    """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(config_path, shard).load().rows())
+@click.option(
+    "--backfill",
+    is_flag=True,
+    help="The history still to load after the last run, per series, and when it should be in.",
+)
+def state_show(config_path: str, shard: Shard | None, as_json: bool, backfill: bool) -> None:
+    """Covered intervals and high-water mark per (parameter, series); or, with --backfill, the history
+    still to load."""
+    store = _store(config_path, shard)
+    if backfill:
+        from etl.pipeline.summary import Backfill
+
+        left = Backfill.of(store.progress())
+        if as_json:
+            echo_json(left.as_dict())
+        else:
+            click.echo(left.text() or "no history left to load (as of the last run)")
+        return
+    rows = list(store.load().rows())
     if as_json:
         echo_json(rows)
     else:

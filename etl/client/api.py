@@ -38,7 +38,7 @@ from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Query, Session
-from etl.errors import InvalidArgument, InvalidResponse, Throttled
+from etl.errors import InvalidArgument, InvalidResponse, NotFound, ParameterGone, Throttled
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, Time, now_ms, to_ms
 
@@ -448,8 +448,13 @@ class MonitoringClient(_Client):
         self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
     ) -> Points | Candles:
         """One series of a parameter from the route its kind takes (`/db/signal` takes no count). The
-        answer's length is noted in `caps`; a parameter `throttled` is not asked before its wait ends."""
+        answer's length is noted in `caps`; a parameter `throttled` is not asked before its wait ends; one
+        whose series answered 404 is gone (`stats.gone`) and not asked again."""
         kind, series = ParamKind(kind), Series(series)
+        if param_id in self.stats.gone:
+            raise ParameterGone(
+                f"param {param_id}: gone (HTTP 404 earlier in this run): not asked again", 404
+            )
         if kind is ParamKind.SIGNAL and series is Series.RAW:
             count = None
         if (wait := self.throttled.get(param_id, 0.0) - time.monotonic()) > 0:
@@ -466,6 +471,9 @@ class MonitoringClient(_Client):
             if exc.retry_after:
                 self.throttled[param_id] = time.monotonic() + exc.retry_after
             raise
+        except NotFound as exc:
+            self.stats.gone.add(param_id)
+            raise ParameterGone(f"param {param_id}: {exc}", exc.status, exc.excerpt) from None
         self.caps.saw(kind, series, len(data))
         return data
 

@@ -39,7 +39,9 @@ class ClientOptions:
     (etl/client/concurrency.py); `max_rps` caps the requests a second (None: no cap). `verify` is the
     TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes.
     `proxy`: the forward proxy of every request (None: the environment's, client/routes.py);
-    `http_transport`: etl's own HTTP/1.1 transport or httpx's."""
+    `http_transport`: etl's own HTTP/1.1 transport or httpx's. `max_requests`: the requests the client
+    may put on the wire in all, sign-ins and retries included (None: no bound); one more is not sent
+    (`RequestsSpent`)."""
 
     sign_in: SignIn = "query"
     timeout: httpx.Timeout | float = 30.0
@@ -54,6 +56,7 @@ class ClientOptions:
     on_answer: AnswerHook | None = None
     proxy: str | None = None
     http_transport: Literal["etl", "httpx"] = "etl"
+    max_requests: int | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> ClientOptions:

@@ -9,7 +9,7 @@ made (the TLS context with them), and the warnings about weak settings are given
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pydantic import SecretStr
@@ -17,9 +17,8 @@ from pydantic import SecretStr
 from etl.client import ClientOptions, ClientStats, MonitoringClient
 from etl.client.concurrency import Share
 from etl.config import Config
-from etl.errors import ConfigError
 from etl.model import Series
-from etl.pipeline import dimensions
+from etl.pipeline import dimensions, records
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
 from etl.quality.writer import QualitySlabWriter, QualityTracker
@@ -52,24 +51,22 @@ class Build(Output):
         source = self.config.source
         if source.password_file is None:
             return source.password.get_secret_value() if source.password else ""
-        try:
-            secret = source.password_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"config error: source.password_file: cannot read {source.password_file}: {exc.strerror}"
-            ) from None
-        redact.register(secret)
-        return secret
+        return redact.read_secret(source.password_file, "source.password_file")
 
     @cached_property
     def client_options(self) -> ClientOptions:
         """How the client talks to the source, made once (the TLS trust with it)."""
         return ClientOptions.from_config(self.config)
 
-    def client(self, stats: ClientStats | None = None, share: Share | None = None) -> MonitoringClient:
-        """The client of the source; `share`: its part of the source's limit (a Dask task's)."""
+    def client(
+        self, stats: ClientStats | None = None, share: Share | None = None, max_requests: int | None = None
+    ) -> MonitoringClient:
+        """The client of the source; `share`: its part of the source's limit (a Dask task's);
+        `max_requests`: the most it sends in all (`etl verify --max-requests`)."""
         source = self.config.source
         options = self.client_options if share is None else self.client_options.shared(share)
+        if max_requests is not None:
+            options = replace(options, max_requests=max_requests)
         return MonitoringClient(source.base_url, source.username, self.password, options=options, stats=stats)
 
     # -- a run's slabs ----------------------------------------------------------------------------------
@@ -117,7 +114,9 @@ class Build(Output):
         if self.lake is not None:
             from etl.sinks.lake.writer import write_dimensions
 
-            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+            # PostgreSQL's columns hold no Arrow lists or records: JSON text, as CSV's.
+            flat = records.flat if self.database is not None else None
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name, flat)
         return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- other processes ------------------------------------------------------------------------------
@@ -132,6 +131,8 @@ class Build(Output):
             update={
                 "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
                 "storage_options": self.data.options,
+                # the database's password itself rather than its file, as the source's
+                **({"dsn": self.database.uri, "password_file": None} if self.database is not None else {}),
             }
         )
         source = config.source.model_copy(

@@ -55,7 +55,9 @@ class SlabWriter:
             self._row_keys(table) if len(partitions) > 1 else None
         )  # one partition: every row is its own
         for key in partitions.tolist():
-            fed = windows[np.unique(index[keys == key])]
+            fed = windows[np.unique(index[keys == key])].clip(
+                key % _DAYS * DAY_MS, (key % _DAYS + 1) * DAY_MS
+            )
             folder = self.layout.partition(key % _DAYS, key // _DAYS)
             rows = table if row_keys is None else table.filter(pa.array(row_keys == key))
             if folder not in self.open:

@@ -243,10 +243,12 @@ def test_a_signal_commits_the_lake_groups_in_flight_then_stops(slow_emulator, tm
 
 def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     with run_emulator(emulator_config()) as emulator:
-        emulator.set_faults(latency=0.5)  # the sign-in takes half a second
+        emulator.set_faults(latency=0.5)  # each of the sign-in and the listings takes half a second
         proc = start(config_file(emulator, tmp_path))
         deadline = time.monotonic() + 60
-        while not emulator.requests():
+        # Past the sign-in, the run holds its lock and lists the fleet (a run stopped before it took the
+        # lock leaves no record: tests/e2e/test_refused_runs.py).
+        while not any("/auth/" not in r["path"] for r in emulator.requests()):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
         proc.send_signal(signal.SIGTERM)

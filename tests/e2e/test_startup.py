@@ -13,7 +13,8 @@ from tests.support.configs import config_dict, write_config
 
 WATCH = """
 import atexit, gc, os, runpy, sys
-heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset")
+heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset",
+         "openlineage", "dagster", "opentelemetry.sdk")
 atexit.register(lambda: print("LOADED", *[m for m in heavy if m in sys.modules], file=sys.stderr))
 atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 10_000,
                               os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr))

@@ -47,6 +47,14 @@ GOOD = (
             GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01"),
             "config error: window.start: needs a UTC offset",
         ),
+        (  # the first real problem: the month, not the offset
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-13-01"),
+            "config error: window.start: '2026-13-01' is not a valid time: month must be in 1..12",
+        ),
+        (
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01T25:00"),
+            "config error: window.start: '2026-11-01T25:00' is not a valid time: hour must be in 0..23",
+        ),
         (  # source x's shard 0/2 names its files and lake commits so: they would mix
             GOOD.replace("username:", "name: plant-s0of2, username:"),
             "config error: source.name: 'plant-s0of2' ends like a shard's label (-sIofN): give source.name",
@@ -65,6 +73,8 @@ GOOD = (
         "month 13",
         "February 30",
         "a date without a time",
+        "month 13 without an offset",
+        "hour 25 without an offset",
         "a source named like a shard",
         "a host named like a shard",
     ],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import sys
 import tomllib
 from pathlib import Path
@@ -50,7 +51,17 @@ def _lint(
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [str(REPO), *sys.path])  # lint-imports adds the folder it runs in
-    return lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True, no_logo=True)
+    # lint-imports configures logging as a program does, which disables every logger made before it: the
+    # later tests' loggers (etl's) are put back as they were.
+    loggers = [
+        logger for logger in logging.root.manager.loggerDict.values() if isinstance(logger, logging.Logger)
+    ]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        return lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True, no_logo=True)
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
 
 
 def test_a_lazy_import_that_closes_a_loop_fails_lint_and_is_named_with_its_lines(

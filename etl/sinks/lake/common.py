@@ -335,6 +335,14 @@ class LakeTable(ABC):
     def dataset(self) -> ds.Dataset:
         """The current version's rows, lazily (a reader sees one committed version, never a partial one)."""
 
+    def rows(
+        self, source: str, start: int | None = None, end: int | None = None, params: list[int] | None = None
+    ) -> ds.Dataset:
+        """What a reader asks for: at least the source's rows of these parameters with time_key in
+        [start, end) (None: no bound), maybe more. Default: the current version's dataset, which DuckDB
+        scans lazily with the reader's filters; a table that must read its rows eagerly reads these."""
+        return self.dataset()
+
     @abstractmethod
     def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
         """Rows of the source's parameters with time_key in [start, end) in the run's read snapshot."""
