@@ -73,10 +73,16 @@ def lost_race(exc: Exception) -> bool:
     """Did a commit fail only because another writer got in first? Either it took the version
     (CommitFailedError), or, while the commit was checked against the versions made since its own, the
     other writer's upkeep had deleted that version's log entry (delta-rs then names the version
-    invalid). Nothing of ours was committed in either case: planning again is safe."""
+    invalid, or the entry's file not found). Nothing of ours was committed in any case, and a commit
+    replaces what it covers: planning again is safe."""
     from deltalake.exceptions import CommitFailedError
 
-    return isinstance(exc, CommitFailedError) or str(exc).startswith("Invalid table version")
+    text = str(exc)
+    return (
+        isinstance(exc, CommitFailedError)
+        or text.startswith("Invalid table version")
+        or ("_delta_log/" in text and "not found" in text.lower())
+    )
 
 
 def paths(dt: Handle) -> set[str]:

@@ -209,7 +209,7 @@ class DeltaTable(LakeTable):
 
     def history(self, app: str, after: int) -> list[Checkpoint]:
         found = []
-        for commit in self._open().history():  # newest first, as far as the log still goes
+        for commit in self._commits():  # newest first, as far as the log still goes
             checkpoint = Checkpoint.parse(commit)
             if checkpoint is None or checkpoint.app != app:
                 continue
@@ -217,6 +217,16 @@ class DeltaTable(LakeTable):
                 break
             found.append(checkpoint)
         return found[::-1]
+
+    def _commits(self) -> list[dict[str, Any]]:
+        """The log's commits, read again when another writer's upkeep deleted an entry while it was read."""
+        error: Exception | None = None
+        for _ in range(optimistic.ATTEMPTS):
+            try:
+                return self._open().history()
+            except self.deltalake.exceptions.DeltaError as exc:
+                error = exc
+        raise StorageError(f"cannot read the log of the Delta table {self.uri}: {str(error).splitlines()[0]}")
 
     # -- reading -----------------------------------------------------------------------------------
 
