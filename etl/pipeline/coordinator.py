@@ -249,7 +249,6 @@ class Coordinator:
         findings: Findings | None = None
         now = now_ms()
         async with self.build.client(summary.client) as client:
-            caps = await asyncio.to_thread(self._caps, client, now)
             if self.run_state.deadline is not None:
                 client.session.gate.ends_at(
                     self.run_state.deadline, lambda: self._out_of_time(throttled=True)
@@ -263,6 +262,8 @@ class Coordinator:
                 held.enter_context(spools.held())
                 self.run_state.locked = True
                 summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
+            # Under the lock: a state folder that cannot be used is told as the lock's error.
+            caps = await asyncio.to_thread(self._caps, client, now)
             coverage = self.store.load()
             recovering = None
             if self.build.lake is not None and not self.options.dry_run:
@@ -352,7 +353,7 @@ class Coordinator:
                 with suppress(asyncio.CancelledError):
                     await snapshot
             self.run_state.left_out[:0] = client.skipped
-            if not self.options.dry_run and client.caps.known() != caps[1]:
+            if not self.options.dry_run and self.run_state.fatal is None and client.caps.known() != caps[1]:
                 await asyncio.to_thread(self.store.note_caps, caps[0], client.caps.known())
         self.run_state.fetched = True  # what is left to do here writes, and is not cut by the deadline
         if self.run_state.left_out:
@@ -362,7 +363,7 @@ class Coordinator:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
             await asyncio.to_thread(self._compact, coverage, now)
-        if summary.backfill.left:
+        if summary.backfill.left and self.run_state.fatal is None:  # a failed run leaves only its record
             await asyncio.to_thread(self._note_progress)
         if self.build.lake is not None and not stopped:
             if self.run_state.deadline is not None and time.monotonic() >= self.run_state.deadline:
