@@ -127,6 +127,7 @@ def test_no_form_of_a_registered_password_survives(encoding, password, rng):
 def test_a_password_percent_encoded_in_latin_1_is_masked(password):
     """Latin-1 bytes that happen to be UTF-8 too (C2 A9) are found either way."""
     form = quote(password, safe="", encoding="latin-1")
+    assume(password not in "error: () end")  # a password that is a word of the message is masked there too
     with only(password):
         assert redact.redact(f"error: ({form}) end") == f"error: ({MASK}) end"
 
