@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
 
 
@@ -46,6 +48,7 @@ def test_benchmark_runs_every_stage_on_a_tiny_dataset(tmp_path):
     assert "skipped: --skip" in stdout  # dlt's row says why it is missing
 
 
+@pytest.mark.slow  # make soak: the fleet benchmark is the longest of these smoke runs
 def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
     doc, stdout = bench(tmp_path, "fleet.py", "--quick")
     for run in doc["sizes"].values():

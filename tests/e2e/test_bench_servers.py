@@ -54,6 +54,7 @@ def test_the_threaded_server_replays_every_request_etl_makes(tmp_path):
 
 
 @pytest.mark.skipif(bool(nginx.missing() or wrk.missing()), reason=f"{nginx.missing() or wrk.missing()}")
+@pytest.mark.slow  # make soak: nginx and wrk beside etl and httpx
 def test_nginx_serves_the_recording_as_files_to_etl_httpx_and_wrk(tmp_path):
     doc = _foreign(tmp_path, "--servers", "nginx")
     for row in doc["sizes"]["16"]["servers"]["nginx"].values():

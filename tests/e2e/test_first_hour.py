@@ -28,7 +28,7 @@ def test_help_starts_with_etl_init_and_names_every_format():
     assert all(fmt in result.stdout for fmt in ("Parquet", "CSV", "Delta", "Iceberg"))
 
 
-@pytest.mark.parametrize("columns", [80, 200])
+@pytest.mark.parametrize("columns", [80, pytest.param(200, marks=pytest.mark.slow)])
 def test_options_and_text_of_every_help_wrap_at_one_width(columns):
     """Click wraps options and prose at the terminal's width (at most 100); no paragraph is laid out
     by hand wider than that."""
