@@ -72,13 +72,13 @@ class ClientStats:
     capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/capacity.py)
 
     def add(self, other: ClientStats) -> None:
-        """Fold in the counts of another client (one per Dask task)."""
+        """Fold in the counts of another client (one per Dask task; the run's budget counted its answers in
+        `capacity`)."""
         self.requests += other.requests
         self.retries.update(other.retries)
         self.relogins += other.relogins
         self.throttled_seconds += other.throttled_seconds
         self.bytes_received += other.bytes_received
-        self.capacity.add(other.capacity)
 
     def as_dict(self) -> ClientRecord:
         return {

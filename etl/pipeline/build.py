@@ -15,7 +15,6 @@ from functools import cached_property
 from pydantic import SecretStr
 
 from etl.client import ClientOptions, ClientStats, MonitoringClient
-from etl.client.capacity import Share
 from etl.config import Config
 from etl.errors import ConfigError
 from etl.model import Series
@@ -66,11 +65,12 @@ class Build(Output):
         """How the client talks to the source, made once (the TLS trust with it)."""
         return ClientOptions.from_config(self.config)
 
-    def client(self, stats: ClientStats | None = None, share: Share | None = None) -> MonitoringClient:
-        """The client of the source; `share`: its part of the source's limit (a Dask task's)."""
+    def client(self, stats: ClientStats | None = None) -> MonitoringClient:
+        """The client of the source."""
         source = self.config.source
-        options = self.client_options if share is None else self.client_options.shared(share)
-        return MonitoringClient(source.base_url, source.username, self.password, options=options, stats=stats)
+        return MonitoringClient(
+            source.base_url, source.username, self.password, options=self.client_options, stats=stats
+        )
 
     # -- a run's slabs ----------------------------------------------------------------------------------
 

@@ -343,7 +343,8 @@ class Coordinator:
         if scheduler is None:
             yield local_executor(client, self.build, self.stop)
         else:
-            async with dask_executor(scheduler, self.build.client_options) as executor:
+            wait = self.config.executor.worker_wait / 1000
+            async with dask_executor(scheduler, client, self.stop, wait) as executor:
                 yield executor
 
     async def _dimensions(
