@@ -226,7 +226,10 @@ class Coordinator:
         summary.window = (start, end)
         findings: Findings | None = None
         now = now_ms()
-        async with self.build.client(summary.client) as client:
+        async with (
+            self.build.client(summary.client) as client,
+            self.build.shared(client, not self.options.dry_run),
+        ):
             if self.deadline is not None:
                 client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
             try:

@@ -16,6 +16,8 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/layout.json            what the output of this source is: its files per partition (sink.buckets),
                                    format, partitioning, source name and platform, as first decided
     {store}/renaming.json          a source rename under way (etl state rename-source): from and to
+    {store}/budget.json            the source's store only: what its shards running at once tell each other
+                                   of the limit they share (etl/state/budget.py)
 """
 
 from __future__ import annotations
