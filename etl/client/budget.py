@@ -179,12 +179,18 @@ Exchange = Callable[[Report], Awaitable[tuple[int, bool] | None]]
 
 
 async def keep_in_touch(
-    member: Member, session: Session, exchange: Exchange, stop: asyncio.Event | None = None, busy: bool = True
+    member: Member,
+    session: Session,
+    exchange: Exchange,
+    stop: asyncio.Event | None = None,
+    busy: bool = True,
+    every: float = REPORT_EVERY,
 ) -> None:
     """A member's side of its budget, until cancelled: a report every `REPORT_EVERY` seconds, the permits
     it gets back applied at once (waiting requests go), `stop` set when the run stops. Without an answer
-    for `LEASE` seconds the member admits nothing more. A `busy` member (a task: it has work until it
-    ends) wants a request at least, so that it gets one before its first is even queued."""
+    for `LEASE` seconds the member admits nothing more, and stops. A `busy` member (a task: it has work until it
+    ends) wants a request at least, so that it gets one before its first is even queued. `every`: the pause
+    between an answer and the next report (0 for an exchange that waits for its turn)."""
     heard = time.monotonic()
     while True:
         try:
@@ -198,10 +204,12 @@ async def keep_in_touch(
             member.granted, stopping = answer
             if stopping and stop is not None:
                 stop.set()
-        elif time.monotonic() - heard > LEASE:
+        elif time.monotonic() - heard > LEASE:  # the run that granted its permits is gone, or lost
             member.granted = 0
+            if stop is not None:
+                stop.set()
         session.admit()
-        await asyncio.sleep(REPORT_EVERY)
+        await asyncio.sleep(every)
 
 
 class Part:

@@ -3,16 +3,19 @@ reports go to the coordinator through a `distributed.Queue`, and the permits (wi
 stopping) come back in a `distributed.Variable`, both named after the run and kept by the scheduler.
 
 The coordinator's end (`Serving`) reads the reports, feeds its `Budget` and publishes its grants; a
-task's end (`TaskLink`) reports and reads its permits every `REPORT_EVERY` seconds. A task whose worker dies
-stops reporting, and its permits come back once its lease runs out.
+task's end (`TaskLink`) reports and reads its permits every `REPORT_EVERY` seconds, in one exchange with
+the other tasks of its worker process. A task whose worker dies stops reporting, and its permits come back
+once its lease runs out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 import uuid
+from contextlib import suppress
 from typing import Any, TypedDict
 
 from etl.client.budget import REPORT_EVERY, Budget, Report
@@ -79,20 +82,24 @@ class Serving:
             reader.cancel()
 
     async def _read(self) -> None:
-        """Reports as they come: a get waits for one without a timeout (a get that times out is an error
-        the scheduler logs with its traceback), and `close` sends the one that ends it."""
+        """Reports as they come, a list from each worker process: a get waits for one without a timeout
+        (a get that times out is an error the scheduler logs with its traceback), and `close` sends the one
+        that ends it."""
         while True:
-            reports = [await self.queue.get()]
-            reports += await self.queue.get(batch=True)
+            batches = [await self.queue.get()]
+            batches += await self.queue.get(batch=True)
             now = time.perf_counter()
-            for report in reports:
+            for report in (report for batch in batches for report in batch):
                 if not report["member"]:
                     return
                 self.budget.ingest(report, now)
 
     async def close(self) -> None:
+        """A task still running (one the run stopped waiting for) hears that the run stops; the reader ends,
+        and the queue and the variable go."""
         try:
-            await self.queue.put(_LAST)
+            await self.variable.set({"grants": {}, "stop": True})
+            await self.queue.put([_LAST])
             self.variable.delete()
             self.queue.close()
         except Exception as exc:  # the scheduler is gone: so are they
@@ -103,29 +110,91 @@ _LAST: Report = {"member": "", "samples": [], "wants": 0, "on_wire": 0, "done": 
 
 
 class TaskLink:
-    """A task's end, made in the worker's thread (where Dask's `get_client` works): its exchanges run in
-    a thread of their own beside the task's event loop."""
+    """A task's end, made in the worker's thread (where Dask's `get_client` works). The tasks of one worker
+    process share its exchanges (`_Process`): one put of their reports and one read of the grants a period,
+    whatever the worker's threads."""
 
     def __init__(self, name: str, key: str) -> None:
+        self.member = member_name(key)
+        with _LOCK:
+            process = _PROCESSES.get(name)
+            if process is None or not process.open:
+                process = _PROCESSES[name] = _Process(name)
+            process.tasks += 1
+        self._process = process
+
+    async def exchange(self, report: Report) -> tuple[int, bool] | None:
+        """This task's permits and the run's stop, at the process's next exchange (None: no answer)."""
+        answer: asyncio.Future[tuple[int, bool] | None] = asyncio.get_running_loop().create_future()
+        self._process.send(report, answer)
+        return await answer
+
+    def close(self, report: Report) -> None:
+        """The last report (`done`: the permits go back at once); the process's exchanges end with its last
+        task's."""
+        self._process.send(report, None)
+        with _LOCK:
+            self._process.tasks -= 1
+
+
+Answer = asyncio.Future[tuple[int, bool] | None]
+
+
+class _Process:
+    """The exchanges of one worker process's tasks with one run's budget, in a thread of their own."""
+
+    def __init__(self, name: str) -> None:
         from distributed import Queue, Variable, get_client
 
         client = get_client()
-        self.member = member_name(key)
-        self._queue = Queue(name, client=client)
-        self._variable = Variable(name, client=client)
+        self.name = name
+        self.queue = Queue(name, client=client)
+        self.variable = Variable(name, client=client)
+        self.tasks = 0
+        self.open = True
+        self._waiting: list[tuple[Report, Answer | None]] = []
+        threading.Thread(target=self._run, name=f"etl-budget-{name}", daemon=True).start()
 
-    def _exchange(self, report: Report) -> tuple[int, bool]:
-        self._queue.put(report, timeout=TIMEOUT)
-        state: Grants = self._variable.get(timeout=TIMEOUT)
-        return state["grants"].get(self.member, 0), state["stop"]
+    def send(self, report: Report, answer: Answer | None) -> None:
+        with _LOCK:
+            self._waiting.append((report, answer))
 
-    async def exchange(self, report: Report) -> tuple[int, bool] | None:
-        return await asyncio.to_thread(self._exchange, report)
-
-    def close(self, report: Report) -> None:
-        """The last report (`done`: the permits go back at once), and the queue let go."""
+    def _run(self) -> None:
+        while True:
+            time.sleep(REPORT_EVERY)
+            with _LOCK:
+                batch, self._waiting = self._waiting, []
+                if not batch and not self.tasks:
+                    self.open = False
+                    if _PROCESSES.get(self.name) is self:
+                        del _PROCESSES[self.name]
+                    break
+            if batch:
+                self._exchange(batch)
         try:
-            self._queue.put(report, timeout=TIMEOUT)
-        except Exception as exc:  # its lease expires instead
-            log.debug("could not tell the budget this task ended: %s", exc)
-        self._queue.close()
+            self.queue.close()
+        except Exception as exc:  # the scheduler is gone: so is the queue
+            log.debug("could not let the budget's queue go: %s", exc)
+
+    def _exchange(self, batch: list[tuple[Report, Answer | None]]) -> None:
+        try:
+            self.queue.put([report for report, _ in batch], timeout=TIMEOUT)
+            state: Grants | None = self.variable.get(timeout=TIMEOUT)
+        except Exception as exc:  # the budget is unreachable for now: each member's lease says how long
+            log.debug("no answer from the budget: %s", exc)
+            state = None
+        for report, answer in batch:
+            if answer is None:
+                continue
+            value = None if state is None else (state["grants"].get(report["member"], 0), state["stop"])
+            with suppress(RuntimeError):  # its task's loop is closed: it ended meanwhile
+                answer.get_loop().call_soon_threadsafe(_settle, answer, value)
+
+
+def _settle(answer: Answer, value: tuple[int, bool] | None) -> None:
+    if not answer.done():
+        answer.set_result(value)
+
+
+_LOCK = threading.Lock()
+_PROCESSES: dict[str, _Process] = {}  # this worker process's exchanges, by budget

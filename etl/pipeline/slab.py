@@ -289,7 +289,9 @@ def run_slab(job: SlabJob, key: str = "slab") -> SlabResult:
             if link is not None:
                 client.session.limit = member
                 stats.capacity = member.figures  # the budget's limit counts this task's answers
-                touch = asyncio.ensure_future(keep_in_touch(member, client.session, link.exchange, stop))
+                touch = asyncio.ensure_future(
+                    keep_in_touch(member, client.session, link.exchange, stop, every=0)
+                )
             try:
                 writer = built.slab_writer(job.slab, job.decisions, remote=True)
                 result = await process_slab(job, client, writer, stop)

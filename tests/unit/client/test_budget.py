@@ -149,11 +149,10 @@ def test_a_member_without_permits_sends_nothing_until_it_gets_some():
     assert asyncio.run(go()) == ["sent a", "sent b"]
 
 
-def test_a_member_that_hears_nothing_from_its_budget_for_a_lease_sends_nothing_more(monkeypatch):
+def test_a_member_that_hears_nothing_from_its_budget_for_a_lease_sends_nothing_more_and_stops(monkeypatch):
     monkeypatch.setattr(budget_module, "LEASE", 0.0)
-    monkeypatch.setattr(budget_module, "REPORT_EVERY", 0.0)
 
-    async def go() -> list[int]:
+    async def go() -> tuple[list[int], bool]:
         s = session(Server([]))
         member = Member("task")
         answers: list[tuple[int, bool] | None] = [(3, False)]
@@ -165,17 +164,17 @@ def test_a_member_that_hears_nothing_from_its_budget_for_a_lease_sends_nothing_m
             return answers.pop()
 
         stop = asyncio.Event()
-        touch = asyncio.ensure_future(keep_in_touch(member, s, exchange, stop))
+        touch = asyncio.ensure_future(keep_in_touch(member, s, exchange, stop, every=0))
         await until(lambda: member.granted == 3, "the grant applied")
         grants.append(member.granted)
         await until(lambda: member.granted == 0, "the lease over")
         grants.append(member.granted)
         touch.cancel()
         await s.aclose()
-        return grants
+        return grants, stop.is_set()
 
-    assert asyncio.run(go()) == [3, 0]
-    assert LEASE > budget_module.REPORT_EVERY  # as configured: many reports a lease
+    assert asyncio.run(go()) == ([3, 0], True)
+    assert LEASE > 10 * budget_module.REPORT_EVERY  # as configured: many reports a lease
 
 
 def test_a_stop_reaches_the_member_with_its_permits():
