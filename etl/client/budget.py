@@ -214,10 +214,11 @@ async def keep_in_touch(
 
 class Part:
     """This run's part of a limit it learns together with other runs of the source (shards): `inner`
-    learns the whole from this run's answers, each with the requests the others had in flight (`others`,
-    as they last said), and this run admits its `rank`-th share of `members` (as even as whole requests
-    allow, one at least). `in_flight` is what this run tells the others: its mean in flight since it last
-    told them."""
+    learns the whole from this run's answers, each with the requests the others had in flight, and this
+    run admits its `rank`-th share of `members` (as even as whole requests allow, one at least). What the
+    others have in flight is what they last said (`others`), or as much as this run has for each of them
+    when that is more: they said it seconds ago, and shards started together grow together. `in_flight`
+    is what this run tells the others: its mean in flight since it last told them."""
 
     def __init__(self, inner: Limit) -> None:
         self.inner = inner
@@ -233,7 +234,8 @@ class Part:
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self._flights += in_flight
         self._answers += 1
-        self.inner.succeeded(sent, seconds, in_flight + self.others)
+        others = max(self.others, in_flight * (self.members - 1))
+        self.inner.succeeded(sent, seconds, in_flight + others)
 
     def dropped(self, sent: float, seconds: float, refused: bool) -> None:
         self.inner.dropped(sent, seconds, refused)
