@@ -186,11 +186,11 @@ async def keep_in_touch(
     busy: bool = True,
     every: float = REPORT_EVERY,
 ) -> None:
-    """A member's side of its budget, until cancelled: a report every `REPORT_EVERY` seconds, the permits
-    it gets back applied at once (waiting requests go), `stop` set when the run stops. Without an answer
-    for `LEASE` seconds the member admits nothing more, and stops. A `busy` member (a task: it has work until it
-    ends) wants a request at least, so that it gets one before its first is even queued. `every`: the pause
-    between an answer and the next report (0 for an exchange that waits for its turn)."""
+    """A member's side of its budget, until cancelled: a report, then `every` seconds after its answer
+    the next (0 for an exchange that waits for its turn); the permits it gets back applied at once
+    (waiting requests go), `stop` set when the run stops. Without an answer for `LEASE` seconds the member
+    admits nothing more, and stops. A `busy` member (a task: it has work until it ends) wants a request at
+    least, so that it gets one before its first is even queued."""
     heard = time.monotonic()
     while True:
         try:
