@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 from etl.client.capacity import CapacityFigures, Limit
 
@@ -42,8 +43,9 @@ ANSWERED, REFUSED, TIMED_OUT = 0, 1, 2  # what became of a request (a sample's l
 
 class Report(TypedDict):
     """What a member tells its budget (msgpack-able: it crosses Dask's scheduler). `samples`: each answer
-    since the last report, as [sent (Unix time), seconds, in flight when sent, ANSWERED/REFUSED/TIMED_OUT];
-    `wants`: its requests waiting or on the wire; `done`: the member ends, its permits go back."""
+    since the last report, as [sent (Unix time), seconds, in flight when sent, ANSWERED/REFUSED/TIMED_OUT,
+    the version of the grants it was sent under]; `wants`: its requests waiting or on the wire; `done`:
+    the member ends, its permits go back."""
 
     member: str
     samples: list[list[float]]
@@ -57,16 +59,24 @@ def _unix_offset() -> float:
     return time.time() - time.perf_counter()
 
 
+class Grant(NamedTuple):
+    """What a member's report gets back: its permits, whether the run is stopping, and the version of the
+    grants (it changes with the budget's limit)."""
+
+    permits: int
+    stop: bool
+    version: int
+
+
 class Member:
     """A client's part of a budget, as the `Limit` its session admits requests by: `current` is what the
     budget grants (0 admits none), and each answer is kept for the next report."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.figures = (
-            CapacityFigures()
-        )  # the budget's limit keeps the run's figures; nothing is counted here
+        self.figures = CapacityFigures()  # the budget's limit keeps the run's figures, not this
         self.granted = 0
+        self.version = 0  # of the grants `granted` comes from
         self._samples: list[list[float]] = []
         self._offset = _unix_offset()
 
@@ -75,10 +85,11 @@ class Member:
         return self.granted
 
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
-        self._samples.append([sent + self._offset, seconds, in_flight, ANSWERED])
+        self._samples.append([sent + self._offset, seconds, in_flight, ANSWERED, self.version])
 
     def dropped(self, sent: float, seconds: float, refused: bool) -> None:
-        self._samples.append([sent + self._offset, seconds, 0, REFUSED if refused else TIMED_OUT])
+        outcome = REFUSED if refused else TIMED_OUT
+        self._samples.append([sent + self._offset, seconds, 0, outcome, self.version])
 
     def report(self, wants: int, on_wire: int, done: bool = False) -> Report:
         samples, self._samples = self._samples, []
@@ -126,6 +137,8 @@ class Budget:
     def __init__(self, limit: Limit, lease: float = LEASE) -> None:
         self.limit = limit
         self.lease = lease
+        self.version = 0  # of the grants: one more each time the limit changes
+        self._since = -math.inf  # when the limit last changed
         self._members: dict[str, _Lease] = {}  # in the order they joined
         self._offset = _unix_offset()
 
@@ -142,12 +155,18 @@ class Budget:
         """A member's news: its answers go to the limit, its lease is renewed (or ended: `done`)."""
         name = report["member"]
         others = sum(lease.on_wire for member, lease in self._members.items() if member != name)
-        for sent, seconds, in_flight, outcome in report["samples"]:
-            local = sent - self._offset
+        for sent, seconds, in_flight, outcome, version in report["samples"]:
+            # A change reaches the members with their next grants: until then they sent as before it, and
+            # their answers belong with those before it (the limit's rounds start at a change).
+            local = sent - self._offset if version >= self.version else min(sent - self._offset, self._since)
+            before = self.limit.current
             if outcome == ANSWERED:
                 self.limit.succeeded(local, seconds, int(in_flight) + others)
             else:
                 self.limit.dropped(local, seconds, outcome == REFUSED)
+            if self.limit.current != before:
+                self.version += 1
+                self._since = local + seconds - 1e-6
         if report["done"]:
             self._members.pop(name, None)
             return
@@ -174,8 +193,8 @@ class Budget:
         return dict(zip(self._members, shares, strict=True))
 
 
-# What a member's report gets back: its permits, and whether the run is stopping. None: no answer.
-Exchange = Callable[[Report], Awaitable[tuple[int, bool] | None]]
+# A member's report, and what it gets back (None: no answer).
+Exchange = Callable[[Report], Awaitable[Grant | None]]
 
 
 async def keep_in_touch(
@@ -201,8 +220,8 @@ async def keep_in_touch(
             answer = None
         if answer is not None:
             heard = time.monotonic()
-            member.granted, stopping = answer
-            if stopping and stop is not None:
+            member.granted, member.version = answer.permits, answer.version
+            if answer.stop and stop is not None:
                 stop.set()
         elif time.monotonic() - heard > LEASE:  # the run that granted its permits is gone, or lost
             member.granted = 0

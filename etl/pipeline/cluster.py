@@ -18,7 +18,7 @@ import uuid
 from contextlib import suppress
 from typing import Any, TypedDict
 
-from etl.client.budget import REPORT_EVERY, Budget, Report
+from etl.client.budget import REPORT_EVERY, Budget, Grant, Report
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +26,11 @@ TIMEOUT = 10.0  # seconds a task waits for the scheduler's answer to one exchang
 
 
 class Grants(TypedDict):
-    """The Variable's value: each member's permits, and whether the run is stopping."""
+    """The Variable's value: each member's permits, whether the run is stopping, and their version."""
 
     grants: dict[str, int]
     stop: bool
+    version: int
 
 
 def member_name(key: str) -> str:
@@ -60,9 +61,12 @@ class Serving:
         await self._publish(time.perf_counter())
 
     async def _publish(self, now: float) -> None:
-        state: Grants = {"grants": self.budget.grants(now), "stop": self.stop.is_set()}
-        await self.variable.set(state)
+        await self.variable.set(state := self._state(now))
         self.published = state
+
+    def _state(self, now: float) -> Grants:
+        budget = self.budget
+        return {"grants": budget.grants(now), "stop": self.stop.is_set(), "version": budget.version}
 
     async def run(self) -> None:
         reader = asyncio.ensure_future(self._read())
@@ -71,7 +75,7 @@ class Serving:
             while not reader.done():
                 await asyncio.sleep(REPORT_EVERY)
                 now = time.perf_counter()
-                state: Grants = {"grants": self.budget.grants(now), "stop": self.stop.is_set()}
+                state = self._state(now)
                 if state != self.published or now - at > self.budget.lease / 4:
                     await self._publish(now)
                     at = now
@@ -98,7 +102,7 @@ class Serving:
         """A task still running (one the run stopped waiting for) hears that the run stops; the reader ends,
         and the queue and the variable go."""
         try:
-            await self.variable.set({"grants": {}, "stop": True})
+            await self.variable.set({"grants": {}, "stop": True, "version": self.budget.version})
             await self.queue.put([_LAST])
             self.variable.delete()
             self.queue.close()
@@ -123,9 +127,9 @@ class TaskLink:
             process.tasks += 1
         self._process = process
 
-    async def exchange(self, report: Report) -> tuple[int, bool] | None:
+    async def exchange(self, report: Report) -> Grant | None:
         """This task's permits and the run's stop, at the process's next exchange (None: no answer)."""
-        answer: asyncio.Future[tuple[int, bool] | None] = asyncio.get_running_loop().create_future()
+        answer: Answer = asyncio.get_running_loop().create_future()
         self._process.send(report, answer)
         return await answer
 
@@ -137,7 +141,7 @@ class TaskLink:
             self._process.tasks -= 1
 
 
-Answer = asyncio.Future[tuple[int, bool] | None]
+Answer = asyncio.Future[Grant | None]
 
 
 class _Process:
@@ -186,12 +190,14 @@ class _Process:
         for report, answer in batch:
             if answer is None:
                 continue
-            value = None if state is None else (state["grants"].get(report["member"], 0), state["stop"])
+            value = None
+            if state is not None:
+                value = Grant(state["grants"].get(report["member"], 0), state["stop"], state["version"])
             with suppress(RuntimeError):  # its task's loop is closed: it ended meanwhile
                 answer.get_loop().call_soon_threadsafe(_settle, answer, value)
 
 
-def _settle(answer: Answer, value: tuple[int, bool] | None) -> None:
+def _settle(answer: Answer, value: Grant | None) -> None:
     if not answer.done():
         answer.set_result(value)
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from etl.client import MonitoringClient
-from etl.client.budget import Budget, Member, Report, keep_in_touch
+from etl.client.budget import Budget, Grant, Member, Report, keep_in_touch
+from etl.client.capacity import LearnedLimit
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
 from etl.pipeline.cluster import Serving, key_of
@@ -245,7 +246,13 @@ async def dask_executor(
     name = f"etl-budget-{run}"
     session = client.session
     limit = session.limit
-    budget = Budget(limit)
+    # The cluster's traffic starts here: its limit is learned from where one process's starts, as if from
+    # its first request. What the coordinator's own few requests taught it says nothing of a cluster's.
+    budget = Budget(
+        LearnedLimit(limit.maximum, session.options.start_in_flight, limit.figures)
+        if isinstance(limit, LearnedLimit)
+        else limit
+    )
     own = Member(f"coordinator-{run}")
     remotes: dict[str, _Remote] = {}
 
@@ -292,10 +299,10 @@ async def dask_executor(
                     async with asyncio.timeout(WATCH_EVERY):
                         await stop.wait()
 
-    async def local(report: Report) -> tuple[int, bool]:
+    async def local(report: Report) -> Grant:
         now = time.perf_counter()
         budget.ingest(report, now)
-        return budget.grants(now).get(own.name, 0), stop.is_set()
+        return Grant(budget.grants(now).get(own.name, 0), stop.is_set(), budget.version)
 
     async def run_job(job: SlabJob, _flow: FetchFlow) -> SlabResult:
         key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"

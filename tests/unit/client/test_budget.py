@@ -12,7 +12,7 @@ import pytest
 
 from etl.client import ClientOptions
 from etl.client import budget as budget_module
-from etl.client.budget import LEASE, Budget, Member, Part, divide, keep_in_touch
+from etl.client.budget import LEASE, Budget, Grant, Member, Part, divide, keep_in_touch
 from etl.client.capacity import AUTO_START, FixedLimit, LearnedLimit
 from etl.client.session import Session
 from tests.support.turns import until
@@ -48,7 +48,7 @@ class Cluster:
             total = sum(grants.get(m.name, 0) for m in self.members)
             took = server(total)
             for member in self.members:
-                member.granted = grants.get(member.name, 0)
+                member.granted, member.version = grants.get(member.name, 0), self.budget.version
                 for _ in range(member.granted):
                     member.succeeded(self.now - self.offset, took, member.granted)
             self.now += took
@@ -103,6 +103,27 @@ class Told(LearnedLimit):
         super().succeeded(sent, seconds, in_flight)
 
 
+def test_answers_sent_before_a_member_heard_of_a_change_count_with_those_before_it():
+    """The limit's rounds start at a change; a member hears of it with its next grants."""
+    told = Told()
+    budget = Budget(told)
+    member = Member("a")
+    for sent in (0.0, 0.3):  # the baseline's round, then one without a queue: the limit doubles
+        for _ in range(8):
+            member.succeeded(sent, 0.2, 4)
+    budget.ingest(member.report(wants=50, on_wire=4), 1.0)
+    assert told.current == 8 and budget.version == 1
+    rounds = told._rounds
+    for _ in range(8):  # sent after the change, but under the old grants: not the new round's
+        member.succeeded(0.6, 0.2, 4)
+    budget.ingest(member.report(wants=50, on_wire=4), 1.0)
+    assert rounds.count == 0
+    member.version = budget.version
+    member.succeeded(0.7, 0.2, 8)
+    budget.ingest(member.report(wants=50, on_wire=8), 1.0)
+    assert rounds.count == 1
+
+
 def test_a_members_answer_counts_the_others_on_the_wire():
     told = Told()
     budget = Budget(told)
@@ -155,7 +176,7 @@ def test_a_member_that_hears_nothing_from_its_budget_for_a_lease_sends_nothing_m
     async def go() -> tuple[list[int], bool]:
         s = session(Server([]))
         member = Member("task")
-        answers: list[tuple[int, bool] | None] = [(3, False)]
+        answers: list[Grant | None] = [Grant(3, False, 0)]
         grants: list[int] = []
 
         async def exchange(report):
@@ -183,7 +204,7 @@ def test_a_stop_reaches_the_member_with_its_permits():
         stop = asyncio.Event()
 
         async def exchange(report):
-            return 2, True
+            return Grant(2, True, 0)
 
         touch = asyncio.ensure_future(keep_in_touch(Member("task"), s, exchange, stop))
         await asyncio.wait_for(stop.wait(), 5)
@@ -220,4 +241,4 @@ def test_reports_cross_processes_as_plain_data():
     member.succeeded(1.0, 0.5, 3)
     report = member.report(wants=4, on_wire=1)
     assert msgpack.unpackb(msgpack.packb(report)) == report  # as Dask's scheduler keeps it
-    assert report["samples"][0][1:] == [0.5, 3, 0] and report["wants"] == 4
+    assert report["samples"][0][1:] == [0.5, 3, 0, 0] and report["wants"] == 4
