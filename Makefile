@@ -19,8 +19,8 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast lint emulator docs-config bench bench-capacity bench-fleet bench-tools bench-schedule soak clean demo-s3 demo-dask browser docs \
-	postgres proxy
+.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan bench-verify soak clean demo-s3 demo-dask browser docs \
+	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
 # set, every `etl` process would otherwise compile etl's modules anew at its start.
@@ -64,10 +64,11 @@ browser:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends chromium >/dev/null; }
 
-# The Iceberg catalog's tests start a throwaway cluster of Debian's PostgreSQL (tests/support/postgres.py), as they
-# start the S3 server; the package is installed here when it is missing (as root, or through sudo).
+# The Iceberg catalog's and the PostgreSQL sink's tests start a throwaway cluster of Debian's PostgreSQL
+# (tests/support/postgres.py), as they start the S3 server; the package is installed here when it is missing
+# (as root, or through sudo).
 postgres:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the Iceberg catalog's tests"; \
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "installing Debian's postgresql for the PostgreSQL tests"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends postgresql >/dev/null; }
 
@@ -81,6 +82,19 @@ proxy:
 
 test: $(STAMP) browser postgres bench-tools proxy
 	$(BIN)/python -m pytest -q
+
+## make test-orchestrators: Airflow 3 runs docs/airflow/etl_dag.py (dag.test(), SQLite) against the emulator, from
+## a venv of its own (.venv-airflow: Airflow's pins would fight the dev venv's); a few minutes. .ci/run calls it
+## after make test.
+AIRFLOW_VENV ?= .venv-airflow
+AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
+$(AIRFLOW_STAMP): tests/orchestrators/airflow-requirements.txt
+	$(PYTHON) -m venv $(AIRFLOW_VENV)
+	$(AIRFLOW_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r tests/orchestrators/airflow-requirements.txt
+	touch $(AIRFLOW_STAMP)
+
+test-orchestrators: $(STAMP) $(AIRFLOW_STAMP)
+	AIRFLOW_PYTHON=$(AIRFLOW_VENV)/bin/python $(BIN)/python -m pytest -q -m orchestrators tests/orchestrators
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
 test-fast: $(STAMP)
@@ -99,6 +113,11 @@ lint: $(STAMP)
 docs-config: $(RUN_STAMP)
 	$(BIN)/python -m tools.config_reference
 
+## make docs-output: docs/output.md, the output reference, generated again from etl/model.py's schemas (a
+## test fails when it is out of date).
+docs-output: $(RUN_STAMP)
+	$(BIN)/python -m tools.output_reference
+
 ## make docs: the documentation site from docs/ into site/ (mkdocs-material; a broken link fails the build).
 docs: $(STAMP)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[docs]'
@@ -116,6 +135,19 @@ demo-s3: $(STAMP)
 	$(BIN)/python -c "import s3fs; s3fs.S3FileSystem().mkdir('demo-lake')" &&  \
 	$(ETL) run -c configs/demo-s3.yaml --no-progress && \
 	$(ETL) query -c configs/demo-s3.yaml "select kind, count(*) as points from raw group by kind order by kind"
+
+## make demo-postgres: the demo into PostgreSQL tables (a throwaway cluster of Debian's PostgreSQL, started and
+## removed here), then `etl query` over them and psql over the raw_named view.
+demo-postgres: $(STAMP) postgres
+	@export ETL_DEMO_PORT=$(call free_port,$(EMULATOR_PORT)); \
+	$(ETL) emulator serve --port $$ETL_DEMO_PORT --log-level warning & e=$$!; \
+	trap 'kill $$e 2>/dev/null; wait $$e 2>/dev/null' EXIT; \
+	$(WAIT_EMULATOR) && ETL_PASSWORD=demo $(BIN)/python -m tests.support.postgres sh -c '\
+	  $(ETL) run -c configs/demo-postgres.yaml --no-progress && \
+	  $(ETL) query -c configs/demo-postgres.yaml "$(DEMO_SQL)" && \
+	  PGPASSWORD=$$ETL_PG_PASSWORD $$(ls /usr/lib/postgresql/*/bin/psql | tail -1) -h 127.0.0.1 -p $$ETL_PG_PORT \
+	    -U etl etl_catalog -c "select param_name, unit, count(*) as points, max(ts) as last from demo.raw_named \
+	    group by 1, 2 order by 1 limit 8"'
 
 ## make demo-dask: a Dask scheduler and 2 worker processes on loopback run the demo (all slabs again).
 demo-dask: $(STAMP)
@@ -178,6 +210,29 @@ bench-schedule: $(STAMP)
 	$(COMPILE)
 	$(BIN)/python benchmarks/schedule.py $(BENCH_ARGS)
 
+## make bench-plan: what a run spends the server's capacity on, on the emulator and on servers/live.py: a
+## first load's freshness run by run, a quiet fleet against its active part, late data's bytes by kind,
+## an hourly run against the floor (benchmarks/plan.py; PLAN_ARGS="--scenarios floor --tree ../old" runs
+## another checkout's etl). About 20 minutes on 2 cores; results in benchmarks/results/plan.json.
+PLAN_ARGS ?=
+bench-plan: $(STAMP)
+	$(COMPILE)
+	$(BIN)/python benchmarks/plan.py --json benchmarks/results/plan.json $(PLAN_ARGS)
+
+## make bench-postgres: ADBC's bare COPY, etl's commit (DELETE, COPY, checkpoint in one transaction) and
+## psycopg's COPY of the same Arrow batches, alternating; then etl run into PostgreSQL beside Parquet (wall,
+## CPU, peak RSS). A throwaway cluster of Debian's PostgreSQL; results in benchmarks/results/postgres.json.
+## `make bench-schedule BENCH_ARGS="--formats parquet postgres"` runs the 200 hourly runs into it.
+bench-postgres: $(BENCH_STAMP) postgres
+	$(COMPILE)
+	$(BIN)/python benchmarks/postgres.py $(BENCH_ARGS)
+
+## make bench-verify: what a nightly `etl verify --sample 0.01` costs over 8,000 parameters and a week of
+## history (requests, seconds, peak RSS; benchmarks/verify.py). The export it verifies takes most of the time.
+bench-verify: $(STAMP)
+	$(COMPILE)
+	$(BIN)/python benchmarks/verify.py $(BENCH_ARGS)
+
 emulator: $(RUN_STAMP)
 	$(ETL) emulator serve --port $(EMULATOR_PORT)
 
@@ -186,4 +241,4 @@ soak: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 clean:
-	rm -rf $(VENV) output/demo .pytest_cache site
+	rm -rf $(VENV) $(AIRFLOW_VENV) output/demo .pytest_cache site

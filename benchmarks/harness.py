@@ -123,7 +123,7 @@ def lake_rows(root: Path, fmt: str) -> int:
     """Rows of the series tables' current snapshots (sink.format delta / iceberg)."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
     return sum(t.dataset().count_rows() for t in (lake.series(s) for s in SERIES) if t.exists())
@@ -178,3 +178,11 @@ def environment() -> dict:
         "load_average_start": [round(x, 2) for x in os.getloadavg()],
         "versions": versions,
     }
+
+
+def save(doc: dict, path: Path) -> None:
+    """A benchmark's results, with the load average at its end, as JSON at `path`."""
+    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1))
+    print(f"results: {path}")

@@ -1,6 +1,6 @@
 """`make bench-schedule`: `etl run` as a scheduler starts it, every hour, into each sink format.
 
-    python benchmarks/schedule.py [--runs 200] [--formats parquet delta iceberg] [--quick] [--json PATH]
+    python benchmarks/schedule.py [--runs 200] [--formats parquet delta iceberg postgres] [--quick] [--json PATH]
 
 One emulator process (fixed clock, 24 parameters sampled every 10 s to 1 min) serves every run. Per
 format, a first run covers one day, then each run moves `--to` (the window's end) one hour later, with
@@ -12,7 +12,9 @@ Printed per format: the median CPU and wall of the first and the last 10 runs (r
 day, aside), data files per day partition of each series table's current snapshot (the most and the
 mean), the bytes that are not data (table logs, manifests and metadata, checkpoints, run summaries),
 peak RSS, and whether the output is exact: equal, row for row, to one run over the whole span into a
-fresh folder.
+fresh folder. PostgreSQL's tables go to a throwaway cluster of Debian's PostgreSQL (tests/support/postgres.py,
+durability off), a schema per format; their non-data bytes are the checkpoint table's, beside the
+checkpoint folder and run summaries.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,7 +41,9 @@ from etl.timeutil import DAY_MS, HOUR_MS, iso, to_ms
 from harness import PY, SERIES, Emulator, environment, run_child
 
 START = "2026-11-01T00:00:00Z"
-FORMATS = ("parquet", "delta", "iceberg")
+FORMATS = ("parquet", "delta", "iceberg", "postgres")
+DEFAULT_FORMATS = ["parquet", "delta", "iceberg"]  # postgres when asked: it starts a PostgreSQL
+DATABASE: list[str] = []  # the PostgreSQL cluster's URL, once started
 TARGETS = {"cpu_growth": 1.2, "non_data_mb": 16.0}
 EDGE = 10  # runs at each end whose medians are compared
 
@@ -71,10 +76,13 @@ class Format:
 
 def write_config(path: Path, emulator: Emulator, out: Path, fmt: str) -> Path:
     """The default config, as a user starts with: all series, dimension tables, 1 h overlap."""
+    sink = {"format": fmt, "path": str(out)}
+    if fmt == "postgres":
+        sink |= {"dsn": DATABASE[0], "schema": out.name}
     config = {
         "source": {"base_url": emulator.base_url, "username": "demo", "password": "${ETL_PASSWORD}"},
         "window": {"start": START},
-        "sink": {"format": fmt, "path": str(out)},
+        "sink": sink,
     }
     path.write_text(yaml.safe_dump(config))
     return path
@@ -102,8 +110,14 @@ def run_once(config: Path, end: int, hour: int) -> Run:
 def _lake(out: Path, fmt: str):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
+    from etl.storage.postgres import Database
 
+    if fmt == "postgres":
+        sink = SinkConfig.model_validate(
+            {"format": fmt, "path": str(out), "dsn": DATABASE[0], "schema": out.name}
+        )
+        return Lake(sink, Storage(str(out)), Database(DATABASE[0], out.name))
     return Lake(SinkConfig(format=fmt, path=str(out)), Storage(str(out)))
 
 
@@ -153,6 +167,16 @@ def disk(out: Path, fmt: str) -> tuple[int, int, int, dict[str, int]]:
             else "other"
         )
         kinds[kind] += size
+    if fmt == "postgres":
+        from etl.storage.postgres import Database
+
+        database = Database(DATABASE[0], out.name)
+        kinds["checkpoint table"] = int(
+            database.rows("select pg_total_relation_size($1::regclass)", (f'"{out.name}"._etl_commits',))[0][
+                0
+            ]
+        )
+        database.close()
     return files, data, sum(kinds.values()), dict(kinds)
 
 
@@ -247,7 +271,7 @@ def targets(doc: dict, buckets: int) -> dict[str, tuple[bool, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="hourly runs per format after the first day")
-    parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=FORMATS)
+    parser.add_argument("--formats", nargs="+", default=DEFAULT_FORMATS, choices=FORMATS)
     parser.add_argument(
         "--quick", action="store_true", help="2 hourly runs of 8 parameters: checks the script"
     )
@@ -268,6 +292,27 @@ def main() -> int:
         f"load average {env['load_average_start']}"
     )
     workdir = Path(tempfile.mkdtemp(prefix="etl-schedule-", dir=args.keep))
+    with ExitStack() as stack:
+        if "postgres" in args.formats:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the tests' cluster
+            from tests.support.postgres import running_postgres
+
+            DATABASE.append(stack.enter_context(running_postgres()).url())
+        return schedule(args, doc, workdir, runs, edge, objects, physical, calculated, start, final)
+
+
+def schedule(
+    args: argparse.Namespace,
+    doc: dict,
+    workdir: Path,
+    runs: int,
+    edge: int,
+    objects: int,
+    physical: int,
+    calculated: int,
+    start: int,
+    final: int,
+) -> int:
     emulator = Emulator(
         workdir,
         "emulator",

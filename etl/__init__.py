@@ -15,11 +15,11 @@ Jupyter it shows as its one line; `etl.debug()` shows the traceback too.
 
 from __future__ import annotations
 
+from etl.support.version import __version__
+
 # Not `from typing import TYPE_CHECKING`: this module is the first the `etl` command loads, and a Ctrl-C
 # while it loads would be a traceback from inside an import (etl/cli/__init__.py catches it after).
 TYPE_CHECKING = False
-
-__version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from typing import Any

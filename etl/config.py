@@ -6,12 +6,13 @@ import difflib
 import logging
 import os
 import re
+import typing
 from collections.abc import Iterator
 from datetime import date, datetime
 from os import PathLike
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import yaml
 from pydantic import (
@@ -70,6 +71,13 @@ class RetryConfig(Strict):
         description="seconds a run may take; then it stops as on SIGTERM and what is done is checkpointed "
         "(null: no limit, for a long backfill)",
     )
+
+
+def http_url(value: str, problem: str) -> str:
+    """An http(s) URL that names a host, without a trailing slash (ValueError saying `problem`, if not)."""
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(problem)
+    return value.rstrip("/")
 
 
 def source_name(value: str) -> str:
@@ -131,9 +139,7 @@ class SourceConfig(Strict):
     @field_validator("base_url")
     @classmethod
     def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError("must start with http:// or https:// and name a host")
-        return value.rstrip("/")
+        return http_url(value, "must start with http:// or https:// and name a host")
 
     @field_validator("proxy")
     @classmethod
@@ -187,7 +193,11 @@ class SourceConfig(Strict):
 class ParameterSelect(Strict):
     """Which parameters of the selected objects are exported."""
 
-    kinds: list[ParamKind] = Field(list(ParamKind), description="parameter kinds to export")
+    kinds: list[ParamKind] = Field(
+        list(ParamKind),
+        description="parameter kinds to export (signal: physical parameters whose values are 0 or 1; "
+        "a list of physical without signal is warned about)",
+    )
     ids: list[int] | None = Field(None, description="only these parameter ids (one not found is an error)")
     exclude_ids: list[int] = Field([], description="never these parameter ids")
     tags: list[str] | None = Field(None, description="keep parameters with any of these tags")
@@ -201,6 +211,13 @@ class SelectConfig(Strict):
     )
     object_states: list[int] | None = Field(None, description="only objects in these state ids")
     parameters: ParameterSelect = ParameterSelect()
+    refresh: Duration = Field(
+        DAY_MS,
+        ge=0,
+        description="the parameters of every object are listed again within this long; in between a run "
+        "lists new objects and a rolling share of the others, and keeps the rest from the catalog beside "
+        "the checkpoints (0: every object every run)",
+    )
 
 
 class WindowConfig(Strict):
@@ -257,6 +274,31 @@ class WindowConfig(Strict):
         return now if self.end == "now" else to_ms(self.end)
 
 
+class CadenceConfig(Strict):
+    """How often each parameter's new data is asked for: every run, but for quiet parameters and series
+    given a cadence of their own. Nothing is lost by waiting: what a parameter sent meanwhile is fetched
+    when it is next polled, late points and backlogs included."""
+
+    quiet_after: Duration = Field(
+        6 * 3_600_000,
+        description="a parameter whose newest point is this old (or whose object has no controller, or all "
+        "its controllers offline) is quiet: polled by one small request, at its own cadence",
+    )
+    quiet_max: Duration = Field(
+        6 * 3_600_000,
+        description="a quiet parameter is polled at least this often: its cadence is a quarter of its "
+        "silence, up to this (off: every run)",
+    )
+    series: dict[Series, Duration] = Field(
+        {}, description="a series' new data asked for at most this often, e.g. {average: 6h, candles: 6h}"
+    )
+
+    @field_validator("quiet_max", mode="before")
+    @classmethod
+    def _or_off(cls, value: object) -> object:
+        return 0 if value in ("off", False, None) else value
+
+
 class ExtractConfig(Strict):
     """How the series are fetched."""
 
@@ -297,6 +339,10 @@ class ExtractConfig(Strict):
 
 
 LAKE_FORMATS = ("delta", "iceberg")
+# Formats whose tables commit each group of slabs with its checkpoint (docs/lake.md, docs/postgres.md).
+TABLE_FORMATS = (*LAKE_FORMATS, "postgres")
+# A PostgreSQL identifier etl makes (schema names are spliced into its SQL, quoted).
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|KiB|MiB|GiB)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -328,10 +374,25 @@ class CommitConfig(Strict):
 class SinkConfig(Strict):
     """Where and how the data is written."""
 
-    format: Literal["parquet", "csv", "delta", "iceberg"] = Field(
-        "parquet", description="files (Parquet, CSV) or lake tables (Delta, Iceberg: pip install 'etl[lake]')"
+    format: Literal["parquet", "csv", "delta", "iceberg", "postgres"] = Field(
+        "parquet",
+        description="files (Parquet, CSV), lake tables (Delta, Iceberg: pip install 'etl[lake]') or "
+        "PostgreSQL tables (pip install 'etl[postgres]')",
     )
-    path: str = Field(description="a folder, or an fsspec URL: s3://bucket/prefix, gs://, az://")
+    path: str = Field(
+        description="a folder, or an fsspec URL: s3://bucket/prefix, gs://, az://; postgres: the folder of "
+        "the checkpoints and run summaries"
+    )
+    dsn: str | None = Field(
+        None,
+        description="postgres: the database's URL, postgresql://user:${PASSWORD}@host:5432/db[?sslmode=...]",
+    )
+    db_schema: str = Field(
+        "etl", alias="schema", description="postgres: the schema of the tables (made when missing)"
+    )
+    password_file: Path | None = Field(
+        None, description="postgres: a file holding the database's password, instead of one in dsn"
+    )
     catalog: str | None = Field(
         None,
         description="iceberg: a REST catalog URI or a SQL database URL",
@@ -387,6 +448,27 @@ class SinkConfig(Strict):
             raise ValueError("must contain 'date' once (and may add 'source' and 'object_id')")
         return value
 
+    @field_validator("db_schema")
+    @classmethod
+    def _schema(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError("a PostgreSQL schema name: lower-case letters, digits and _, 63 at most")
+        return value
+
+    @model_validator(mode="after")
+    def _postgres(self) -> SinkConfig:
+        if self.format != "postgres":
+            if self.dsn is not None or self.password_file is not None:
+                raise ValueError("dsn, password_file: only sink.format postgres has a database")
+            return self
+        if self.dsn is None:
+            raise ValueError("dsn: sink.format postgres needs the database's URL, postgresql://user@host/db")
+        if not re.match(r"^postgres(ql)?://", self.dsn):
+            raise ValueError("dsn: give a PostgreSQL URL, postgresql://user:${PASSWORD}@host:5432/db")
+        if self.password_file is not None and redact.url_passwords(self.dsn):
+            raise ValueError("password_file: the dsn holds a password already; give one or the other")
+        return self
+
     @model_validator(mode="after")
     def _catalog(self) -> SinkConfig:
         if self.catalog is not None and self.format != "iceberg":
@@ -412,7 +494,8 @@ class SinkConfig(Strict):
 
     @property
     def lake(self) -> bool:
-        return self.format in LAKE_FORMATS
+        """Tables whose commits carry their slabs' checkpoints: Delta, Iceberg and PostgreSQL."""
+        return self.format in TABLE_FORMATS
 
 
 class StateConfig(Strict):
@@ -470,17 +553,100 @@ class DimensionsConfig(Strict):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
+class LineageTransport(Strict):
+    """Where the OpenLineage events go (the client's http, file and console transports). Without this
+    section, the client's own configuration: OPENLINEAGE_URL, OPENLINEAGE_CONFIG, openlineage.yml."""
+
+    type: Literal["http", "file", "console"] = Field(
+        description="http: POST each event to a lineage server (Marquez...); file: append them to a "
+        "file, one JSON a line; console: log them"
+    )
+    url: str | None = Field(None, description="http: the server, e.g. http://marquez:5000")
+    endpoint: str = Field("api/v1/lineage", description="http: the path events are posted to")
+    api_key: SecretStr | None = Field(None, description="http: a bearer token, e.g. ${OPENLINEAGE_API_KEY}")
+    timeout: float = Field(5.0, gt=0, description="http: seconds an event may take to be sent")
+    path: str | None = Field(None, description="file: the file events are appended to")
+
+    @model_validator(mode="after")
+    def _needs(self) -> LineageTransport:
+        if self.type == "http":
+            http_url(self.url or "", "type http needs url, http(s)://host[:port]")
+        if self.type == "file" and not self.path:
+            raise ValueError("type file needs path")
+        given = self.model_fields_set - {"type"}
+        foreign = given - ({"url", "endpoint", "api_key", "timeout"} if self.type == "http" else {"path"})
+        if foreign:
+            raise ValueError(f"{', '.join(sorted(foreign))}: not a key of type {self.type}")
+        return self
+
+
+class LineageConfig(Strict):
+    """OpenLineage events (pip install 'etl[lineage]'): START when a run starts, then COMPLETE, FAIL or
+    ABORT (interrupted). Without this section, runs emit them only when the environment configures the
+    OpenLineage client (OPENLINEAGE_URL or OPENLINEAGE_CONFIG); `lineage: true` is this section with its
+    defaults, `lineage: false` emits none even then."""
+
+    enabled: bool = Field(True, description="false: no events, whatever the environment says")
+    namespace: str | None = Field(
+        None,
+        description="the job's namespace",
+        json_schema_extra={"default_written": "`$OPENLINEAGE_NAMESPACE`, else `etl`"},
+    )
+    job: str | None = Field(
+        None, description="the job's name", json_schema_extra={"default_written": "`etl.{source.name}`"}
+    )
+    transport: LineageTransport | None = None
+
+
+class TelemetryConfig(Strict):
+    """OpenTelemetry traces of each run (pip install 'etl[otel]'): a span for the run, discovery, each
+    slab and each commit, with their request and point counts, sent over OTLP/HTTP."""
+
+    otlp_endpoint: str = Field(
+        description="the collector's OTLP/HTTP endpoint, e.g. http://collector:4318 (traces go to /v1/traces)"
+    )
+    service_name: str = Field("etl", description="the traces' service.name")
+    headers: dict[str, SecretStr] = Field(
+        {}, description="sent with each export, e.g. {Authorization: 'Bearer ${OTLP_TOKEN}'}"
+    )
+    timeout: float = Field(10.0, gt=0, description="seconds an export may take")
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _endpoint(cls, value: str) -> str:
+        return http_url(value, "give the collector's URL, http(s)://host:port")
+
+
+def section_of(annotation: object) -> type[BaseModel] | None:
+    """The section model a field holds (`X` or an optional `X | None`), or None for a plain key."""
+    for each in (annotation, *typing.get_args(annotation)):
+        if isinstance(each, type) and issubclass(each, BaseModel):
+            return each
+    return None
+
+
 class Config(Strict):
     source: SourceConfig
     select: SelectConfig = SelectConfig()
     series: list[Series] = Field(list(Series), description="the series exported, each at most once")
     window: WindowConfig
+    cadence: CadenceConfig = CadenceConfig()
     extract: ExtractConfig = ExtractConfig()
     retry: RetryConfig = RetryConfig()
     sink: SinkConfig
     state: StateConfig = StateConfig()
     executor: ExecutorConfig = ExecutorConfig()
     dimensions: DimensionsConfig = DimensionsConfig()
+    lineage: LineageConfig | None = None
+    telemetry: TelemetryConfig | None = None
+
+    @field_validator("lineage", mode="before")
+    @classmethod
+    def _lineage(cls, value: object) -> object:
+        """`lineage: true`: the section with its defaults; `false`: none, whatever the environment says."""
+        if value is True:
+            return {}
+        return {"enabled": False} if value is False else value
 
     @field_validator("series")
     @classmethod
@@ -542,25 +708,26 @@ def _model_at(path: tuple[int | str, ...]) -> type[BaseModel] | None:
     model: type[BaseModel] = Config
     for part in path:
         field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        inner = section_of(field.annotation) if field else None
+        if inner is None:
             return None
-        model = annotation
+        model = inner
     return model
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     """Every key of a section and the sections below it, dotted."""
     for name, field in model.model_fields.items():
-        yield prefix + name
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            yield from _keys(field.annotation, f"{prefix}{name}.")
+        yield prefix + (field.alias or name)
+        if (inner := section_of(field.annotation)) is not None:
+            yield from _keys(inner, f"{prefix}{name}.")
 
 
 def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     """A key close to an unknown one: in its own section, else anywhere (a key put in the wrong section)."""
     key, section = str(loc[-1]), _model_at(loc[:-1])
-    if section is not None and (close := difflib.get_close_matches(key, list(section.model_fields), 1, 0.6)):
+    keys = [f.alias or name for name, f in section.model_fields.items()] if section is not None else []
+    if close := difflib.get_close_matches(key, keys, 1, 0.6):
         return f" (did you mean {close[0]}?)"
     everywhere = {dotted.rsplit(".", 1)[-1]: dotted for dotted in _keys(Config) if "." in dotted}
     if close := difflib.get_close_matches(key, list(everywhere), 1, 0.8):
@@ -596,24 +763,44 @@ def parse_config(data: Any, origin: str = "config", *, offline: bool = False) ->
     raw_password = (
         (data.get("source") or {}).get("password") if isinstance(data.get("source"), dict) else None
     )
-    raw_catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
+    raw_sink = data.get("sink")
     data = _substitute(data, "", offline)
     proxy = (data.get("source") or {}).get("proxy") if isinstance(data.get("source"), dict) else None
     if isinstance(proxy, str):  # before validation: no message may show its password
         redact.register(*redact.url_passwords(proxy))
-    catalog = (data.get("sink") or {}).get("catalog") if isinstance(data.get("sink"), dict) else None
-    if isinstance(catalog, str):  # before validation: no message may show it
-        redact.register(*redact.url_passwords(catalog))
-        written = redact.url_passwords(raw_catalog) if isinstance(raw_catalog, str) else []
-        if written and not _ENV.search(written[0]):
-            log.warning("sink.catalog holds a password written in the config file; prefer ${VARIABLE} there")
+    sink = data.get("sink") if isinstance(data.get("sink"), dict) else {}
+    raw_sink = raw_sink if isinstance(raw_sink, dict) else {}
+    for key in ("catalog", "dsn"):  # database URLs: before validation, so that no message shows them
+        url = sink.get(key)
+        if isinstance(url, str):
+            redact.register(*redact.url_passwords(url), *parse_qs(urlsplit(url).query).get("password", []))
+            raw = raw_sink.get(key)
+            written = redact.url_passwords(raw) if isinstance(raw, str) else []
+            if written and not _ENV.search(written[0]):
+                log.warning(
+                    "sink.%s holds a password written in the config file; prefer ${VARIABLE} there", key
+                )
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         problems = _problems(exc)
         count = f"{len(problems)} problems: " if len(problems) > 1 else ""
         raise ConfigError(f"config error: {count}{'; '.join(problems)}") from None
+    kinds = config.select.parameters.kinds
+    if not offline and ParamKind.PHYSICAL in kinds and ParamKind.SIGNAL not in kinds:
+        # Signal parameters are physical ones to the platform: a list that names physical likely means them.
+        log.warning(
+            "select.parameters.kinds leaves out signal: signal parameters (physical ones whose values are 0 "
+            "or 1, a kind of their own now) are not exported; add signal to the list to keep them"
+        )
     redact.register_public(config.source.username)
+    if config.telemetry is not None:
+        redact.register(*redact.url_passwords(config.telemetry.otlp_endpoint))
+        redact.register(*(value.get_secret_value() for value in config.telemetry.headers.values()))
+    if config.lineage is not None and (transport := config.lineage.transport) is not None:
+        redact.register(*redact.url_passwords(transport.url or ""))
+        if transport.api_key is not None:
+            redact.register(transport.api_key.get_secret_value())
     if config.source.password:
         redact.register(config.source.password.get_secret_value())
         if isinstance(raw_password, str) and not _ENV.search(raw_password):
@@ -651,16 +838,20 @@ def _held(path: str) -> bool:
 
 
 def _from_folder(config: Config, folder: str) -> Config:
-    """The config's relative local paths (sink.path, state.path, source.password_file and ca_bundle) read
-    from `folder`, the config file's, as a .gitignore or a dbt project reads its paths: a scheduler that
-    starts `etl` from another working directory gets the same output. A path that holds nothing there but
-    does from the working directory (where etl read it before) is a ConfigError naming both."""
+    """The config's relative local paths (sink.path and password_file, state.path, source.password_file and
+    ca_bundle, lineage.transport.path) read from `folder`, the config file's, as a .gitignore or a dbt
+    project reads its paths: a scheduler that starts `etl` from another working directory gets the same
+    output. A path that holds nothing there but does from the working directory (where etl read it before)
+    is a ConfigError naming both."""
     source, sink, state = config.source, config.sink, config.state
+    lineage = config.lineage.transport if config.lineage is not None else None
     given = {
         "sink.path": sink.path,
         "state.path": state.path,
         "source.password_file": source.password_file,
         "source.ca_bundle": source.ca_bundle,
+        "lineage.transport.path": lineage.path if lineage is not None else None,
+        "sink.password_file": sink.password_file,
     }
     found: dict[str, str] = {}
     for key, value in given.items():
@@ -684,9 +875,19 @@ def _from_folder(config: Config, folder: str) -> Config:
             if f"source.{name}" in found
         }
     )
-    sink = sink.model_copy(update={"path": found["sink.path"]} if "sink.path" in found else {})
+    sink = sink.model_copy(
+        update={
+            name: found[f"sink.{name}"] if name == "path" else Path(found[f"sink.{name}"])
+            for name in ("path", "password_file")
+            if f"sink.{name}" in found
+        }
+    )
     state = state.model_copy(update={"path": found["state.path"]} if "state.path" in found else {})
-    return config.model_copy(update={"source": source, "sink": sink, "state": state})
+    update: dict[str, object] = {"source": source, "sink": sink, "state": state}
+    if lineage is not None and config.lineage is not None and "lineage.transport.path" in found:
+        moved = lineage.model_copy(update={"path": found["lineage.transport.path"]})
+        update["lineage"] = config.lineage.model_copy(update={"transport": moved})
+    return config.model_copy(update=update)
 
 
 def load_config(path: str | PathLike[str], *, offline: bool = False) -> Config:

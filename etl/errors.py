@@ -7,7 +7,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
                                     exit  retryable  fatal
     EtlError                          70     no        yes   a bug: please report it
     ├── ConfigError (ValueError)       2     no        yes   bad config, arguments or base URL
-    │   └── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   ├── InvalidArgument            2     no        yes   a request the server would refuse anyway
+    │   └── NothingToRead              2     no        yes   an output no run has written, an empty selection
     ├── ApiError                       5     no        yes   talking to the platform
     │   ├── AuthError                  3     no        yes   sign-in refused; a right the login lacks
     │   │   └── SessionRejected        3     yes       yes   sessions refused even right after signing in
@@ -17,14 +18,18 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
     │   │   └── Throttled              5     no        no    a 429 to the end while other requests got past
     │   ├── RequestRejected            5     no        yes   any other 4xx
     │   │   └── NotFound               5     no        yes   404
+    │   │       └── ParameterGone      5     no        no    404 to a parameter's series
+    │   ├── RequestsSpent              2     no        yes   a command's --max-requests reached
     │   ├── InvalidResponse            6     yes       no    an answer that cannot be read
     │   │   └── AnswerTooLarge         6     no        no    over source.max_answer_mb
     │   └── RetriesExhausted         (as its last cause)     retries ran out
     ├── DataError                      6     no        no    data that cannot be used
     ├── StorageError                   7     no        yes   output or state not writable
+    │   └── LostRace                   7     no        yes   other writers kept changing what we swap
     ├── LockedError                    8     no        yes   another run holds the state lock
     ├── QualityBelow                   9     no        no    etl report --fail-under: data below the bar
     ├── Unhealthy                     10     no        no    etl doctor: something needs a person
+    ├── OutputDiffers                 11     no        no    etl verify: the output is not the source's
     ├── RunDeadline                    4     no        yes   retry.run_deadline passed (5 if throttled)
     └── Interrupted                  130     no        yes   SIGINT/SIGTERM
 """
@@ -32,10 +37,8 @@ fetching more is pointless) or only the window at hand fails (the pipeline reads
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # a type only: the run's summary is made far above this module
-    from etl.pipeline.summary import RunSummary
+from collections.abc import Mapping
+from typing import Protocol
 
 
 class ExitCode:
@@ -49,6 +52,7 @@ class ExitCode:
     LOCKED = 8  # another run holds the state lock
     QUALITY = 9  # etl report --fail-under: a parameter's completeness is below the bar
     UNHEALTHY = 10  # etl doctor: a deployment needs a person (each finding says what to do)
+    DIFFERS = 11  # etl verify: the output differs from what the source serves now
     INTERNAL = 70  # a bug: please report it (traceback with --debug)
     INTERRUPTED = 130  # SIGINT/SIGTERM: stopped after the in-flight work was committed
 
@@ -63,6 +67,21 @@ def debug(on: bool = True) -> None:
     _tracebacks = on
 
 
+class RunReport(Protocol):
+    """What a run got done, as its error carries it: the `etl.RunSummary` a good run returns. Written here
+    so that the exception tree needs nothing from the pipeline above it."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def status(self) -> str: ...  # ok, failed, interrupted
+
+    def as_dict(self) -> Mapping[str, object]: ...  # the JSON form: `etl run --json`, _runs/{run_id}.json
+
+    def text(self) -> str: ...  # what `etl run` prints
+
+
 class EtlError(Exception):
     """Base of every error the tool reports as one line."""
 
@@ -70,7 +89,7 @@ class EtlError(Exception):
     retryable = False
     fatal = True
     # Raised by a run (etl.run): what got done before it stopped, the same `RunSummary` a good run returns.
-    summary: RunSummary | None = None
+    summary: RunReport | None = None
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows for the error when a cell raises it (its protocol for exceptions that render
@@ -86,6 +105,12 @@ class ConfigError(EtlError, ValueError):
 
 class InvalidArgument(ConfigError):
     """An argument the server would refuse anyway (e.g. a raw window over 24 h)."""
+
+
+class NothingToRead(ConfigError):
+    """What a reader (etl query, report, plot; etl.read) was pointed at holds nothing yet: an output no
+    run has written, a dataset the config does not keep, a parameter or window without rows. One class
+    for all of them: the fix is the reader's arguments or a run, never the data."""
 
 
 class ApiError(EtlError):
@@ -159,6 +184,20 @@ class NotFound(RequestRejected):
     pass
 
 
+class ParameterGone(NotFound):
+    """A parameter's series answered 404: the parameter is gone from the platform (or from the login's
+    sight). Only its windows fail; a run takes it out of the fleet's catalog and names it."""
+
+    fatal = False
+
+
+class RequestsSpent(ApiError):
+    """A request past the budget a command was given (`etl verify --max-requests`): not sent."""
+
+    exit_code = ExitCode.CONFIG
+    reason = "budget"
+
+
 class InvalidResponse(ApiError):
     """A 200 whose body is not what we expect (truncated, HTML, wrong shape). Only its window fails."""
 
@@ -217,6 +256,11 @@ class StorageError(EtlError):
     exit_code = ExitCode.OUTPUT
 
 
+class LostRace(StorageError):
+    """A conditional swap found another writer's version in place of the one it was planned on: planned
+    again (etl/support/optimistic.py) until attempts run out."""
+
+
 class LockedError(EtlError):
     exit_code = ExitCode.LOCKED
 
@@ -232,6 +276,13 @@ class Unhealthy(EtlError):
     """`etl doctor`: the checks ran, and at least one found something a person must fix."""
 
     exit_code = ExitCode.UNHEALTHY
+    fatal = False
+
+
+class OutputDiffers(EtlError):
+    """`etl verify`: windows of the output hold other rows than the source serves for them now."""
+
+    exit_code = ExitCode.DIFFERS
     fatal = False
 
 
@@ -261,6 +312,7 @@ _BY_CODE: dict[int, type[EtlError]] = {
     ExitCode.LOCKED: LockedError,
     ExitCode.QUALITY: QualityBelow,
     ExitCode.UNHEALTHY: Unhealthy,
+    ExitCode.DIFFERS: OutputDiffers,
     ExitCode.INTERRUPTED: Interrupted,
 }
 

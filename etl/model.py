@@ -184,6 +184,17 @@ class Windows(Sequence[Window]):
             self.end[index],
         )
 
+    def clip(self, start: int, end: int) -> Windows:
+        """The part of each window within [start, end) (a partition's day: its rows and what it replaces)."""
+        return Windows(
+            self.series,
+            self.param_id,
+            self.object_id,
+            self.kind,
+            np.maximum(self.start, start),
+            np.minimum(self.end, end),
+        )
+
     def __iter__(self) -> Iterator[Window]:
         for lo in range(0, len(self), self._CHUNK):
             part = slice(lo, lo + self._CHUNK)
@@ -238,6 +249,17 @@ def cut_columns(start: np.ndarray, end: np.ndarray, step: int) -> tuple[np.ndarr
     nth = np.arange(len(index)) - np.repeat(np.cumsum(count) - count, count)
     boundary = (first[index] + nth) * step
     return index, np.maximum(start[index], boundary), np.minimum(end[index], boundary + step)
+
+
+def requests_of(start: np.ndarray, end: np.ndarray, unit: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Intervals as requests of at most `unit`: one that fits is asked whole, wherever it lies (a raw tail
+    across midnight is one request); a longer one is `cut` at multiples of `unit`. As `cut_columns`."""
+    whole = end - start <= unit
+    index, s, e = cut_columns(start[~whole], end[~whole], unit)
+    kept = np.flatnonzero(whole)
+    index = np.r_[kept, np.flatnonzero(~whole)[index]]
+    order = np.lexsort((np.r_[start[kept], s], index))
+    return index[order], np.r_[start[kept], s][order], np.r_[end[kept], e][order]
 
 
 def union(key: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

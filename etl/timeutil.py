@@ -44,6 +44,10 @@ def iso_text(text: str, offset: bool = False) -> str:
     if not _ISO_DATE.match(text):
         raise ValueError(f"{text!r} is not an ISO 8601 time: write it like 2026-11-01T00:00:00Z")
     if offset and not _OFFSET.search(text[10:]):  # after the date: 2026-11-25 ends in no offset
+        try:  # a month 13 is the problem to name, not the offset it also lacks
+            datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise ValueError(f"{text!r} is not a valid time: {exc}") from None
         raise ValueError("needs a UTC offset, e.g. 2026-11-01T00:00:00Z")
     return text
 

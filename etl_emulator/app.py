@@ -36,7 +36,7 @@ from etl_emulator.capacity import Workers
 from etl_emulator.catalog import Catalog
 from etl_emulator.config import EmulatorConfig
 from etl_emulator.control import PREFIX, ControlApi
-from etl_emulator.dataset import as_dataset
+from etl_emulator.dataset import Dataset, as_dataset
 from etl_emulator.faults import Decision, FaultPlan, retry_after_header
 from etl_emulator.measurements import Measurements
 from etl_emulator.routing import Call, Route, Router
@@ -81,12 +81,17 @@ class Emulator:
             self.base_path,
             config.host,
             on_faults=self.workers.settle,
+            on_fleet=self._serve_fleet,
         )
         self.router = Router(self._routes())
         self._date: tuple[int, bytes] = (-1, b"")  # the Date header of the clock's current second
         uvicorn_log = logging.getLogger("uvicorn.error")
         if not any(isinstance(f, _DropFilter) for f in uvicorn_log.filters):
             uvicorn_log.addFilter(_DropFilter())
+
+    def _serve_fleet(self, dataset: Dataset) -> None:
+        """The fleet as the control API changed it, served by every handler from now on."""
+        self.dataset = self.catalog.dataset = self.measurements.dataset = dataset
 
     @property
     def sessions(self) -> dict[str, ServerSession]:

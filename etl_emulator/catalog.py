@@ -54,15 +54,15 @@ class Catalog:
     def objects(self, call: Call) -> bytes:
         states = set(call.integers("state"))
         found = [
-            records.object_full(self.dataset, o)
+            records.object_full(self.dataset, o, self.clock.now())
             for o in self._objects(call)
-            if not states or records.object_state(o) in states
+            if not states or records.object_state(self.dataset, o) in states
         ]
         kinds = self.plan.faults.odd_records
         return odd_objects(kinds, found) if kinds else orjson.dumps(found)
 
     def object(self, call: Call) -> bytes:
-        return orjson.dumps(records.object_by_id(self.dataset, self._object(call)))
+        return orjson.dumps(records.object_by_id(self.dataset, self._object(call), self.clock.now()))
 
     def units(self, call: Call) -> bytes:
         return orjson.dumps(records.units(self._object(call)))
@@ -78,7 +78,9 @@ class Catalog:
     def _record(self, pid: int) -> dict[str, Any]:
         """A parameter's full record, its type and signal marked as the server chose (Faults)."""
         f = self.plan.faults
-        return records.marked(records.param_record(self.dataset, pid), f.type_field, f.signal_marker)
+        return records.marked(
+            records.param_record(self.dataset, pid), f.type_field, f.signal_marker, f.type_shape
+        )
 
     def _records(self, object_ids: list[int], *, physical: bool, calculated: bool) -> list[Record]:
         return [self._record(pid) for pid in self._ids(object_ids, physical=physical, calculated=calculated)]

@@ -27,6 +27,7 @@ from etl_emulator.faults import (
     SIGN_IN_FORMS,
     SIGNAL_MARKERS,
     TYPE_FIELDS,
+    TYPE_SHAPES,
     Faults,
 )
 from etl_emulator.lateness import Lateness
@@ -255,6 +256,11 @@ _rate = click.FloatRange(0, 1)
     help="A count above N answers 400 (default: counts above 100000 are served as 100000).",
 )
 @_choice("--type-field", TYPE_FIELDS, "The field of a parameter record that names its type.")
+@_choice(
+    "--type-shape",
+    TYPE_SHAPES,
+    'A parameter\'s type as text ("calculated") or as an object ({"id": 2, "name": "calculated"}).',
+)
 @_choice(
     "--signal-marker",
     SIGNAL_MARKERS,

@@ -1,5 +1,6 @@
 """The control API under /_emulator (no sign-in): health, the request log, faults, the clock, the
-command runs and each parameter's documented gaps. It is the test harness's channel, so its errors are always JSON.
+fleet's changes (objects and parameters added or removed while serving), the command runs and each
+parameter's documented gaps. It is the test harness's channel, so its errors are always JSON.
 
 It changes what the emulator does, so it answers only requests addressed to the emulator itself: the
 Host header must name a loopback name, an IP address or the host it serves on (a web page cannot reach
@@ -9,6 +10,7 @@ it through a domain of its own that resolves to 127.0.0.1: DNS rebinding). `gaps
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 from collections.abc import Callable
@@ -61,10 +63,12 @@ class ControlApi:
         base_path: str,
         host: str = "127.0.0.1",
         on_faults: Callable[[], None] = lambda: None,
+        on_fleet: Callable[[Dataset], None] = lambda _: None,
     ) -> None:
-        """`on_faults`: told after the faults change (the workers take a new capacity at once)."""
+        """`on_faults`: told after the faults change (the workers take a new capacity at once);
+        `on_fleet`: given the dataset the fleet's change made, which every handler serves from then on."""
         self.dataset, self.clock, self.plan, self.log, self.runs = dataset, clock, plan, log, runs
-        self.on_faults = on_faults
+        self.on_faults, self.on_fleet = on_faults, on_fleet
         self.base_path = base_path
         self.host = host.lower()
 
@@ -99,6 +103,8 @@ class ControlApi:
                 ("PUT", "faults"): lambda: self._set_faults(doc),
                 ("GET", "clock"): self._clock,
                 ("PUT", "clock"): lambda: self._set_clock(doc),
+                ("GET", "fleet"): self._fleet,
+                ("PUT", "fleet"): lambda: self._set_fleet(doc),
                 ("GET", "commands"): lambda: self.runs,
                 ("GET", "gaps"): lambda: self._gaps(scope),
             }
@@ -131,6 +137,34 @@ class ControlApi:
         except KeyError:
             raise not_found(f"parameter {param}") from None
         return [{"start": lo, "end": hi} for lo, hi in spans]
+
+    def _fleet(self) -> Record:
+        ds = self.dataset
+        return {"objects": ds.objects, "added": list(ds.added), "removed": list(ds.removed)}
+
+    def _set_fleet(self, doc: Record) -> Record:
+        """{"objects": N, "added": [param ids], "removed": [param ids]}, any of them: the fleet from now on."""
+        unknown = set(doc) - {"objects", "added", "removed"}
+        if unknown:
+            raise bad(f"unknown fleet setting(s) {sorted(unknown)}; known: added, objects, removed")
+        objects = doc.get("objects", self.dataset.objects)
+        lists = [doc.get(name, getattr(self.dataset, name)) for name in ("added", "removed")]
+        if (
+            isinstance(objects, bool)
+            or not isinstance(objects, int)
+            or objects < 0
+            or not all(isinstance(ids, list | tuple) for ids in lists)
+            or not all(isinstance(i, int) and not isinstance(i, bool) for ids in lists for i in ids)
+        ):
+            raise bad("objects is a count, added and removed lists of parameter ids")
+        try:
+            self.dataset = dataclasses.replace(
+                self.dataset, objects=objects, added=tuple(lists[0]), removed=tuple(lists[1])
+            )
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        self.on_fleet(self.dataset)
+        return self._fleet()
 
     def _clock(self) -> Record:
         return {"now": self.clock.fixed, "current": self.clock.now()}

@@ -99,9 +99,19 @@ class Dataset:
     calc_per_object: int = 2
     period_range: tuple[int, int] = (10, 900)
     lateness: Lateness = Lateness()
+    # The fleet as it changed while serving (the control API's `fleet`): parameters added beyond the
+    # shape (analog below CALC_OFFSET, calculated above) and parameters removed; both sorted.
+    added: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lateness", Lateness.of(self.lateness))
+        for name in ("added", "removed"):
+            object.__setattr__(self, name, tuple(sorted({int(i) for i in getattr(self, name)})))
+        for pid in self.added:
+            object_id, rest = divmod(pid, 1000)
+            if not (1 <= object_id <= self.objects and 1 <= rest < 1000 and rest != CALC_OFFSET):
+                raise ValueError(f"added: {pid} is no parameter id of objects 1..{self.objects}")
         lo, hi = self.period_range
         if not 1 <= lo <= hi:
             raise ValueError(f"period_range must be 1 <= MIN <= MAX seconds, got {lo}:{hi}")
@@ -116,20 +126,29 @@ class Dataset:
         return range(1, self.objects + 1)
 
     def physical_ids(self, object_id: int) -> list[int]:
-        return [object_id * 1000 + j for j in range(1, self.params_per_object + 1)]
+        return self._ids(object_id, 1, self.params_per_object, range(1, CALC_OFFSET))
 
     def calc_ids(self, object_id: int) -> list[int]:
-        return [object_id * 1000 + CALC_OFFSET + j for j in range(1, self.calc_per_object + 1)]
+        return self._ids(object_id, CALC_OFFSET + 1, self.calc_per_object, range(CALC_OFFSET + 1, 1000))
+
+    def _ids(self, object_id: int, first: int, count: int, added: range) -> list[int]:
+        base = object_id * 1000
+        ids = [base + first + j for j in range(count)]
+        if self.added:
+            ids += [p for p in self.added if p - base in added and p not in ids]
+        return [p for p in ids if p not in self.removed] if self.removed else ids
 
     def kind(self, param_id: int) -> str | None:
         """ "analog", "signal" or "calculated" by arithmetic alone; None when there is no such id."""
         object_id, rest = divmod(int(param_id), 1000)
-        if not 1 <= object_id <= self.objects:
+        if not 1 <= object_id <= self.objects or param_id in self.removed:
             return None
         if 1 <= rest <= self.params_per_object:
             return "signal" if self.params_per_object >= 2 and rest == self.params_per_object else "analog"
         if 1 <= rest - CALC_OFFSET <= self.calc_per_object:
             return "calculated"
+        if param_id in self.added:
+            return "analog" if rest < CALC_OFFSET else "calculated"
         return None
 
     def param(self, param_id: int) -> Param | None:

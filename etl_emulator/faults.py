@@ -62,6 +62,7 @@ SIGN_IN_FORMS = ("both", "query", "form")
 # answers.echoing; "none": they do not.
 ECHOES = ("none", "query", "raw", "partial", "base64", "basic", "json-unicode", "html")
 TYPE_FIELDS = ("type", "paramType")
+TYPE_SHAPES = ("text", "object")
 SIGNAL_MARKERS = ("type", "flag")
 SEARCH_ENVELOPES = ("array", "items", "spring", "data")
 
@@ -97,6 +98,7 @@ class Faults:
     count_default: int = 10_000  # the count of a series request without one
     count_reject_over: int | None = None  # a larger count answers 400 (None: clamped, see measurements)
     type_field: str = "type"  # the field of a parameter record that names its type, see TYPE_FIELDS
+    type_shape: str = "text"  # the type as text or as an object {id, name}, see TYPE_SHAPES
     signal_marker: str = "type"  # a signal is marked by its type or a flag, see SIGNAL_MARKERS
     search_envelope: str = "array"  # the body of a page of /search/params, see SEARCH_ENVELOPES
     # The server's capacity (capacity.py): workers, each busy service_time a request; past queue_max
@@ -113,6 +115,7 @@ class Faults:
             ("sign_in_via", SIGN_IN_FORMS),
             ("echo_params", ECHOES),
             ("type_field", TYPE_FIELDS),
+            ("type_shape", TYPE_SHAPES),
             ("signal_marker", SIGNAL_MARKERS),
             ("search_envelope", SEARCH_ENVELOPES),
         ):

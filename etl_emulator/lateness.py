@@ -7,7 +7,10 @@ gives the same answer and tests can recompute it:
 - `offline`: a controller's points stamped in [start, end) show all at once at `end`, as a
   controller back online uploads its backlog;
 - `revise`: a calculated parameter's value is first served preliminary and replaced by its final
-  value `revise` ms after its stamp (a recalculation).
+  value `revise` ms after its stamp (a recalculation);
+- `quiet`: a parameter has no point stamped in [start, end) at all (a sensor unplugged; one that comes
+  back at `end`, or never);
+- `no_controller`: objects without a controller (state 1, "new"): none of their parameters has a point.
 
 With no clock (`now` None) every point is shown with its final value: what the platform ends up with.
 """
@@ -35,19 +38,23 @@ class Lateness:
     lag: tuple[tuple[int, int], ...] = ()
     offline: tuple[tuple[int, int, int], ...] = ()
     revise: tuple[tuple[int, int], ...] = ()
+    quiet: tuple[tuple[int, int, int], ...] = ()
+    no_controller: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "lag", _pairs(self.lag))
         object.__setattr__(self, "revise", _pairs(self.revise))
-        spans = tuple(sorted((int(c), int(a), int(b)) for c, a, b in self.offline))
-        if any(b < a for _, a, b in spans):
-            raise ValueError("offline spans need start <= end")
+        for name in ("offline", "quiet"):
+            spans = tuple(sorted((int(c), int(a), int(b)) for c, a, b in getattr(self, name)))
+            if any(b < a for _, a, b in spans):
+                raise ValueError(f"{name} spans need start <= end")
+            object.__setattr__(self, name, spans)
         if any(ms < 0 for _, ms in (*self.lag, *self.revise)):
             raise ValueError("lag and revise take non-negative milliseconds")
-        object.__setattr__(self, "offline", spans)
+        object.__setattr__(self, "no_controller", tuple(sorted(int(o) for o in self.no_controller)))
 
     def __bool__(self) -> bool:
-        return bool(self.lag or self.offline or self.revise)
+        return bool(self.lag or self.offline or self.revise or self.quiet or self.no_controller)
 
     @classmethod
     def of(cls, value: Lateness | Mapping[str, Any] | None) -> Lateness:
@@ -55,12 +62,34 @@ class Lateness:
             return value
         return cls(**(value or {}))
 
-    def as_dict(self) -> dict[str, list[list[int]]]:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "lag": [list(p) for p in self.lag],
             "offline": [list(s) for s in self.offline],
             "revise": [list(p) for p in self.revise],
+            "quiet": [list(s) for s in self.quiet],
+            "no_controller": list(self.no_controller),
         }
+
+    def absent(self, param_id: int, object_id: int, ts: np.ndarray) -> np.ndarray | None:
+        """Which of these stamps have no point at all: a quiet span, an object without a controller
+        (None: none)."""
+        if object_id in self.no_controller:
+            return np.ones(len(ts), bool)
+        spans = [(a, b) for p, a, b in self.quiet if p == param_id]
+        if not spans:
+            return None
+        mask = np.zeros(len(ts), bool)
+        for a, b in spans:
+            lo, hi = np.searchsorted(ts, [a, b])
+            mask[lo:hi] = True
+        return mask if mask.any() else None
+
+    def offline_controllers(self, controllers: Iterable[int], now: int | None) -> int:
+        """How many of these controllers are offline at `now`."""
+        return sum(
+            1 for c in controllers if now is not None and any(a <= now < b for a, b in self.outages(c))
+        )
 
     def lag_of(self, param_id: int) -> int:
         return _lookup(self.lag).get(param_id, 0)

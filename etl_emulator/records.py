@@ -53,10 +53,12 @@ CLASSIFIERS = [
 ]
 ROOM_TYPES: list[dict[str, Any]] = [{"id": 1, "name": "office"}, {"id": 2, "name": "plant room"}]
 USER_LOCALE = "en"
+TYPE_IDS = {"analog": 1, "calculated": 2, "signal": 3}  # a type written as an object {id, name}
 
 
-def object_state(object_id: int) -> int:
-    return 1 if object_id % 3 == 0 else 2
+def object_state(ds: Dataset, object_id: int) -> int:
+    """1 ("new": no controller) for every third object and those lateness.py names; 2 otherwise."""
+    return 1 if object_id % 3 == 0 or object_id in ds.lateness.no_controller else 2
 
 
 def object_short(object_id: int) -> Record:
@@ -80,9 +82,11 @@ def _tags(kind: str, j: int) -> list[str]:
     return [ANALOG_KINDS[(j - 1) % len(ANALOG_KINDS)][0]]
 
 
-def object_full(ds: Dataset, object_id: int) -> Record:
+def object_full(ds: Dataset, object_id: int, now: int | None = None) -> Record:
+    """An object's full record; its controllers offline at `now` are counted (lateness.py's outages)."""
     tz = TIMEZONES[(object_id - 1) % len(TIMEZONES)]
-    state = object_state(object_id)
+    state = object_state(ds, object_id)
+    controllers = [object_id * 10 + d for d in range(1, DEVICES_PER_OBJECT + 1)]
     identities = [_identity(ds, pid) for pid in ds.physical_ids(object_id) + ds.calc_ids(object_id)]
     tags = sorted({t for kind, _, j in identities for t in _tags(kind, j)})
     return {
@@ -104,14 +108,14 @@ def object_full(ds: Dataset, object_id: int) -> Record:
         "calendar": {"id": 1, "name": "default", "description": "Mon-Fri working days"},
         "address": f"{object_id} Main Street",
         "controllersTotalCount": 0 if state == 1 else DEVICES_PER_OBJECT,
-        "controllersOfflineCount": 0,
+        "controllersOfflineCount": 0 if state == 1 else ds.lateness.offline_controllers(controllers, now),
         "attrs": {"region": "north" if object_id % 2 else "south"},
     }
 
 
-def object_by_id(ds: Dataset, object_id: int) -> Record:
+def object_by_id(ds: Dataset, object_id: int, now: int | None = None) -> Record:
     """The by-id answer: the full record, plus an operating mode for even ids."""
-    record = object_full(ds, object_id)
+    record = object_full(ds, object_id, now)
     if object_id % 2 == 0:
         record["operatingMode"] = {"id": 1, "name": "auto"}
     return record
@@ -180,13 +184,18 @@ def param_record(ds: Dataset, pid: int) -> Record:
     }
 
 
-def marked(record: dict[str, Any], type_field: str = "type", signal_marker: str = "type") -> dict[str, Any]:
+def marked(
+    record: dict[str, Any], type_field: str = "type", signal_marker: str = "type", type_shape: str = "text"
+) -> dict[str, Any]:
     """A parameter record as a server with these choices writes it: its type under `type_field`; a signal
     parameter marked by its type ("type": `"type": "signal"`) or as a physical one with a flag ("flag":
-    `"type": "analog", "signal": true`, every other physical record `"signal": false`)."""
+    `"type": "analog", "signal": true`, every other physical record `"signal": false`); the type as text
+    or as an object ("object": `{"id": 2, "name": "calculated"}`, ids in TYPE_IDS)."""
     kind = record["type"]
     if signal_marker == "flag" and kind != "calculated":
         record = {**record, "type": "analog", "signal": kind == "signal"}
+    if type_shape == "object":
+        record = {**record, "type": {"id": TYPE_IDS[record["type"]], "name": record["type"]}}
     if type_field != "type":
         record = {(type_field if k == "type" else k): v for k, v in record.items()}
     return record

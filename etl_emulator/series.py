@@ -107,6 +107,8 @@ def raw_series(
     if end_ms < start_ms:
         return np.empty(0, np.int64), np.empty(0, np.float64)
     t, h = _times(p, int(start_ms), int(end_ms))
+    if late and (absent := late.absent(p.id, p.object_id, t)) is not None:
+        t, h = t[~absent], h[~absent]
     if now_ms is not None and late:
         hidden = late.hidden(p.controller_id, t, now_ms)
         if hidden is not None:

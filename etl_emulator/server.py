@@ -80,6 +80,14 @@ class EmulatorControl:
         """Fix the emulator's clock at now_ms (None: the real time)."""
         return self._object("PUT", "/clock", {"now": now_ms})
 
+    def fleet(self) -> Record:
+        return self._object("GET", "/fleet")
+
+    def set_fleet(self, **changes: Any) -> Record:
+        """The fleet from now on: `objects` (a count), `added` and `removed` (parameter ids: analog ones
+        below x500, calculated ones above), any of them; each replaces what was set before."""
+        return self._object("PUT", "/fleet", changes)
+
     def commands(self) -> list[Record]:
         """External command runs: id, deviceId, extCommandId, commandData, login, ts."""
         return self._objects("GET", "/commands")

@@ -19,7 +19,8 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from etl.config import Config, Duration, Size
+from etl.config import Config, Duration, Size, section_of
+from tools import generated_page
 
 # The validators that make a Duration and a Size (etl/config.py): how their fields are told apart.
 _DURATION, _SIZE = typing.get_args(Duration)[1], typing.get_args(Size)[1]
@@ -122,15 +123,11 @@ def human(ms: int) -> str:
     return f"{ms}ms"
 
 
-def _section(model: type[BaseModel]) -> type[BaseModel] | None:
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
 def sections(model: type[BaseModel], prefix: str = "") -> list[tuple[str, type[BaseModel]]]:
     """(dotted name, model) of every section, depth first, the top level first."""
     found = [(prefix, model)]
     for name, field in model.model_fields.items():
-        inner = _section(field.annotation)  # type: ignore[arg-type]
+        inner = section_of(field.annotation)
         if inner is not None:
             found += sections(inner, f"{prefix}{name}.")
     return found
@@ -140,9 +137,9 @@ def render() -> str:
     out = [HEADER]
     for prefix, model in sections(Config):
         keys = [
-            (name, field)
+            (field.alias or name, field)  # a key named as users write it (sink.schema)
             for name, field in model.model_fields.items()
-            if _section(field.annotation) is None  # type: ignore[arg-type]
+            if section_of(field.annotation) is None
         ]
         if not keys:
             continue
@@ -160,17 +157,5 @@ def render() -> str:
     return "".join(out)
 
 
-def main(argv: list[str]) -> int:
-    page = render()
-    if "--check" in argv:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE} is out of date: make docs-config", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
-    print(f"wrote {PAGE}")
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(generated_page.main(PAGE, render, "docs-config", sys.argv[1:]))

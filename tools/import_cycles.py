@@ -1,7 +1,8 @@
 """An import-linter contract: no import cycle between modules (pyproject.toml `[tool.importlinter]`).
 
-Every import counts, those inside functions too (a lazy import that only hides a cycle is a cycle);
-those under `if TYPE_CHECKING:` do not when the configuration excludes them. import-linter's own
+Every import counts, those inside functions too (a lazy import that only hides a cycle is a cycle), and
+those under `if TYPE_CHECKING:` too, whatever the configuration says of them (a reader follows a type's
+import as any other; a session that leaves them out gets a graph of its own here). import-linter's own
 `acyclic_siblings` compares packages, not modules, and so misses a package whose `__init__` imports a
 child that imports the package back. A broken contract prints each cycle with the line of every import
 in it.
@@ -13,6 +14,7 @@ import copy
 import itertools
 from graphlib import CycleError, TopologicalSorter
 
+import grimp
 from grimp import ImportGraph
 from importlinter.application import output
 from importlinter.domain.contract import Contract, ContractCheck
@@ -39,9 +41,16 @@ def find_cycles(graph: ImportGraph) -> list[list[str]]:
 
 
 class AcyclicContract(Contract):
-    """Kept when no module of the root packages takes part in an import cycle."""
+    """Kept when no module of the root packages takes part in an import cycle, type-only imports included."""
 
     def check(self, graph: ImportGraph, verbose: bool) -> ContractCheck:
+        if self._option("exclude_type_checking_imports"):
+            graph = grimp.build_graph(
+                *self.session_options["root_packages"],
+                include_external_packages=self._option("include_external_packages"),
+                exclude_type_checking_imports=False,
+                cache_dir=None,
+            )
         cycles = [
             [
                 (importer, imported, graph.get_import_details(importer=importer, imported=imported))
@@ -50,6 +59,9 @@ class AcyclicContract(Contract):
             for cycle in find_cycles(copy.deepcopy(graph))
         ]
         return ContractCheck(kept=not cycles, metadata={"cycles": cycles})
+
+    def _option(self, name: str) -> bool:
+        return str(self.session_options.get(name)) in ("True", "true")  # as import-linter reads its own
 
     def render_broken_contract(self, check: ContractCheck) -> None:
         for cycle in check.metadata["cycles"]:

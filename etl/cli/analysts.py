@@ -19,7 +19,7 @@ from etl.cli.params import (
 )
 from etl.cli.render import echo_cells, echo_json, value_text
 from etl.config import load_config
-from etl.errors import ConfigError, QualityBelow, StorageError
+from etl.errors import ConfigError, NothingToRead, QualityBelow, StorageError
 from etl.model import Series
 
 if TYPE_CHECKING:  # pyarrow and the pipeline load when a command needs them
@@ -56,17 +56,17 @@ def query(config_path: str, sql: str | None, output: str | None) -> None:
     from etl.dataset.query import connect, views
 
     con = connect(config)
+    present = views(con)
+    if not present:  # DuckDB would only say that the table does not exist
+        raise NothingToRead(
+            f"query failed: no output yet in {config.sink.path}: etl run -c {config_path} writes it"
+        )
     if not sql:
-        click.echo("\n".join(views(con)))
+        click.echo("\n".join(present))
         return
     try:
         relation = con.sql(sql)
     except duckdb.CatalogException as exc:
-        present = views(con)
-        if not present:  # DuckDB would only say that the table does not exist
-            raise ConfigError(
-                f"query failed: no output yet in {config.sink.path}: etl run -c {config_path} writes it"
-            ) from None
         raise ConfigError(f"query failed: {str(exc).splitlines()[0]} (views: {', '.join(present)})") from None
     except duckdb.Error as exc:
         raise ConfigError(f"query failed: {str(exc).splitlines()[0]}") from None
@@ -143,7 +143,9 @@ def pull(param_id: int, start: int, end: int, series: str, output: str, config_p
     help="FILE.png or FILE.svg",
 )
 def plot(config_path: str, param_id: int, start: int, end: int, series: str, output: str) -> None:
-    """Plot one parameter's series from the output (any parameter kind; the output knows it)."""
+    """Plot one parameter's series from the output (any parameter kind; the output knows it).
+
+    Needs matplotlib, which the plot extra brings: pip install 'etl[plot]'."""
     path = output_file(output, (".png", ".svg"))
     config = load_config(config_path, offline=True)
     from etl.dataset.plot import plot as draw

@@ -1,7 +1,7 @@
 """The `etl` group: logging, lazily loaded commands, and the one-line report of every error.
 
-Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `analysts` (query,
-pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
+Commands live in modules by audience: `runs` (run, plan, state, compact, vacuum), `ops` (init, doctor,
+verify), `analysts` (query, pull, plot, report) and `explorer` (api ...); `params` holds the parameter types, `render` what gets
 printed. A command's module is imported when that command runs (an hourly `etl run` does not pay for
 the analysts' or the emulator's imports); `etl emulator` is the separate `etl_emulator` package.
 """
@@ -48,6 +48,7 @@ COMMANDS = {
     "vacuum": "etl.cli.runs:vacuum_cmd",
     "init": "etl.cli.ops:init_cmd",
     "doctor": "etl.cli.ops:doctor_cmd",
+    "verify": "etl.cli.ops:verify_cmd",
     "query": "etl.cli.analysts:query",
     "pull": "etl.cli.analysts:pull",
     "plot": "etl.cli.analysts:plot",
@@ -101,8 +102,8 @@ def cli(debug: bool, quiet: bool) -> None:
     milliseconds or microseconds told apart by size, or with their unit (1793491200s, 1793491200000ms).
 
     Exit codes: 0 ok, 1 aborted, 2 config/usage, 3 auth, 4 network, 5 server, 6 data, 7 output, 8 locked,
-    9 quality below 'etl report --fail-under', 10 'etl doctor' found something to fix, 70 internal, 130
-    interrupted.
+    9 quality below 'etl report --fail-under', 10 'etl doctor' found something to fix, 11 'etl verify'
+    found the output different from the source, 70 internal, 130 interrupted.
     """
     global _debug
     _debug = debug

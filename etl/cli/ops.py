@@ -1,4 +1,5 @@
-"""Commands for the first hour with an instance and for keeping a deployment healthy: init, doctor."""
+"""Commands for the first hour with an instance and for keeping a deployment healthy: init, doctor,
+verify."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 import click
 
-from etl.cli.params import DURATION, TIME, config_option
+from etl.cli.params import DURATION, SAMPLE, SHARD, TIME, config_option, output_file, window_options
 from etl.cli.render import echo_json
-from etl.errors import ConfigError, Unhealthy
+from etl.errors import ConfigError, EtlError, Unhealthy, error_from
+from etl.model import Shard
+from etl.support import allocator, startup
 
 
 def _password() -> str:
@@ -162,3 +165,96 @@ def doctor_cmd(
     if not diagnosis.healthy(strict):
         needing = [f for f in diagnosis.findings if f.status == "fail" or strict and f.status == "warn"]
         raise Unhealthy(f"doctor: {len(needing)} finding(s) need a person (first: {needing[0].check})")
+
+
+@click.command("verify")
+@config_option
+@window_options(required=False, what="Verify the windows checkpointed")
+@click.option(
+    "--sample",
+    type=SAMPLE,
+    default="all",
+    show_default=True,
+    help="The share of the checkpointed windows read again: a fraction (0.01) or a percentage (1%); each "
+    "parameter's newest window first, the rest at random.",
+)
+@click.option(
+    "--seed", type=int, metavar="N", help="Draw the sample of an earlier verify again (each prints its seed)."
+)
+@click.option(
+    "--max-requests",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Send at most N requests (sign-in and listing included); sampled windows past them are counted "
+    "as not verified.",
+)
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Fetch the windows that differ again and rewrite them as a run does (under the run lock), then "
+    "read them again.",
+)
+@click.option("--shard", type=SHARD, help="Verify shard I of N (its checkpoints and files).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for schedulers).")
+@click.option(
+    "-o", "--output", metavar="FILE.html", help="Also write the result as a self-contained HTML page."
+)
+@click.option(
+    "--metrics-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Write the verify's figures there (etl_verify_*) in the Prometheus text format, whatever the outcome.",
+)
+def verify_cmd(
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    sample: float,
+    seed: int | None,
+    max_requests: int | None,
+    repair: bool,
+    shard: Shard | None,
+    as_json: bool,
+    output: str | None,
+    metrics_file: str | None,
+) -> None:
+    """Read stored windows again from the platform and compare them row for row with the output: rows
+    missing, rows extra and values changed, per parameter, series and window, with examples.
+
+    It reads what the checkpoints claim (but the newest stretch the next run reads again anyway),
+    through the client a run uses, and takes no lock. Exits 0 when the output equals the source, 11
+    when windows differ (--repair rewrites them, then reads them again). The result is kept in
+    _verify/ (etl doctor and etl report show the last one).
+    """
+    from etl.config import load_config
+    from etl.ops.verify import VerifyOptions, metrics, verify
+    from etl.pipeline.metrics import check_path
+
+    config = load_config(config_path)
+    if output is not None:
+        output_file(output, (".html", ".htm"))
+    if metrics_file is not None:
+        check_path(metrics_file)
+    options = VerifyOptions(start, end, sample, seed, max_requests, repair, shard)
+    if startup.own_process():  # what `etl run` gives its own process: freed buffers go back to the OS
+        allocator.release_freed_memory()
+    try:
+        with startup.without_pandas():  # as etl run: nothing here converts to pandas
+            result = verify(config, options)
+    except EtlError as exc:
+        if metrics_file is not None:
+            metrics.write(metrics_file, config.source.name, str(shard or ""), None, exc.exit_code)
+        raise
+    command = f"etl verify -c {config_path}" + (f" --shard {shard}" if shard else "")
+    if output is not None:
+        from etl.ops.verify import render  # DuckDB comes with the report's page: loaded only for -o
+
+        render.write_html(output, result, command)
+    if metrics_file is not None:
+        metrics.write(metrics_file, config.source.name, str(shard or ""), result, result.exit_code)
+    if as_json:
+        echo_json(result.as_dict(command))
+    else:
+        click.echo(result.text(command))
+    if result.exit_code:
+        raise error_from(result.verdict(command), result.exit_code)

@@ -67,9 +67,24 @@ class ParsedType(click.ParamType, Generic[T]):  # type: ignore[type-arg]  # as T
             self.fail(str(exc), param, ctx)
 
 
+def parse_sample(text: str) -> float:
+    """`--sample`: all, a fraction in (0, 1] or a percentage (1%), as the fraction (all: 1)."""
+    text = text.strip().lower()
+    if text == "all":
+        return 1.0
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: give all, a fraction such as 0.01, or a percentage such as 1%") from None
+    if not 0 < value <= 1:
+        raise ValueError(f"{text!r}: a fraction above 0 and at most 1 (all)")
+    return value
+
+
 TIME = TimeType()
 SHARD = ParsedType("shard", "I/N", Shard.parse, Shard)  # shard I of N (etl.model.Shard)
 DURATION = ParsedType("duration", "DURATION", parse_duration_ms, int)  # '90s', '30m', '3h', '7d' -> ms
+SAMPLE = ParsedType("sample", "FRACTION|all", parse_sample, float)
 SERIES_CHOICE = click.Choice([s.value for s in SERIES])
 
 

@@ -119,11 +119,14 @@ def series_rows(data: Points | Candles) -> list[dict[str, object]]:
 
 
 def plan_text(summary: RunRecord) -> str:
+    from etl.pipeline.catalog import catalog_text  # the pipeline is loaded by the plan already
+
     window = summary["window"]
     assert window is not None, "a plan has its window"
     lines = [
         f"window      {window['start']} .. {window['end']}",
         f"objects     {summary['objects']}    parameters {summary['parameters']}",
+        f"catalog     {catalog_text(summary['catalog'])}",
     ]
     for name, p in sorted(summary["planned"].items()):
         lines.append(

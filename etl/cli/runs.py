@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from importlib.abc import MetaPathFinder
-from importlib.machinery import ModuleSpec
-from types import FrameType, ModuleType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -17,7 +13,7 @@ from etl.cli.render import echo_json, echo_table, plan_text
 from etl.config import load_config
 from etl.errors import ConfigError, EtlError, Interrupted
 from etl.model import Shard
-from etl.support import redact, startup
+from etl.support import optional, redact, startup
 
 if TYPE_CHECKING:  # the state modules load when a state command runs
     from etl.state import StateStore
@@ -27,6 +23,11 @@ if TYPE_CHECKING:  # the state modules load when a state command runs
 @config_option
 @window_options(required=False, what="Backfill")
 @click.option("--full-refresh", is_flag=True, help="Re-fetch the whole window, replacing what is stored.")
+@click.option(
+    "--refresh-catalog",
+    is_flag=True,
+    help="List the parameters of every object, whatever the fleet's catalog says (select.refresh).",
+)
 @click.option(
     "--shard",
     type=SHARD,
@@ -57,6 +58,7 @@ def run(
     start: int | None,
     end: int | None,
     full_refresh: bool,
+    refresh_catalog: bool,
     shard: Shard | None,
     executor: str | None,
     scheduler: str | None,
@@ -69,21 +71,22 @@ def run(
         config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
         import etl
 
-        with _without_pandas():
-            with startup.loading():
-                run_pipeline = etl.run  # loads the pipeline
-            summary = run_pipeline(
-                config,
-                start=start,
-                end=end,
-                full_refresh=full_refresh,
-                shard=shard,
-                executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
-                scheduler=scheduler,
-                progress=progress,
-                metrics_file=metrics_file,
-                tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
-            )
+        with startup.loading():
+            run_pipeline = etl.run  # loads the pipeline
+            optional.pyarrow_looks_for_pandas(find=False)  # nothing in a run is a pandas object
+        summary = run_pipeline(
+            config,
+            start=start,
+            end=end,
+            full_refresh=full_refresh,
+            refresh_catalog=refresh_catalog,
+            shard=shard,
+            executor=executor,  # type: ignore[arg-type]  # click.Choice(["local", "dask"])
+            scheduler=scheduler,
+            progress=progress,
+            metrics_file=metrics_file,
+            tune_memory=startup.own_process(),  # a program that calls the CLI keeps its allocators
+        )
     except EtlError as exc:
         done: Mapping[str, object] = exc.summary.as_dict() if exc.summary is not None else {}
         if as_json:  # a scheduler reads stdout whatever happened: the summary, status and error included
@@ -107,53 +110,35 @@ def run(
         click.echo(summary.text())
 
 
-class _PandasForEtlOnly(MetaPathFinder):
-    """An import hook that keeps pandas out of an `etl run` process, where nothing converts to pandas:
-    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
-    `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
-    is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
-
-    ALLOWED = ("etl.timeutil",)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> ModuleSpec | None:
-        if fullname != "pandas":
-            return None
-        frame: FrameType | None = sys._getframe(1)
-        while frame is not None:
-            if frame.f_globals.get("__name__") in self.ALLOWED:
-                return None  # the normal finders take it from here
-            frame = frame.f_back
-        raise ImportError("pandas is not imported by an etl run (etl/cli/runs.py)")
-
-
-@contextmanager
-def _without_pandas() -> Iterator[None]:
-    if "pandas" in sys.modules:  # imported already (by a program embedding the CLI): leave it be
-        yield
-        return
-    hook = _PandasForEtlOnly()
-    sys.meta_path.insert(0, hook)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(hook)
-
-
 @click.command("plan")
 @config_option
 @window_options(required=False, what="Plan a backfill")
 @click.option("--full-refresh", is_flag=True, help="Plan to re-fetch the whole window.")
+@click.option(
+    "--refresh-catalog", is_flag=True, help="List the parameters of every object, as a run with it would."
+)
 @click.option("--shard", type=SHARD, help="Plan only shard I of N of the parameters.")
 def plan_cmd(
-    config_path: str, start: int | None, end: int | None, full_refresh: bool, shard: Shard | None
+    config_path: str,
+    start: int | None,
+    end: int | None,
+    full_refresh: bool,
+    refresh_catalog: bool,
+    shard: Shard | None,
 ) -> None:
-    """Show the work a run would do (signs in and lists parameters; fetches no series)."""
+    """Show the work a run would do (signs in and lists the parameters due; fetches no series)."""
     config = load_config(config_path)  # first: a mistake in it is told before the pipeline loads
     import etl
 
-    summary = etl.run(config, start=start, end=end, full_refresh=full_refresh, shard=shard, dry_run=True)
+    summary = etl.run(
+        config,
+        start=start,
+        end=end,
+        full_refresh=full_refresh,
+        refresh_catalog=refresh_catalog,
+        shard=shard,
+        dry_run=True,
+    )
     click.echo(plan_text(summary.as_dict()))
 
 
@@ -231,9 +216,25 @@ shard_option = click.option(
 @config_option
 @shard_option
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of a table.")
-def state_show(config_path: str, shard: Shard | None, as_json: bool) -> None:
-    """Covered intervals and high-water mark per (parameter, series)."""
-    rows = list(_store(config_path, shard).load().rows())
+@click.option(
+    "--backfill",
+    is_flag=True,
+    help="The history still to load after the last run, per series, and when it should be in.",
+)
+def state_show(config_path: str, shard: Shard | None, as_json: bool, backfill: bool) -> None:
+    """Covered intervals and high-water mark per (parameter, series); or, with --backfill, the history
+    still to load."""
+    store = _store(config_path, shard)
+    if backfill:
+        from etl.pipeline.summary import Backfill
+
+        left = Backfill.of(store.progress())
+        if as_json:
+            echo_json(left.as_dict())
+        else:
+            click.echo(left.text() or "no history left to load (as of the last run)")
+        return
+    rows = list(store.load().rows())
     if as_json:
         echo_json(rows)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import functools
 import itertools
@@ -16,7 +17,7 @@ import httpx
 from pydantic import ValidationError
 
 from etl.client.auth import SignIn
-from etl.client.caps import AnswerCaps
+from etl.client.count_cap import AnswerCaps
 from etl.client.models import (
     Candles,
     ExternalCommand,
@@ -37,7 +38,7 @@ from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RetryPolicy
 from etl.client.series import SMALL_ANSWER, JsonArray, decode_candles, decode_points
 from etl.client.session import Query, Session
-from etl.errors import InvalidArgument, InvalidResponse, Throttled
+from etl.errors import InvalidArgument, InvalidResponse, NotFound, ParameterGone, Throttled
 from etl.model import ParamKind, Series
 from etl.timeutil import DAY_MS, Time, now_ms, to_ms
 
@@ -138,44 +139,9 @@ def _query(**params: Query) -> dict[str, Query]:
     return out
 
 
-def _options(
-    options: ClientOptions | None,
-    sign_in: SignIn,
-    timeout: httpx.Timeout | float,
-    request_timeout: float | None,
-    max_answer_bytes: int,
-    retry: RetryPolicy | None,
-    max_in_flight: int,
-    verify: bool | ssl.SSLContext,
-) -> ClientOptions:
-    """A client's options: given whole, or made of the constructor's keywords; never both."""
-    keywords = ClientOptions(
-        sign_in=sign_in,
-        timeout=timeout,
-        request_timeout=request_timeout,
-        max_answer_bytes=max_answer_bytes,
-        retry=retry or DEFAULT.retry,
-        max_in_flight=max_in_flight,
-        verify=verify,
-    )
-    if options is None:
-        return keywords
-    if keywords != DEFAULT:
-        raise TypeError("give the client's settings as options or as keywords, not both")
-    return options
-
-
-class MonitoringClient:
-    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
-
-    `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
-    as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
-    series answers tell about the server's silent cap on points per answer (see `etl.client.caps`);
-    `throttled`, the parameters whose series the server throttled to the end of a request's retries
-    (`Throttled`), until when it asked to wait: `series` does not ask them again before then.
-    A record of a listing that cannot be used (an id that is not a 64-bit integer, a field of the wrong
-    type, nesting deeper than the parser reads) is left out of what the methods return and noted in
-    `skipped`, one line each."""
+class _Client(abc.ABC):
+    """The constructor both clients share: its keywords (or `options`, never both) made into one
+    `ClientOptions`, and `_open` given the session they make."""
 
     def __init__(
         self,
@@ -201,10 +167,39 @@ class MonitoringClient:
         `max_answer_bytes` (on the wire or decompressed) is refused (`AnswerTooLarge`). `options`: all of
         these settings as one value (`ClientOptions.from_config` makes it from a config), instead of
         the keywords."""
-        options = _options(
-            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
+        keywords = ClientOptions(
+            sign_in=sign_in,
+            timeout=timeout,
+            request_timeout=request_timeout,
+            max_answer_bytes=max_answer_bytes,
+            retry=retry or DEFAULT.retry,
+            max_in_flight=max_in_flight,
+            verify=verify,
         )
-        self.session = Session(base_url, username, password, options, transport=transport, stats=stats)
+        if options is not None and keywords != DEFAULT:
+            raise TypeError("give the client's settings as options or as keywords, not both")
+        chosen = keywords if options is None else options
+        self._open(lambda: Session(base_url, username, password, chosen, transport=transport, stats=stats))
+
+    @abc.abstractmethod
+    def _open(self, session: Callable[[], Session]) -> None:
+        """Made ready to talk to the server through the session `session()` makes."""
+
+
+class MonitoringClient(_Client):
+    """Async client of the monitoring platform. Use as `async with MonitoringClient(...) as c:`.
+
+    `sign_in`: how the credentials go to /auth/login, as the document's query parameters ("query") or
+    as a form-encoded body ("form", as public scripts for the platform do). `caps` holds what the
+    series answers tell about the server's silent cap on points per answer (see `etl.client.count_cap`);
+    `throttled`, the parameters whose series the server throttled to the end of a request's retries
+    (`Throttled`), until when it asked to wait: `series` does not ask them again before then.
+    A record of a listing that cannot be used (an id that is not a 64-bit integer, a field of the wrong
+    type, nesting deeper than the parser reads) is left out of what the methods return and noted in
+    `skipped`, one line each."""
+
+    def _open(self, session: Callable[[], Session]) -> None:
+        self.session = session()
         self.caps = AnswerCaps()
         self.throttled: dict[int, float] = {}  # param_id -> time.monotonic() the server's wait ends
         self.skipped: list[str] = []
@@ -453,8 +448,13 @@ class MonitoringClient:
         self, param_id: int, kind: ParamKind, series: Series, start: Time, end: Time, count: int | None = None
     ) -> Points | Candles:
         """One series of a parameter from the route its kind takes (`/db/signal` takes no count). The
-        answer's length is noted in `caps`; a parameter `throttled` is not asked before its wait ends."""
+        answer's length is noted in `caps`; a parameter `throttled` is not asked before its wait ends; one
+        whose series answered 404 is gone (`stats.gone`) and not asked again."""
         kind, series = ParamKind(kind), Series(series)
+        if param_id in self.stats.gone:
+            raise ParameterGone(
+                f"param {param_id}: gone (HTTP 404 earlier in this run): not asked again", 404
+            )
         if kind is ParamKind.SIGNAL and series is Series.RAW:
             count = None
         if (wait := self.throttled.get(param_id, 0.0) - time.monotonic()) > 0:
@@ -471,6 +471,9 @@ class MonitoringClient:
             if exc.retry_after:
                 self.throttled[param_id] = time.monotonic() + exc.retry_after
             raise
+        except NotFound as exc:
+            self.stats.gone.add(param_id)
+            raise ParameterGone(f"param {param_id}: {exc}", exc.status, exc.excerpt) from None
         self.caps.saw(kind, series, len(data))
         return data
 
@@ -534,40 +537,20 @@ def _blocking(
     return blocking
 
 
-class SyncMonitoringClient:
+class SyncMonitoringClient(_Client):
     """Blocking facade for scripts and notebooks: the same methods as `MonitoringClient`, without
     `await`. Its requests run on an event loop of its own, in a thread, so it also works where a loop is
     already running (Jupyter)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        username: str,
-        password: str,
-        *,
-        sign_in: SignIn = DEFAULT.sign_in,
-        timeout: httpx.Timeout | float = DEFAULT.timeout,
-        request_timeout: float | None = DEFAULT.request_timeout,
-        max_answer_bytes: int = DEFAULT.max_answer_bytes,
-        retry: RetryPolicy | None = None,
-        max_in_flight: int = DEFAULT.max_in_flight,
-        verify: bool | ssl.SSLContext = DEFAULT.verify,
-        transport: httpx.AsyncBaseTransport | None = None,
-        stats: ClientStats | None = None,
-        options: ClientOptions | None = None,
-    ) -> None:
-        """The arguments of `MonitoringClient`."""
-        options = _options(
-            options, sign_in, timeout, request_timeout, max_answer_bytes, retry, max_in_flight, verify
-        )
+    def _open(self, session: Callable[[], Session]) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="etl-sync-client", daemon=True)
         self._thread.start()
 
         async def make() -> MonitoringClient:  # the session's locks belong to the facade's loop
-            return MonitoringClient(
-                base_url, username, password, transport=transport, stats=stats, options=options
-            )
+            client = MonitoringClient.__new__(MonitoringClient)
+            client._open(session)
+            return client
 
         self._client = self._run(make())
 

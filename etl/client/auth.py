@@ -103,7 +103,10 @@ class SessionAuth(httpx.Auth):
         self._lock = asyncio.Lock()  # one sign-in at a time; the others wait and use its session
 
     def sign_in_request(self, extensions: dict[str, Any]) -> httpx.Request:
-        return sign_in_request(self.base_url, self.username, self._password, self.sign_in, extensions)
+        """A sign-in with the extensions of the request it opens a session for (its timeout), marked as one."""
+        return sign_in_request(
+            self.base_url, self.username, self._password, self.sign_in, {**extensions, SIGN_IN: True}
+        )
 
     async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         if request.extensions.get(AS_IS):

@@ -1,7 +1,7 @@
 """One source's limit on requests in flight, kept by several processes that talk to it at once.
 
 - **Members of a budget** (a run on Dask): the coordinator's `Budget` owns the source's limit, the
-  `LearnedLimit` or `FixedLimit` of etl/client/capacity.py (its own session's, so the run's figures are
+  `LearnedLimit` or `FixedLimit` of etl/client/concurrency.py (its own session's, so the run's figures are
   the cluster's). Every client of the run, each task's and the coordinator's own, admits its requests by a
   `Member`: as many as the budget grants it. What a member's answers took goes to the budget in reports,
   a batch of them every `REPORT_EVERY` seconds (`keep_in_touch`), and the budget hands them to the limit
@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
-from etl.client.capacity import CapacityFigures, Limit
+from etl.client.concurrency import CapacityFigures, Limit
 
 if TYPE_CHECKING:
     from etl.client.session import Session

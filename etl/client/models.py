@@ -144,20 +144,46 @@ def _true(value: Any) -> bool:
     return value is True or (isinstance(value, int) and value == 1)
 
 
+def type_name(value: Any) -> str | None:
+    """The name a type field's value gives, lower case: text as it is, or an object `{id, name}` (the shape
+    the document gives `protocolType` and a device's `classifier`) by its name, or by its id where the name
+    is missing and the id is a word. A number names nothing: the document gives no type codes."""
+    if isinstance(value, dict):
+        named = value.get("name")
+        value = named if isinstance(named, str) and named.strip() else value.get("id")
+        if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+            return None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.strip().lower()
+
+
+def type_shape(record: Mapping[str, Any]) -> str | None:
+    """How a record writes its type, in `etl init`'s words: "text", "object" ({id, name}), "object
+    without a name", "number"; None when it names no type."""
+    for key, value in record.items():
+        if isinstance(key, str) and key.lower() in TYPE_FIELDS and value is not None:
+            if isinstance(value, dict):
+                return "object" if isinstance(value.get("name"), str) else "object without a name"
+            return "number" if isinstance(value, int | float) and not isinstance(value, bool) else "text"
+    return None
+
+
 def param_kind(record: Mapping[str, Any], listed: ParamList | None = None) -> ParamKind | None:
     """A parameter record's kind, by the one rule every listing is read with. `listed`: the list the
     record came from (None: the search, which names none).
 
     A calculated parameter is one from the calculated list, or, from the search, one whose type says
     `calc...`. A physical one is a signal when any marker says so: a type of `signal` (in `type`,
-    `paramType` or `parameterType`, any case) or a true `signal`/`isSignal` flag. A search record that
-    names no type has no kind (None): the lists must tell it."""
+    `paramType` or `parameterType`, any case, as text or as an object's name: `type_name`) or a true
+    `signal`/`isSignal` flag. A search record that names no type has no kind (None): the lists must tell
+    it."""
     types: list[str] = []
     flagged = False
     for key, value in record.items():
         name = key.lower() if isinstance(key, str) else ""
-        if name in TYPE_FIELDS and value is not None and str(value).strip():
-            types.append(str(value).strip().lower())
+        if name in TYPE_FIELDS and (text := type_name(value)) is not None:
+            types.append(text)
         elif name in SIGNAL_FLAGS:
             flagged = flagged or _true(value)
     if listed == "calculated" or (listed is None and any(t.startswith("calc") for t in types)):

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from etl.client.auth import SignIn
-from etl.client.capacity import AUTO_START
+from etl.client.concurrency import AUTO_START
 from etl.client.retry import RetryPolicy
 from etl.config import Config, SourceConfig
 from etl.errors import ConfigError
@@ -36,10 +36,12 @@ class ClientOptions:
     (seconds; None: no bound); an answer over `max_answer_bytes` (on the wire or decompressed) is refused.
     `retry` is the policy after a failure, `max_in_flight` bounds the requests in flight: always that many
     may fly, or (`auto_concurrency`) a limit learned from the answers, from `start_in_flight` up to it
-    (etl/client/capacity.py); `max_rps` caps the requests a second (None: no cap). `verify` is the
+    (etl/client/concurrency.py); `max_rps` caps the requests a second (None: no cap). `verify` is the
     TLS trust (a context for a private CA); `on_answer`, when given, is told of every answer as it comes.
     `proxy`: the forward proxy of every request (None: the environment's, client/routes.py);
-    `http_transport`: etl's own HTTP/1.1 transport or httpx's."""
+    `http_transport`: etl's own HTTP/1.1 transport or httpx's. `max_requests`: the requests the client
+    may put on the wire in all, sign-ins and retries included (None: no bound); one more is not sent
+    (`RequestsSpent`)."""
 
     sign_in: SignIn = "query"
     timeout: httpx.Timeout | float = 30.0
@@ -54,6 +56,7 @@ class ClientOptions:
     on_answer: AnswerHook | None = None
     proxy: str | None = None
     http_transport: Literal["etl", "httpx"] = "etl"
+    max_requests: int | None = None
 
     @classmethod
     def from_config(cls, config: Config) -> ClientOptions:

@@ -12,7 +12,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TypedDict, TypeVar
 
-from etl.client.capacity import CapacityFigures, CapacityRecord
+from etl.client.concurrency import CapacityFigures, CapacityRecord
+from etl.client.purpose import PURPOSES
 from etl.errors import EtlError, RetriesExhausted
 from etl.support import redact
 
@@ -59,6 +60,7 @@ class ClientRecord(TypedDict):
     relogins: int
     throttled_seconds: float
     bytes_received: int
+    requests_by_purpose: dict[str, int]
     capacity: CapacityRecord
 
 
@@ -69,16 +71,20 @@ class ClientStats:
     relogins: int = 0  # sign-ins after a session ended
     throttled_seconds: float = 0.0
     bytes_received: int = 0
-    capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/capacity.py)
+    purposes: Counter[str] = field(default_factory=Counter)  # what each request was for (client/purpose.py)
+    capacity: CapacityFigures = field(default_factory=CapacityFigures)  # the limit's (client/concurrency.py)
+    gone: set[int] = field(default_factory=set)  # parameters whose series answered 404 (ParameterGone)
 
     def add(self, other: ClientStats) -> None:
         """Fold in the counts of another client (one per Dask task; the run's budget counted its answers in
         `capacity`)."""
+        self.gone |= other.gone
         self.requests += other.requests
         self.retries.update(other.retries)
         self.relogins += other.relogins
         self.throttled_seconds += other.throttled_seconds
         self.bytes_received += other.bytes_received
+        self.purposes.update(other.purposes)
 
     def as_dict(self) -> ClientRecord:
         return {
@@ -88,6 +94,7 @@ class ClientStats:
             "relogins": self.relogins,
             "throttled_seconds": round(self.throttled_seconds, 3),
             "bytes_received": self.bytes_received,
+            "requests_by_purpose": {p: self.purposes[p] for p in PURPOSES if self.purposes[p]},
             "capacity": self.capacity.as_dict(),
         }
 

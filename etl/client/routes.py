@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from etl.client.limits import BoundedTransport
+from etl.client.answer_size import BoundedTransport
 from etl.client.options import ClientOptions
 from etl.client.wire import WireTransport
 from etl.errors import ConfigError

@@ -21,15 +21,15 @@ from typing import Any, TypeVar, overload
 import httpx
 from aiolimiter import AsyncLimiter
 
-from etl.client import classify, routes
+from etl.client import classify, purpose, routes
+from etl.client.answer_size import ACCEPT_ENCODING, BoundedTransport
 from etl.client.auth import AS_IS, FLOW_REQUESTS, SIGN_IN, SessionAuth
-from etl.client.capacity import Limit, make_limit
-from etl.client.limits import ACCEPT_ENCODING, BoundedTransport
+from etl.client.concurrency import Limit, make_limit
 from etl.client.models import User
 from etl.client.options import DEFAULT, ClientOptions
 from etl.client.retry import ClientStats, RateGate, retrying
 from etl.client.series import decode_json
-from etl.errors import InvalidResponse, NetworkError, ServerError, Throttled
+from etl.errors import InvalidResponse, NetworkError, RequestsSpent, ServerError, Throttled
 
 # The deadline of the request this task is sending: a wait at the 429 gate does not count against it.
 _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline", default=None)
@@ -38,6 +38,22 @@ _DEADLINE: ContextVar[asyncio.Timeout | None] = ContextVar("etl_request_deadline
 _SENT = (
     "etl.sent"  # request extension: when it went on the wire (perf_counter), for the limit and `on_answer`
 )
+_PURPOSE = "etl.purpose"  # request extension: what it is for (client/purpose.py)
+_SENT_BEFORE = "etl.sent_before"  # request extension: the auth flow sends it again (a session ended)
+
+
+def _purpose_of(request: httpx.Request) -> str:
+    """What a request on the wire counts as: a sign-in as the session's, a request sent again by the auth
+    flow (after a session ended) as a retry, others as their caller said."""
+    extensions = request.extensions
+    if extensions.get(SIGN_IN) or _PURPOSE not in extensions:
+        return purpose.SESSION
+    if extensions.get(_SENT_BEFORE):
+        return purpose.RETRIES
+    extensions[_SENT_BEFORE] = True
+    return str(extensions[_PURPOSE])
+
+
 # Answers that refuse a request for the server's load: the limit is cut (a timeout cuts it too).
 _LOAD_STATUSES = frozenset({429, 503})
 
@@ -210,9 +226,16 @@ class Session:
         InvalidResponse from it is retried like a bad status. Throttled (429) to the end while other
         requests got through, it raises `Throttled`, which ends only its own work."""
         passed = self.gate.passed
+        attempts = iter((purpose.current(),))  # then retries
+
+        def attempt() -> Any:
+            return self._attempt(
+                method, path, params, expect_json, decode, in_thread_over, next(attempts, purpose.RETRIES)
+            )
+
         try:
             return await retrying(
-                lambda: self._attempt(method, path, params, expect_json, decode, in_thread_over),
+                attempt,
                 self.policy,
                 self.stats,
                 f"{method} {path}",
@@ -230,6 +253,7 @@ class Session:
         like any request after a network failure or a 5xx or 429; when the policy gives up on such a
         status, the last answer is returned."""
         request.extensions[AS_IS] = True
+        request.extensions.setdefault(_PURPOSE, purpose.current())
         request.extensions.setdefault("timeout", self._http.timeout.as_dict())
         for name, value in self._http.headers.items():
             request.headers.setdefault(name, value)
@@ -259,10 +283,13 @@ class Session:
         expect_json: bool,
         decode: Callable[[bytes], Any],
         in_thread_over: int | None,
+        what: str,
     ) -> Any:
         url, params = _url(self.base_url + path, params)
+        request = self._http.build_request(method, url, params=params)
+        request.extensions[_PURPOSE] = what
         try:
-            response = await self._send(self._http.build_request(method, url, params=params))
+            response = await self._send(request)
             body = self._classified(response, method, path, expect_json)
             self.gate.answered()
             if body is None:
@@ -279,15 +306,21 @@ class Session:
 
     async def _on_the_wire(self, request: httpx.Request) -> None:
         """Every request, sign-ins and resends of the auth flow included: held while a 429 pauses the
-        client and within `max_rps` (the request's own deadline starts again after those waits), counted,
-        and stamped with the time it goes."""
+        client and within `max_rps` (the request's own deadline starts again after those waits), counted
+        (and not sent past `options.max_requests`), and stamped with the time it goes."""
         waited = await self.gate.wait()
         if self._rate is not None:
             waited = not self._rate.has_capacity() or waited
             await self._rate.acquire()
+        budget = self.options.max_requests
+        if budget is not None and self.stats.requests >= budget:  # counted below with no await between
+            raise RequestsSpent(
+                f"{request.method} {request.url.path}: not sent, the {budget} request(s) allowed are spent"
+            )
         if waited and (deadline := _DEADLINE.get()) is not None:
             deadline.reschedule(asyncio.get_running_loop().time() + (self.request_timeout or 0))
         self.stats.requests += 1
+        self.stats.purposes[_purpose_of(request)] += 1
         request.extensions[_SENT] = time.perf_counter()
 
     async def _answered(self, response: httpx.Response) -> None:

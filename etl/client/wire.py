@@ -7,7 +7,7 @@ has the figures). Here a connection is an `asyncio.Protocol`: the loop hands it 
 bytes as they come, httptools' C parser calls back once per header and body piece, and the request's
 coroutine wakes once, when its answer is complete. The head is fed to the parser no further than its cap
 and the body is counted and decompressed as it arrives, both within the answer limit
-(etl/client/limits.py); a failed answer lets go of what it read at once.
+(etl/client/answer_size.py); a failed answer lets go of what it read at once.
 
 `WireTransport` is an `httpx.AsyncBaseTransport`, so httpx's client stays on top: the auth flow, event
 hooks, exceptions. It carries the direct requests only: a proxied one goes to httpx's proxy transport,
@@ -33,8 +33,8 @@ from typing import cast
 import httptools
 import httpx
 
+from etl.client.answer_size import AnswerBody, answer_encoding, decoded_headers, head_limit, head_too_large
 from etl.client.connect import open_socket
-from etl.client.limits import AnswerBody, answer_encoding, decoded_headers, head_limit, head_too_large
 from etl.errors import EtlError, without_frames
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 from etl.config import Config
 from etl.dataset.gaps import with_breaks
 from etl.dataset.names import lookup
-from etl.errors import DataError, StorageError
+from etl.errors import NothingToRead, StorageError
 from etl.model import TS, Series
 from etl.sinks.output import Output
 from etl.support.optional import require
@@ -25,17 +25,22 @@ def load(config: Config, param_id: int, series: Series, start: int, end: int) ->
     if output.lake is not None:  # the table's current snapshot
         table = output.lake.series(series)
         if not table.exists():
-            raise DataError(f"no {series} table in the output")
+            raise NothingToRead(f"no {series} table in {config.sink.path} yet: 'etl run' writes it")
         dataset = table.dataset()
     else:
-        dataset = ds.dataset(
-            storage.full(series.value),
-            schema=layout.schema if fmt == "parquet" else None,
-            filesystem=None if storage.local else storage.fs,
-            format=fmt,
-            partitioning="hive",
-            exclude_invalid_files=True,
-        )
+        try:
+            dataset = ds.dataset(
+                storage.full(series.value),
+                schema=layout.schema if fmt == "parquet" else None,
+                filesystem=None if storage.local else storage.fs,
+                format=fmt,
+                partitioning="hive",
+                exclude_invalid_files=True,
+            )
+        except FileNotFoundError:
+            raise NothingToRead(
+                f"no {series} series in {config.sink.path} yet: 'etl run' writes it"
+            ) from None
     ts = pc.field("ts").cast(TS) if fmt == "csv" else pc.field("ts")
     mine = (pc.field("source") == config.source.name) | pc.field("source").is_null()
     table = dataset.to_table(
@@ -45,7 +50,7 @@ def load(config: Config, param_id: int, series: Series, start: int, end: int) ->
         & (ts < pc.scalar(end).cast(TS))
     )
     if table.num_rows == 0:
-        raise DataError(f"no {series} points of parameter {param_id} in the output for that window")
+        raise NothingToRead(f"no {series} points of parameter {param_id} in the output for that window")
     return cast(pd.DataFrame, table.sort_by("ts").to_pandas())
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from os import PathLike
 from typing import TYPE_CHECKING
 
@@ -22,17 +23,37 @@ _FILES = "_files_"  # the files behind a view built on another (quality)
 DIMENSIONS = ("objects", "units", "parameters", "zones", "classifiers", "room_types", "rooms", "commands")
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What one read needs (etl.read): these views, of one source's rows in [start, end) of these
+    parameters (None: no bound). Tables that are read eagerly (PostgreSQL's) read only that."""
+
+    tables: frozenset[str]
+    source: str
+    start: int | None = None
+    end: int | None = None
+    params: list[int] | None = None
+
+
 def connect(config: Config | str | PathLike[str]) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection over the config's output (any format, local or object storage) with
     the views of `etl query`: `raw`, `average`, `candles`, `quality`, the reference tables and the
     `*_named` views (object and parameter names and the unit joined to the ids). Times are shown in UTC."""
+    return open_views(config)
+
+
+def open_views(config: Config | str | PathLike[str], scope: Scope | None = None) -> duckdb.DuckDBPyConnection:
+    """`connect`, with the tables' rows narrowed to `scope` where that saves reading them."""
     config = config if isinstance(config, Config) else load_config(config, offline=True)
     output = Output(config)
     storage = output.data
     con = duckdb.connect()
     con.execute("set TimeZone = 'UTC'")
     if output.lake is not None:
-        _lake_views(con, output.lake)
+        try:
+            _lake_views(con, output.lake, scope)
+        finally:
+            output.close()  # the tables' rows are read (PostgreSQL) or opened lazily (lake formats)
         _named_views(con)
         return con
     prefix = storage.full("")
@@ -68,17 +89,25 @@ def _files(con: duckdb.DuckDBPyConnection, parquet: bool, glob: str, hive: bool)
     return con.read_csv(glob, hive_partitioning=hive, union_by_name=True)
 
 
-def _lake_views(con: duckdb.DuckDBPyConnection, lake: Lake) -> None:
+def _lake_views(con: duckdb.DuckDBPyConnection, lake: Lake, scope: Scope | None = None) -> None:
     """Each table's current snapshot as an Arrow dataset DuckDB scans lazily (filters pushed down): a view
-    reads one committed version, never a partial commit."""
+    reads one committed version, never a partial commit. PostgreSQL's tables are read through the driver
+    (its transaction sees whole commits only)."""
     tables = {str(s): lake.series(s) for s in Series}
     tables.update({QUALITY: lake.quality()})
     tables.update({name: lake.dimension(name) for name in lake.dimension_names() if name in DIMENSIONS})
+    if scope is not None:
+        tables = {name: table for name, table in tables.items() if name in scope.tables}
     for name, table in tables.items():
         if not table.exists():
             continue
         relation = f"{_LAKE}{name}"
-        con.register(relation, table.dataset())
+        if scope is None:
+            con.register(relation, table.dataset())
+        elif name in DIMENSIONS:
+            con.register(relation, table.rows(scope.source))
+        else:
+            con.register(relation, table.rows(scope.source, scope.start, scope.end, scope.params))
         if name == QUALITY:
             create_quality_view(con, relation)
         else:

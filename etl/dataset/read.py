@@ -9,8 +9,8 @@ from typing import Literal
 import pandas as pd
 
 from etl.config import Config, load_config
-from etl.dataset.query import connect, views
-from etl.errors import ConfigError
+from etl.dataset.query import Scope, connect, open_views, views
+from etl.errors import ConfigError, NothingToRead
 from etl.model import QUALITY, QUALITY_SCHEMA, SCHEMAS, Series
 from etl.timeutil import Time, parse_time
 
@@ -37,22 +37,28 @@ def read(
     config = config if isinstance(config, Config) else load_config(config, offline=True)
     if series not in (*Series, QUALITY):
         raise ConfigError(f"series {series!r}: use raw, average, candles or quality")
-    con = connect(config)
+    bounds = []
+    for name, bound in (("start", start), ("end", end)):
+        try:
+            bounds.append(None if bound is None else parse_time(bound))
+        except ValueError as exc:
+            raise ConfigError(f"{name}: {exc}") from None
+    ids = sorted({int(p) for p in params}) if params is not None else None
+    needed = {series, "parameters", "objects"} if named else {series}
+    con = open_views(config, Scope(frozenset(needed), config.source.name, bounds[0], bounds[1], ids))
     view = f"{series}_named" if named else series
     if view not in views(con):
+        if not views(connect(config)):  # not an empty frame: a sink.path elsewhere must not read as "no rows"
+            raise NothingToRead(f"no output yet in {config.sink.path}: etl.run writes it")
         return _empty(series, named)
     time = "date" if series == QUALITY else "ts"
     where: list[str] = ["(source = ? or source is null)"]  # older files: no source
     values: list[object] = [config.source.name]
-    for bound, op in ((start, ">="), (end, "<")):
+    for bound, op in zip(bounds, (">=", "<"), strict=True):
         if bound is not None:
             cast = "cast(to_timestamp(? / 1000) as date)" if time == "date" else "to_timestamp(? / 1000)"
             where.append(f"{time} {op} {cast}")
-            try:
-                values.append(parse_time(bound))
-            except ValueError as exc:
-                raise ConfigError(f"{'start' if op == '>=' else 'end'}: {exc}") from None
-    ids = sorted({int(p) for p in params}) if params is not None else None
+            values.append(bound)
     if ids is not None:
         where.append("list_contains(?, param_id)")
         values.append(ids)

@@ -11,7 +11,8 @@ tables are there), so a report holds a few numbers per parameter, and day by day
   parameters hold a value by nature and are left out);
 - below: parameters whose completeness is under `fail_under` (`etl report --fail-under`, exit 9);
 - late: parameters whose points reached the platform after a run had read past their stamps, by how
-  late the latest of them came (at least).
+  late the latest of them came (at least);
+- verify: the last `etl verify` of the source (etl/dataset/verified.py), when and what it found.
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from typing import Any, TypedDict
 import duckdb
 
 from etl.config import Config
+from etl.dataset import verified
 from etl.dataset.query import connect
-from etl.errors import DataError
+from etl.errors import NothingToRead
 from etl.model import QUALITY
+from etl.sinks.output import Output
 from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso, now_ms
 
 HEATMAP_ROWS = 100
@@ -49,6 +52,14 @@ class OptionsRecord(TypedDict):
     flatline_after_seconds: float
     fail_under: float | None
     top: int
+
+
+class VerifySeen(TypedDict):
+    """What the report says of the last `etl verify`."""
+
+    finished: str | None
+    status: str
+    verdict: str
 
 
 # `Report` in its JSON form (`etl report --json`); "from" is a keyword, so the functional form.
@@ -77,6 +88,7 @@ ReportRecord = TypedDict(
         "late_count": int,
         "late_points": int,
         "heatmap": list[Row],
+        "verify": VerifySeen | None,
     },
 )
 
@@ -104,6 +116,7 @@ class Report:
     late: list[Row] = field(default_factory=list)  # the parameters whose points came latest
     late_count: int = 0  # parameters with points that reached the platform late
     late_points: int = 0
+    verify: VerifySeen | None = None  # the last etl verify of the source
     generated: int = field(default_factory=now_ms)
 
     def as_dict(self) -> ReportRecord:
@@ -136,6 +149,7 @@ class Report:
             "late_count": self.late_count,
             "late_points": self.late_points,
             "heatmap": self.heatmap,
+            "verify": self.verify,
         }
 
 
@@ -167,8 +181,12 @@ def _plain(row: Row) -> Row:
 def build(config: Config, options: ReportOptions) -> Report:
     con = connect(config)
     views = {r[0] for r in con.sql("select view_name from duckdb_views() where not internal").fetchall()}
+    if not views:
+        raise NothingToRead(f"no output yet in {config.sink.path}: 'etl run' writes it")
     if QUALITY not in views:
-        raise DataError(f"no quality dataset in {config.sink.path}: 'etl run' keeps it for the raw series")
+        raise NothingToRead(
+            f"no quality dataset in {config.sink.path}: 'etl run' keeps it for the raw series"
+        )
     named = f"{QUALITY}_named" in views
     source = config.source.name
     names = (
@@ -184,13 +202,15 @@ def build(config: Config, options: ReportOptions) -> Report:
             con, "select max(epoch_ms(date::timestamp) + cast(span_seconds * 1000 as bigint)) from mine"
         )[0]
         if end is None:
-            raise DataError(f"no quality rows of source {source} in {config.sink.path}: 'etl run' keeps them")
+            raise NothingToRead(
+                f"no quality rows of source {source} in {config.sink.path}: 'etl run' keeps them"
+            )
     start = options.start
     if start is None:  # the last DEFAULT_DAYS days the dataset holds
         first = _one(con, "select min(epoch_ms(date::timestamp)) from mine")[0] or 0
         start = max(first, (end - 1) // DAY_MS * DAY_MS - (DEFAULT_DAYS - 1) * DAY_MS)
     if start >= end:
-        raise DataError(f"the report's window is empty: {iso(start)} is not before {iso(end)}")
+        raise NothingToRead(f"the report's window is empty: {iso(start)} is not before {iso(end)}")
     first_day, last_day = start // DAY_MS, (end - 1) // DAY_MS
     days = [_day(d * DAY_MS) for d in range(first_day, last_day + 1)]
     con.sql(
@@ -198,6 +218,13 @@ def build(config: Config, options: ReportOptions) -> Report:
     )
 
     report = Report(source, start, end, days, options)
+    last = verified.last(Output(config), source)
+    if last is not None:
+        report.verify = {
+            "finished": last.get("finished"),
+            "status": str(last.get("status")),
+            "verdict": str(last.get("verdict")),
+        }
     con.sql("""
         create temp view per_param as select object_id, any_value(object_name) as object_name, param_id, any_value(param_name) as param_name,
                any_value(unit) as unit, any_value(kind) as kind, count(*) as days, sum(points) as points,
@@ -330,6 +357,8 @@ def text(report: Report) -> str:
         lines.append(
             f"  below       {report.below_count} parameter(s) under {percent(options.fail_under)} complete"
         )
+    if report.verify is not None:
+        lines.append(f"  verified    {report.verify['finished']}: {report.verify['verdict']}")
     lines.append("")
     lines.append(f"least complete parameters (of {report.parameters}):")
     lines.extend(

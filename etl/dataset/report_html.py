@@ -148,7 +148,7 @@ def _legend() -> str:
     return f'<div class="legend">{"".join(items)}</div>'
 
 
-def _table(
+def table(
     table_id: str,
     rows: list[Row],
     columns: list[tuple[str, Callable[[Row], object], Callable[[Row], object] | None]],
@@ -172,7 +172,34 @@ def _table(
     )
 
 
-def _num(key: str, missing: float = -1.0) -> Callable[[Row], object]:
+def page(title: str, body: str) -> str:
+    """A self-contained page: `body` (HTML) under the house style, with the tables' script; no fetch."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<style>{_style()}</style>
+</head>
+<body>
+{body}<script>{_SCRIPT}</script>
+</body>
+</html>
+"""
+
+
+def card_list(cards: list[tuple[str, str, bool]]) -> str:
+    """(name, value, bad) as the page's cards, the bad ones in red."""
+    return "".join(
+        f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
+        f"<b>{escape(value)}</b></div>"
+        for name, value, bad in cards
+    )
+
+
+def num(key: str, missing: float = -1.0) -> Callable[[Row], object]:
     return lambda r: missing if r.get(key) is None else r[key]
 
 
@@ -197,29 +224,34 @@ def render(report: Report) -> str:
         cards.append(
             (f"below {percent(options.fail_under)}", f"{report.below_count:,}", report.below_count > 0)
         )
-    card_html = "".join(
-        f'<div class="card{" bad" if bad else ""}"><span class="muted">{escape(name)}</span>'
-        f"<b>{escape(value)}</b></div>"
-        for name, value, bad in cards
-    )
+    verified = ""
+    if report.verify is not None:
+        cards.append(
+            ("last verify", report.verify["status"], report.verify["status"] in ("differs", "failed"))
+        )
+        verified = (
+            f'<p class="muted">Last <code>etl verify</code> ({escape(str(report.verify["finished"]))}): '
+            f"{escape(report.verify['verdict'])}</p>"
+        )
+    card_html = card_list(cards)
     parameter = ("parameter", label, None)
-    ident = ("id", lambda r: r["param_id"], _num("param_id"))
-    worst = _table(
+    ident = ("id", lambda r: r["param_id"], num("param_id"))
+    worst = table(
         "worst",
         report.worst,
         [
             parameter,
             ident,
             ("kind", lambda r: r["kind"] or "", None),
-            ("complete", lambda r: percent(r["completeness"]), _num("completeness")),
-            ("points", lambda r: f"{r['points']:,}", _num("points")),
-            ("expected", lambda r: f"{r['expected_points'] or 0:,}", _num("expected_points")),
-            ("longest gap", lambda r: duration_text(r["longest_gap_seconds"]), _num("longest_gap_seconds")),
-            ("period", lambda r: duration_text(r["period_seconds"]), _num("period_seconds")),
+            ("complete", lambda r: percent(r["completeness"]), num("completeness")),
+            ("points", lambda r: f"{r['points']:,}", num("points")),
+            ("expected", lambda r: f"{r['expected_points'] or 0:,}", num("expected_points")),
+            ("longest gap", lambda r: duration_text(r["longest_gap_seconds"]), num("longest_gap_seconds")),
+            ("period", lambda r: duration_text(r["period_seconds"]), num("period_seconds")),
             ("last point", lambda r: r["last_ts"] or "", None),
         ],
     )
-    stale = _table(
+    stale = table(
         "stale",
         report.stale,
         [
@@ -228,49 +260,42 @@ def render(report: Report) -> str:
             (
                 "silent for",
                 lambda r: duration_text(r["silent_seconds"]) or "the whole span",
-                _num("silent_seconds", 1e18),
+                num("silent_seconds", 1e18),
             ),
             ("last point", lambda r: r["last_ts"] or "none in these days", None),
         ],
     )
-    flat = _table(
+    flat = table(
         "flatlines",
         report.flatlines,
         [
             parameter,
             ident,
             ("date", lambda r: r["date"], None),
-            ("one value for", lambda r: duration_text(r["flatline_seconds"]), _num("flatline_seconds")),
-            ("points that day", lambda r: f"{r['points']:,}", _num("points")),
+            ("one value for", lambda r: duration_text(r["flatline_seconds"]), num("flatline_seconds")),
+            ("points that day", lambda r: f"{r['points']:,}", num("points")),
         ],
     )
-    late = _table(
+    late = table(
         "late",
         report.late,
         [
             parameter,
             ident,
-            ("late points", lambda r: f"{r['late_points']:,}", _num("late_points")),
-            ("days", lambda r: r["late_days"], _num("late_days")),
-            ("the latest at least", lambda r: duration_text(r["late_seconds"]), _num("late_seconds")),
+            ("late points", lambda r: f"{r['late_points']:,}", num("late_points")),
+            ("days", lambda r: r["late_days"], num("late_days")),
+            ("the latest at least", lambda r: duration_text(r["late_seconds"]), num("late_seconds")),
         ],
     )
     shown = len(report.heatmap)
     more = f" (the {shown} least complete of {report.parameters:,})" if report.parameters > shown else ""
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Data quality: {escape(report.source)}, {escape(window)}</title>
-<style>{_style()}</style>
-</head>
-<body>
-<h1>Data quality of {escape(report.source)}</h1>
+    return page(
+        f"Data quality: {report.source}, {window}",
+        f"""<h1>Data quality of {escape(report.source)}</h1>
 <div class="muted">raw series, {escape(window)} ({len(report.days)} UTC day{"s" if len(report.days) > 1 else ""}),
 report end {escape(iso(report.end))}, generated {escape(iso(report.generated))}</div>
 <div class="cards">{card_html}</div>
+{verified}
 
 <h2>Completeness per parameter and day{escape(more)}</h2>
 {_legend()}
@@ -306,7 +331,5 @@ without it</dd>
 </dl>
 <p class="muted">Heatmap rows: at most {HEATMAP_ROWS}; tables: the {options.top} first. Everything is in the
 <code>quality</code> view of <code>etl query</code>.</p>
-<script>{_SCRIPT}</script>
-</body>
-</html>
-"""
+""",
+    )

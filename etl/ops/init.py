@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from etl.client.capacity import AUTO_START
+from etl.client.concurrency import AUTO_START
 from etl.config import parse_config
 from etl.model import slug
 from etl.ops.findings import Finding, ok, warn
@@ -71,6 +71,19 @@ def _count_text(found: Findings) -> str:
     return text
 
 
+def _types_text(shape: str) -> str:
+    read = {
+        "text": "read as they are",
+        "object": "read by their name",
+        "object without a name": "their id names no kind: the parameter lists tell it",
+        "number": "a number names no kind: the parameter lists tell it",
+    }
+    shown = {"object": "objects {id, name}", "object without a name": "objects {id} without a name"}
+    return "; ".join(
+        f"parameter types come as {shown.get(one, one)}: {read.get(one, '')}" for one in shape.split(" and ")
+    )
+
+
 def report(found: Findings) -> list[Finding]:
     """The probe's findings for people, a line each."""
     added = f" (the base path {BASE_PATH} was added)" if found.base_path_added else ""
@@ -89,6 +102,8 @@ def report(found: Findings) -> list[Finding]:
         ok("sign_in", f"credentials as {ways[found.sign_in]}{refused}"),
         ok("objects", f"{found.objects} visible; parameters: {kinds}{over}"),
     ]
+    if found.type_shape is not None:
+        lines.append(ok("types", _types_text(found.type_shape)))
     if found.search_agrees_with_lists is False:
         lines.append(
             warn(

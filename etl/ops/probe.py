@@ -9,7 +9,8 @@ three sample parameters, a page budget): about 25 requests on a small instance, 
     sign-in        credentials as query parameters, then as a form body (or the configured way first)
     error body     an unknown object (404) asked within the session: JSON, HTML, text or empty
     session end    a call without session cookies: how the server answers a session that is gone
-    objects        /db/object/shortest; parameters by kind from the lists of up to three sample objects
+    objects        /db/object/shortest; parameters by kind from the lists of up to three sample objects,
+                   and how their records write the type (text, or an object {id, name})
     discovery      /search/params over the sample objects, compared with their lists
     count          the densest raw day of up to three sample parameters, asked with a large count, its
                    rest, and without a count; when no raw day is dense enough, a long averaged span
@@ -32,7 +33,7 @@ from etl.client import ClientOptions, ClientStats, MonitoringClient, RetryPolicy
 from etl.client.api import ROUTES
 from etl.client.auth import PROBE_PATH, SIGN_IN_PATH, SignIn, session_cookie, sign_in_request
 from etl.client.classify import RETRYABLE_STATUSES, is_html
-from etl.client.models import Parameter, param_kind, record_id
+from etl.client.models import Parameter, param_kind, record_id, type_shape
 from etl.client.series import decode_json
 from etl.config import ExtractConfig
 from etl.errors import AuthError, ConfigError, EtlError, InvalidResponse, RequestRejected, ServerError
@@ -73,6 +74,9 @@ class Findings:
     objects: int = 0
     parameters: dict[str, int] = field(default_factory=lambda: {k.value: 0 for k in ParamKind})
     parameters_counted_objects: int = 0  # objects whose parameters the counts cover
+    # How the sample's records write their type: "text", "object" ({id, name}), "object without a name",
+    # "number", joined by " and " when they differ; None: no record names one (or none was listed).
+    type_shape: str | None = None
     search_agrees_with_lists: bool | None = None
     search_envelope: str | None = None  # how a page of the search came: "array", or the key it was under
     count_cap: int | None = None  # the silent cap on points per answer; None: none found
@@ -353,6 +357,8 @@ class Prober:
         self.sample_params = _sample_params(listed)
         kinds = Counter(p.kind for p in listed)
         found.parameters = {k.value: kinds[k] for k in ParamKind}
+        shapes = sorted({shape for p in listed if (shape := type_shape(p.meta)) is not None})
+        found.type_shape = " and ".join(shapes) or None
         found.parameters_counted_objects = len(sample)
         found.search_agrees_with_lists = await self._search_agrees(found, sample, listed)
         if len(ids) > len(sample) and found.search_agrees_with_lists:

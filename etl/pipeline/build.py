@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pydantic import SecretStr
@@ -21,14 +21,14 @@ from pydantic import SecretStr
 from etl.client import ClientOptions, ClientStats, MonitoringClient
 from etl.client.budget import Part
 from etl.config import Config
-from etl.errors import ConfigError, StorageError
+from etl.errors import StorageError
 from etl.model import Series
-from etl.pipeline import dimensions
+from etl.pipeline import dimensions, records
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.plan import Slab
 from etl.quality.writer import QualitySlabWriter, QualityTracker
 from etl.sinks.base import SlabSink
-from etl.sinks.files import SlabWriter
+from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
 from etl.state.budget import ShardBudget
@@ -59,26 +59,20 @@ class Build(Output):
         source = self.config.source
         if source.password_file is None:
             return source.password.get_secret_value() if source.password else ""
-        try:
-            secret = source.password_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(
-                f"config error: source.password_file: cannot read {source.password_file}: {exc.strerror}"
-            ) from None
-        redact.register(secret)
-        return secret
+        return redact.read_secret(source.password_file, "source.password_file")
 
     @cached_property
     def client_options(self) -> ClientOptions:
         """How the client talks to the source, made once (the TLS trust with it)."""
         return ClientOptions.from_config(self.config)
 
-    def client(self, stats: ClientStats | None = None) -> MonitoringClient:
-        """The client of the source."""
+    def client(self, stats: ClientStats | None = None, max_requests: int | None = None) -> MonitoringClient:
+        """The client of the source; `max_requests`: the most it sends in all (`etl verify --max-requests`)."""
         source = self.config.source
-        return MonitoringClient(
-            source.base_url, source.username, self.password, options=self.client_options, stats=stats
-        )
+        options = self.client_options
+        if max_requests is not None:
+            options = replace(options, max_requests=max_requests)
+        return MonitoringClient(source.base_url, source.username, self.password, options=options, stats=stats)
 
     @asynccontextmanager
     async def shared(self, client: MonitoringClient, take_part: bool = True) -> AsyncIterator[None]:
@@ -152,7 +146,9 @@ class Build(Output):
         if self.lake is not None:
             from etl.sinks.lake.writer import write_dimensions
 
-            return write_dimensions(tables, self.lake.dimension, self.config.source.name)
+            # PostgreSQL's columns hold no Arrow lists or records: JSON text, as CSV's.
+            flat = records.flat if self.database is not None else None
+            return write_dimensions(tables, self.lake.dimension, self.config.source.name, flat)
         return dimensions.write(self.data, self.fmt, tables, self.config.source.name)
 
     # -- other processes ------------------------------------------------------------------------------
@@ -167,6 +163,8 @@ class Build(Output):
             update={
                 "path": os.path.abspath(config.sink.path) if self.data.local else config.sink.path,
                 "storage_options": self.data.options,
+                # the database's password itself rather than its file, as the source's
+                **({"dsn": self.database.uri, "password_file": None} if self.database is not None else {}),
             }
         )
         source = config.source.model_copy(

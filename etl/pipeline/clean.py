@@ -57,6 +57,18 @@ class WindowData:
     def __len__(self) -> int:
         return len(self.ts)
 
+    def covers(self, window: Window) -> bool:
+        """Whether this answer holds all of `window`'s points (same parameter and series, wider span)."""
+        mine = self.window
+        return (mine.param_id, mine.series) == (window.param_id, window.series) and (
+            mine.start <= window.start and window.end <= mine.end
+        )
+
+    def within(self, window: Window) -> WindowData:
+        """The part of this answer in `window` (which it covers): what asking for the window would give."""
+        lo, hi = keep_span(self.ts, window.start, window.end)
+        return WindowData(window, self.ts[lo:hi], {c: v[lo:hi] for c, v in self.values.items()})
+
 
 def clean(window: Window, data: Points | Candles, counts: Counts) -> WindowData:
     """Keep points inside [start, end), with every value present and finite, once per timestamp (first

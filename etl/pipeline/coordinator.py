@@ -12,22 +12,21 @@ import asyncio
 import logging
 import signal
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import ExitStack, asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
-from etl.client import MonitoringClient
+from etl.client import MonitoringClient, purpose
 from etl.config import Config
 from etl.errors import ConfigError, DataError, EtlError, ExitCode, Interrupted, RunDeadline, error_from
-from etl.model import Params, Series, Shard
+from etl.model import Params, Series, Shard, Windows
 from etl.pipeline import dimensions, late
 from etl.pipeline.build import Build, Decisions
+from etl.pipeline.catalog import catalog_options, forget
 from etl.pipeline.dimensions import Rows
 from etl.pipeline.discover import discover
 from etl.pipeline.executors import Executor, dask_executor, execute, local_executor
@@ -35,10 +34,10 @@ from etl.pipeline.group_commit import GroupCommit
 from etl.pipeline.identity import check_source_identity
 from etl.pipeline.late import Findings, LateOptions
 from etl.pipeline.loop import handle_signals, workers
-from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, Plan, PlanOptions, horizon, spans_for
+from etl.pipeline.plan import HORIZON_MARGIN_MS, Fleet, History, Plan, PlanOptions, horizon, spans_for
 from etl.pipeline.progress import Progress
 from etl.pipeline.slab import STOP_GRACE, SlabJob, SlabResult
-from etl.pipeline.summary import RunSummary
+from etl.pipeline.summary import Backfill, RunSummary, record_id
 from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
@@ -50,6 +49,7 @@ if TYPE_CHECKING:  # the lake modules load for lake formats only
     from etl.sinks.lake.committer import Committer, Landed
 
 HORIZON_MARGIN_S = HORIZON_MARGIN_MS // 1000
+CAPS_TRUSTED = DAY_MS  # what earlier runs learned of the server's cap is relied on this long
 MERGE_AFTER = 1 << 18  # committed windows held (24 bytes each) before they are merged into the coverage
 
 log = logging.getLogger("etl")
@@ -65,6 +65,10 @@ class RunOptions:
     dry_run: bool = False  # plan only
     executor: str | None = None  # "local" or "dask"; default: the config's executor.kind
     scheduler: str | None = None  # dask scheduler address; default: the config's executor.address
+    refresh_catalog: bool = False  # list every object's parameters, whatever the catalog says
+    # etl verify --repair: per series, (param_id, start, end) fetched and replaced instead of what the
+    # checkpoints miss; no late probe, no reference tables
+    work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
 class Coordinator:
@@ -77,11 +81,7 @@ class Coordinator:
         self.build = Build(config, options.shard)
         self.data = self.build.data
         self.store = self.build.state_store()
-        # Names sort as the runs started (doctor's "last run" is the last name), to the millisecond;
-        # three random hex digits keep two runs of one millisecond (shards) apart.
-        now = datetime.now(tz=UTC)
-        run_id = f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
-        self.summary = RunSummary(run_id=run_id, output=self.data.display(), shard=options.shard)
+        self.summary = RunSummary(run_id=record_id(), output=self.data.display(), shard=options.shard)
         self.stop = asyncio.Event()
         self.fatal: BaseException | None = None
         self.failed_params: set[int] = set()  # parameters with a window that failed
@@ -95,6 +95,7 @@ class Coordinator:
         self.task: asyncio.Task[Any] | None = None  # the run's own, cancelled by a stop before slabs run
         self.fetched = False  # every slab and the dimension tables are done: no deadline stops the run now
         self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
+        self.locked = False  # the run took the state lock: it started
         self.committed: list[
             tuple[np.ndarray, np.ndarray, np.ndarray]
         ] = []  # coverage rows of committed slabs
@@ -166,12 +167,8 @@ class Coordinator:
             self.scheduler = self._scheduler()
             if self.data.local:
                 asyncio.get_running_loop().set_default_executor(workers())
-            if not self.options.dry_run:
-                self.data.check_writable()
-                with self.store.lock(), spools.held():
-                    await self._run_locked()
-            else:
-                await self._run_locked()
+            with ExitStack() as held:  # the lock, from the sign-in to the run's end
+                await self._run_locked(held)
             if self.interrupted:  # a signal whose cancellation was absorbed (an await that suppresses it)
                 raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         except asyncio.CancelledError as exc:
@@ -193,8 +190,9 @@ class Coordinator:
             restore()
             self.summary.seconds = time.monotonic() - started
             self.summary.cpu_seconds = time.process_time() - cpu
-            if not self.options.dry_run and self.summary.window is not None:
+            if self._recorded():
                 self._save_summary()
+            self.build.close()
         return self.summary
 
     def _failed(self, exc: BaseException) -> None:
@@ -205,6 +203,17 @@ class Coordinator:
             str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
         )
 
+    def _recorded(self) -> bool:
+        """Whether the run leaves a record: once it has taken the lock; refused by the server before, only
+        in an output folder that exists (a volume mounted for it, an earlier run's), where etl doctor names
+        the cause, never by creating one. A window with nothing in it is refused before anything, as a
+        config's mistake: no record."""
+        if self.locked or self.options.dry_run or self.summary.window is None:
+            return self.locked
+        with suppress(EtlError, OSError):
+            return bool(self.data.fs.isdir(self.data.full("")))
+        return False
+
     def _save_summary(self) -> None:
         try:
             body = orjson.dumps(self.summary.as_dict(), option=orjson.OPT_INDENT_2)
@@ -212,17 +221,10 @@ class Coordinator:
         except EtlError as exc:
             log.warning("could not write the run summary: %s", exc)
 
-    async def _run_locked(self) -> None:
+    async def _run_locked(self, held: ExitStack) -> None:
+        """The run, the state lock entered into `held` once signed in (a dry run takes none)."""
         summary = self.summary
         start, end = self._window()  # a window with nothing in it is refused before any I/O
-        if not self.options.dry_run:
-            summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
-        coverage = self.store.load()
-        recovering = None
-        if self.build.lake is not None and not self.options.dry_run:
-            # Opening the tables (and importing their library) goes on while the platform answers the
-            # sign-in and the listings; planning waits for it.
-            recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
         summary.window = (start, end)
         findings: Findings | None = None
         now = now_ms()
@@ -230,12 +232,31 @@ class Coordinator:
             self.build.client(summary.client) as client,
             self.build.shared(client, not self.options.dry_run),
         ):
+            caps = await asyncio.to_thread(self._caps, client, now)
             if self.deadline is not None:
                 client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
+            # Before the output is touched: a refused sign-in or an unreachable host leaves no folder,
+            # lock or record that a later command could read as a run.
+            await client.sign_in()
+            if not self.options.dry_run:
+                self.data.check_writable()
+                held.enter_context(self.store.lock())
+                held.enter_context(spools.held())
+                self.locked = True
+                summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
+            coverage = self.store.load()
+            recovering = None
+            if self.build.lake is not None and not self.options.dry_run:
+                # Opening the tables (and importing their library) goes on while the platform answers the
+                # listings; planning waits for it.
+                recovering = asyncio.ensure_future(asyncio.to_thread(self._recover, coverage))
             try:
-                await client.sign_in()
                 server_now = client.server_now()
-                found = await discover(client, self.config.select)
+                full = self.options.full_refresh or self.options.refresh_catalog
+                catalog = catalog_options(self.config, self.store, server_now, full, not self.options.dry_run)
+                with purpose.purpose(purpose.CATALOG):
+                    found = await discover(client, self.config.select, catalog)
+                summary.catalog = found.catalog
             finally:
                 if recovering is not None:
                     await recovering
@@ -248,6 +269,8 @@ class Coordinator:
             quality_end = min(self.config.window.end_ms(now_ms()), now)
             allocator.trim()
             await asyncio.to_thread(check_source_identity, self.config, coverage, found.params.id)
+            # The output is this run's own: the catalog is written anew (a dry run's saves nothing).
+            await asyncio.to_thread(found.save_catalog)
             # A shard fetches its own parameters; its dimension tables still name every parameter.
             shard = self.options.shard
             mine = found.params.of_shard(shard)
@@ -262,7 +285,7 @@ class Coordinator:
                 record=not self.options.dry_run,
             )
             decisions = Decisions(buckets, quality_end)
-            findings = await self._late(client, coverage, mine, start, end, now)
+            findings = await self._late(client, coverage, mine, start, end, now, found.silent_params(mine))
             plan = Plan(
                 Fleet(mine, buckets),
                 coverage,
@@ -273,16 +296,22 @@ class Coordinator:
                 extra=findings.work if findings is not None else None,
                 arrivals=self.store.arrivals,
                 full_refresh=self.options.full_refresh,
+                waiting=findings.rest if findings is not None else None,
+                every=dict(self.config.cadence.series),
+                averages=findings.averages if findings is not None else None,
+                work=self.options.work,
             )
             summary.planned = plan.summary()
             if self.options.dry_run:
                 return
+            if findings is not None and any(len(w[0]) for w in findings.empty.values()):
+                await asyncio.to_thread(self._found_empty, findings, mine)
             # Reference tables are fetched and written beside the series: the first windows need not wait.
             snapshot = self.snapshot = (
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
-                if self.config.dimensions.enabled
+                if self.config.dimensions.enabled and self.options.work is None
                 else None
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
@@ -290,6 +319,10 @@ class Coordinator:
                 async with self._executor(client, self.scheduler) as executor:
                     summary.executor = executor.name
                     await self._execute(executor, plan, coverage, decisions)
+                if summary.client.gone:
+                    await asyncio.to_thread(
+                        forget, catalog, self.config.select, summary.catalog, summary.client.gone
+                    )
             except BaseException:
                 if snapshot is not None:
                     snapshot.cancel()
@@ -300,6 +333,8 @@ class Coordinator:
                 with suppress(asyncio.CancelledError):
                     await snapshot
             self.left_out[:0] = client.skipped
+            if not self.options.dry_run and client.caps.known() != caps[1]:
+                await asyncio.to_thread(self.store.note_caps, caps[0], client.caps.known())
         self.fetched = True  # what is left to do here writes, and is not cut by the deadline
         if self.left_out:
             summary.records_left_out += len(self.left_out)
@@ -308,6 +343,8 @@ class Coordinator:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
             await asyncio.to_thread(self._compact, coverage, now)
+        if summary.backfill.left:
+            await asyncio.to_thread(self._note_progress)
         if self.build.lake is not None and not stopped:
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 log.info("lake upkeep skipped: the run is past retry.run_deadline; the next run does it")
@@ -363,6 +400,7 @@ class Coordinator:
             )
             return stale or self.options.full_refresh or not self.build.references_written(), fresh
 
+        purpose.set_purpose(purpose.CATALOG)  # this task's own
         fetch, fresh = await asyncio.to_thread(due)
         tables, failed = await dimensions.collect(client, object_ids, objects, parameters, fetch)
         self.left_out += failed
@@ -384,12 +422,46 @@ class Coordinator:
         self.store.arrivals.prune(now - max(window.late_max, window.revisions) - DAY_MS)
         self.store.compact(coverage)
 
+    def _caps(self, client: MonitoringClient, now: int) -> tuple[int, dict[str, list[int | None]]]:
+        """What earlier runs learned of the server's silent cap, taught to the client when it is less than
+        CAPS_TRUSTED old (a server's settings can change: then it is learned again from scratch); when it
+        was first learned, and what."""
+        at, known = self.store.caps()
+        if now - at >= CAPS_TRUSTED:
+            return now, {}
+        client.caps.learn(known)
+        return at, client.caps.known()
+
+    def _note_progress(self) -> None:
+        """This run's history left beside the last runs': the backfill's rate and when it ends."""
+        backfill = self.summary.backfill
+        if not backfill.days_left and not any(run.left_ms for run in self.store.progress()):
+            return  # no backfill now or lately: nothing to note, run after run
+        self.summary.backfill = Backfill.of(self.store.note_progress(backfill.progress(now_ms())))
+
+    def _found_empty(self, findings: Findings, mine: Params) -> None:
+        """Checkpoint the new time of quiet parameters whose probe found nothing in it: asked once, as
+        averages, and nothing to write (the late-data tails still read again from their newest points)."""
+        for series, (pids, starts, ends) in findings.empty.items():
+            rows = np.searchsorted(mine.id, pids)
+            windows = Windows(series, pids, mine.object_id[rows], mine.kind[rows], starts, ends)
+            self.store.commit(windows)
+            self.committed.append(intervals_of(windows))
+
     async def _late(
-        self, client: MonitoringClient, coverage: Coverage, mine: Params, start: int, end: int, now: int
+        self,
+        client: MonitoringClient,
+        coverage: Coverage,
+        mine: Params,
+        start: int,
+        end: int,
+        now: int,
+        silent: np.ndarray,
     ) -> Findings | None:
-        """The tails and revisions to read again (etl/pipeline/late.py); None when nothing is looked for."""
-        window = self.config.window
-        if not (window.late_max or window.revisions):
+        """The tails and revisions to read again and the quiet parameters to poll (etl/pipeline/late.py);
+        None when nothing is looked for (or the run reads the windows it was given)."""
+        window, cadence = self.config.window, self.config.cadence
+        if not (window.late_max or window.revisions or cadence.quiet_max) or self.options.work is not None:
             return None
         arrivals = self.store.arrivals
         if self.options.full_refresh:  # everything is read again: the probes only take the revisions' prints
@@ -402,10 +474,14 @@ class Coordinator:
             window.revisions,
             tuple(self.config.series),
             self.config.extract.max_points,
+            cadence.quiet_after,
+            0 if self.options.full_refresh else cadence.quiet_max,
+            () if self.options.full_refresh else tuple(cadence.series.items()),
         )
-        findings = await late.probe(
-            client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts
-        )
+        with purpose.purpose(purpose.PROBES):
+            findings = await late.probe(
+                client, coverage, arrivals, mine.id, mine.kind, options, self.summary.counts, silent
+            )
         figures = self.summary.late
         figures.quiet, figures.past_late_max, figures.backlog = (
             findings.quiet,
@@ -456,6 +532,9 @@ class Coordinator:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
         checkpoints = GroupCommit(self.store)
+        # Which (parameter, series) brought new data, for the floor; what history the slabs loaded.
+        fresh = {series: np.zeros(len(plan.fleet), bool) for series in plan.series}
+        loaded = {series: [0, 0] for series in plan.series}  # windows, parameter-ms
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
             self.fatal = self.fatal or exc
@@ -496,6 +575,9 @@ class Coordinator:
                 # A slab's freed buffers go back to the OS, not to the next one's peak; malloc_trim walks
                 # every arena, so not on the event loop.
                 await asyncio.to_thread(allocator.trim)
+                fresh[result.series][np.searchsorted(plan.fleet.ids, result.new_data)] = True
+                loaded[result.series][0] += result.history_windows
+                loaded[result.series][1] += result.history_ms
                 totals = self.summary.series[result.series]
                 totals.slabs += 1
                 totals.windows += len(result.done)
@@ -505,7 +587,7 @@ class Coordinator:
             self.summary.counts.add(result.counts)
             if result.client is not None:
                 self.summary.client.add(result.client)
-            progress.advance(result.windows, written.points)
+            progress.advance(len(result.done or ()), written.points, len(result.failures))
 
         committer: Committer | None = None
         if self.build.lake is not None:
@@ -540,10 +622,16 @@ class Coordinator:
         finally:
             if committer is not None:
                 committer.discard()
-            progress.close()
             summary = self.summary
             done = sum(totals.windows for totals in summary.series.values())
-            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows))
+            gone = summary.counts.gone
+            summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows) - gone)
+            summary.request_floor = sum(int(f.sum()) for f in fresh.values()) + 2  # + sign-in, objects
+            summary.backfill.left = {
+                series.value: History(h.windows - loaded[series][0], h.ms - loaded[series][1], h.total_ms)
+                for series, h in plan.history.items()
+            }
+            progress.close(summary.windows_not_done, summary.stopped)
 
     def _set_deadline(self, started: float) -> asyncio.TimerHandle | None:
         """`retry.run_deadline` from the run's start: then the run stops (`_out_of_time`)."""

@@ -11,6 +11,7 @@ class Counts:
     requests: int = 0  # series requests sent (a pull reports them; a run's figure is its client's)
     continuations: int = 0  # requests spent on answers that may have been cut
     splits: int = 0  # rests of a window asked in several pieces at once
+    gone: int = 0  # windows of parameters whose series answered 404: neither written nor failed
     # Odd points, dropped (etl/pipeline/clean.py): the run summary's warnings.
     points_outside_window: int = 0
     points_without_value: int = 0

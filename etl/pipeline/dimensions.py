@@ -28,7 +28,7 @@ from etl.sinks import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.state.store import SnapshotNote
 from etl.storage import spools
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 PAGE = 250  # records converted to Arrow at a time: a few hundred dicts made and let go, not thousands
 ROW_GROUP = 1000  # records per row group of a written table (pages gathered)
@@ -71,11 +71,23 @@ class Rows:
                 self._flush()
         self.count += len(records)
 
+    def add_table(self, table: pa.Table) -> None:
+        """Rows already in Arrow (kept from the fleet's catalog), spooled as a page of their own after the
+        records added before them: pages keep the order rows came in."""
+        if not table.num_rows:
+            return
+        self._flush()
+        self._spool(table)
+        self.count += table.num_rows
+
     def _flush(self) -> None:
         if not self._pending:
             return
         table = records.records_table(self._pending)
-        self._pending = []
+        self._spool(table)
+        self._pending = []  # only once spooled: a page that could not be is written with the next
+
+    def _spool(self, table: pa.Table) -> None:
         try:
             self._folder = self._folder or spools.spool_folder("rows-")
             path = os.path.join(self._folder, f"{len(self._pages)}.arrow")
@@ -97,7 +109,10 @@ class Rows:
                 types.setdefault(field.name, set()).add(field.type)
         return pa.schema([pa.field(name, records.unify(name, found)) for name, found in types.items()])
 
-    def pages(self, schema: pa.Schema, source: str) -> Iterator[pa.Table]:
+    def tables(self, schema: pa.Schema | None = None) -> Iterator[pa.Table]:
+        """Every page in the order added, with `schema`'s columns (default: `schema()`)."""
+        self._flush()
+        schema = self.schema() if schema is None else schema
         for path, _ in self._pages:
             with pa.memory_map(path) as mapped:
                 table = pa.ipc.open_file(mapped).read_all()
@@ -107,7 +122,10 @@ class Rows:
                 else pa.nulls(table.num_rows, field.type)
                 for field in schema
             ]
-            page = pa.Table.from_arrays(columns, schema=schema)
+            yield pa.Table.from_arrays(columns, schema=schema)
+
+    def pages(self, schema: pa.Schema, source: str) -> Iterator[pa.Table]:
+        for page in self.tables(schema):
             yield page.add_column(0, "source", pa.array([source] * page.num_rows, pa.string()))
 
     def reader(self, source: str) -> pa.RecordBatchReader:

@@ -8,6 +8,11 @@ calculated lists do. Otherwise, two lists per object (what the document guarante
 first pages of the search are asked at once: sign-in, objects, search, its empty last page are the
 four round trips before the first series request. A fleet whose lists all fit in one round of requests
 (two an object, at most the requests in flight) is listed object by object: three round trips.
+
+With the fleet's catalog (etl/pipeline/catalog.py), a run lists the parameters of the objects that are new
+or due only, the same way, and keeps the others' rows from the catalog, a row group at a time: the
+result is the same (every selected parameter, in the plan's columns and the dimension table's rows),
+and the catalog is written anew from it.
 """
 
 from __future__ import annotations
@@ -15,24 +20,32 @@ from __future__ import annotations
 import asyncio
 import logging
 from array import array
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from etl.client import MonitoringClient
-from etl.client.models import Parameter, param_kind, record_id
+from etl.client.models import ObjectFull, Parameter, param_kind, record_id
 from etl.config import ParameterSelect, SelectConfig
-from etl.errors import ConfigError, InvalidResponse
+from etl.errors import ConfigError, InvalidResponse, StorageError
 from etl.model import PARAM_KINDS, ParamKind, Params
+from etl.pipeline.catalog import CatalogFigures, CatalogOptions, due, noted, selection_digest
 from etl.pipeline.dimensions import Rows
+from etl.state.catalog import KEYS, Kept, Listings
+from etl.support import trace
 
 log = logging.getLogger(__name__)
 
 OIDS_PER_SEARCH = 200  # keeps the query string near 2 kB
 SEARCH_PAGE = 1000
 SEARCHES_AT_ONCE = 4
+NO_CONTROLLER = (
+    1  # sdirobjectstate id: no controller installed or configured on the object (the document's 3)
+)
 
 _List = Callable[[int], Awaitable[list[Parameter]]]  # an object's parameters of one list
 
@@ -44,8 +57,19 @@ class Discovery:
 
     object_ids: list[int]
     objects: Rows
-    parameters: Rows  # every selected parameter, as listed, plus list, kind and object_id
+    parameters: Rows  # every selected parameter, as listed (or kept), plus list, kind and object_id
     params: Params
+    catalog: CatalogFigures = field(default_factory=CatalogFigures)
+    # Writes the fleet's catalog anew from this discovery: a run calls it once it knows the output is its
+    # own to write (a run stopped before then leaves the catalog as it was).
+    save_catalog: Callable[[], None] = field(default=lambda: None, repr=False)
+    # Objects whose record says none of their parameters can send now: no controller installed or
+    # configured (state 1, "new", in the document), or every controller offline.
+    silent: list[int] = field(default_factory=list)
+
+    def silent_params(self, params: Params) -> np.ndarray:
+        """The ids of these parameters on silent objects."""
+        return params.id[np.isin(params.object_id, np.array(self.silent, np.int64))]
 
 
 class _Selection:
@@ -62,6 +86,7 @@ class _Selection:
         # that no listing holds is a mistake to name, not an empty selection to export silently.
         self.ids_listed: set[int] = set()
         self.tags_listed: set[str] = set()
+        self.kept = 0  # rows kept from the catalog: each was selected when listed
         self.seen = _Seen()
         self.rows = Rows("parameters")
 
@@ -98,7 +123,8 @@ class _Selection:
                 f"config error: select.parameters.ids: parameter(s) {', '.join(map(str, missing))} not among "
                 f"the {kinds} parameters of the selected objects visible to login {username!r}"
             )
-        if self.tags and not self.tags_listed:  # one tag unused is a choice; none used, a mistake
+        # One tag unused is a choice; none used, a mistake.
+        if self.tags and not self.tags_listed and not self.kept:
             raise ConfigError(
                 f"config error: select.parameters.tags: no {kinds} parameter of the selected objects has "
                 f"any of the tags {', '.join(map(repr, sorted(self.tags)))}"
@@ -108,6 +134,40 @@ class _Selection:
         ids, objects, kinds = (np.array(column) for column in self.found)  # int64, int64, int8
         order = np.argsort(ids, kind="stable")
         return Params(ids[order], objects[order], kinds[order])
+
+    def keep(self, batch: pa.RecordBatch, objects: np.ndarray) -> np.ndarray:
+        """Take a row group of the catalog: its rows of `objects` (sorted ids: not listed this run) that no
+        listing of this run holds. Returns the ids of the others not listed now (gone)."""
+        ids = np.asarray(batch.column("_id").to_numpy(zero_copy_only=False), np.int64)
+        owners = np.asarray(batch.column("_object").to_numpy(zero_copy_only=False), np.int64)
+        listed = self.seen.contains(ids)
+        kept = ~listed & np.isin(owners, objects)
+        rows = pa.Table.from_batches([batch.filter(pa.array(kept))])
+        self.seen.new(ids[kept])
+        kinds = rows.column("_kind").to_numpy(zero_copy_only=False)
+        for column, values in zip(self.found, (ids[kept], owners[kept], kinds), strict=True):
+            column.frombytes(np.ascontiguousarray(values, column.typecode).tobytes())
+        if self.ids is not None:
+            self.ids_listed.update(i for i in ids[kept].tolist() if i in self.ids)
+        self.kept += rows.num_rows
+        self.rows.add_table(rows.drop_columns(list(KEYS)))
+        return ids[~listed & ~kept]
+
+    def catalog_pages(self) -> Iterator[pa.Table]:
+        """The rows taken, page by page with the catalog's own columns: what the catalog is written from."""
+        ids, objects = (np.frombuffer(column, np.int64) for column in self.found[:2])
+        kinds = np.frombuffer(self.found[2], np.int8)
+        at = 0
+        for page in self.rows.tables():
+            end = at + page.num_rows
+            yield (
+                page.append_column(KEYS[0], pa.array(ids[at:end]))
+                .append_column(KEYS[1], pa.array(objects[at:end]))
+                .append_column(KEYS[2], pa.array(kinds[at:end]))
+            )
+            at = end
+        if at != len(ids):
+            raise AssertionError(f"the catalog's rows ({at}) and the parameters taken ({len(ids)}) differ")
 
 
 class _Seen:
@@ -120,14 +180,20 @@ class _Seen:
         self.sorted = np.empty(0, np.int64)
         self.latest = np.empty(0, np.int64)
 
+    def contains(self, ids: np.ndarray) -> np.ndarray:
+        """Which of `ids` were seen."""
+        found = np.zeros(len(ids), bool)
+        for known in (self.sorted, self.latest):
+            if len(known) and len(ids):
+                at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
+                found |= known[at] == ids
+        return found
+
     def new(self, ids: np.ndarray) -> np.ndarray:
         """Which of `ids` were not seen before (nor earlier in `ids`); they are seen now."""
         fresh = np.zeros(len(ids), bool)
         fresh[np.unique(ids, return_index=True)[1]] = True
-        for known in (self.sorted, self.latest):
-            if len(known) and len(ids):
-                at = np.minimum(np.searchsorted(known, ids), len(known) - 1)
-                fresh &= known[at] != ids
+        fresh &= ~self.contains(ids)
         self.latest = np.union1d(self.latest, ids[fresh])
         if len(self.latest) > self.LATEST:
             self.sorted, self.latest = np.union1d(self.sorted, self.latest), np.empty(0, np.int64)
@@ -257,20 +323,108 @@ def _usable_id(value: object) -> bool:
     return True
 
 
-async def discover(client: MonitoringClient, select: SelectConfig) -> Discovery:
+async def discover(
+    client: MonitoringClient, select: SelectConfig, catalog: CatalogOptions | None = None
+) -> Discovery:
+    """The selected objects and parameters: every object's parameters listed, or with a `catalog`, those
+    of the objects new or due, the others kept from it (and the catalog written anew, unless a dry run)."""
+    with trace.current().span("etl.discovery") as span:
+        requests = client.stats.requests
+        found = await _discover(client, select, catalog)
+        span.set(
+            objects=len(found.object_ids),
+            parameters=len(found.params),
+            requests=client.stats.requests - requests,
+        )
+        return found
+
+
+async def _discover(
+    client: MonitoringClient, select: SelectConfig, catalog: CatalogOptions | None
+) -> Discovery:
     records, selection = Rows("objects"), _Selection(select.parameters)
+    found = Discovery([], records, selection.rows, Params.of([]))
     try:
-        object_ids = await _objects(client, select, records)
-        if len(_lists(client, selection.kinds)) * len(object_ids) > client.session.max_in_flight:
-            await _search_or_list(client, object_ids, selection)
-        else:  # the lists in one round trip, where the search needs two (its check, its empty last page)
-            await _per_object(client, object_ids, selection.kinds, selection)
+        found.object_ids = await _objects(client, select, records, found.silent)
+        if catalog is None:
+            await _list(client, found.object_ids, selection)
+        else:
+            await _with_catalog(client, select, selection, catalog, found)
         selection.check(client.session.username)
     except BaseException:
         records.close()  # their spooled pages
         selection.rows.close()
         raise
-    return Discovery(object_ids, records, selection.rows, selection.params())
+    found.params = selection.params()
+    return found
+
+
+async def _list(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
+    if len(_lists(client, selection.kinds)) * len(object_ids) > client.session.max_in_flight:
+        await _search_or_list(client, object_ids, selection)
+    elif object_ids:  # the lists in one round trip, where the search needs two (its check, its empty page)
+        await _per_object(client, object_ids, selection.kinds, selection)
+
+
+async def _with_catalog(
+    client: MonitoringClient,
+    select: SelectConfig,
+    selection: _Selection,
+    catalog: CatalogOptions,
+    found: Discovery,
+) -> None:
+    """List the objects new or due, keep the others' parameters from the catalog; `found` gets the figures
+    and what writes the catalog anew."""
+    digest, now = selection_digest(select), catalog.now
+    ids = np.array(found.object_ids, np.int64)
+    figures = found.catalog = CatalogFigures(
+        objects=len(ids), forced=catalog.full, now=now, refresh=catalog.refresh
+    )
+    with ExitStack() as held:
+        # Read even when every object is to be listed: what the listings no longer show is named.
+        kept: Kept | None = await asyncio.to_thread(held.enter_context, catalog.store.read(digest))
+        listings = kept.listings if kept is not None else None
+        listing = (
+            due(ids, kept.listings, now, now - kept.written, catalog.refresh)
+            if kept is not None and catalog.refresh and not catalog.full
+            else np.ones(len(ids), bool)
+        )
+        figures.kept, figures.listed = kept is not None, int(listing.sum())
+        await _list(client, ids[listing].tolist(), selection)
+        if kept is not None:
+            others = ids[~listing]
+            figures.oldest = _oldest(kept.listings, others)
+            gone = await asyncio.to_thread(_keep, kept, selection, others)
+            figures.add_gone(gone)
+            if gone:
+                log.warning("%s", figures.gone_text())
+    if catalog.save:
+        new = noted(ids, listings, listing, now, catalog.refresh)
+
+        def save() -> None:
+            # The catalog saves requests, nothing else: one not written leaves the last one (the objects
+            # listed now are listed again, what they held found again), and the run goes on.
+            try:
+                catalog.store.write(digest, now, new, selection.catalog_pages())
+            except StorageError as exc:
+                log.warning(
+                    "the fleet's catalog is not written (%s): the next run lists these objects again", exc
+                )
+
+        found.save_catalog = save
+
+
+def _keep(kept: Kept, selection: _Selection, objects: np.ndarray) -> list[int]:
+    gone = [selection.keep(batch, objects) for batch in kept.batches()]
+    return sorted(np.concatenate(gone).tolist()) if gone else []
+
+
+def _oldest(listings: Listings, objects: np.ndarray) -> int | None:
+    """The oldest listing of `objects` (sorted ids, all in `listings`), None for none."""
+    if not len(objects):
+        return None
+    at = np.searchsorted(listings.object_id, objects)
+    return int(listings.listed[at].min())
 
 
 async def _search_or_list(client: MonitoringClient, object_ids: list[int], selection: _Selection) -> None:
@@ -293,8 +447,18 @@ async def _search_or_list(client: MonitoringClient, object_ids: list[int], selec
     await _per_object(client, object_ids, selection.kinds, selection)
 
 
-async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows) -> list[int]:
-    """The selected objects' ids, sorted; their records go to `records` a page at a time."""
+def _silent(o: ObjectFull) -> bool:
+    """Whether an object's record says none of its parameters can send now."""
+    state = o.sdirobjectstate.get("id") if isinstance(o.sdirobjectstate, dict) else None
+    total, offline = o.controllersTotalCount, o.controllersOfflineCount
+    return state == NO_CONTROLLER or (bool(total) and offline is not None and offline >= (total or 0))
+
+
+async def _objects(
+    client: MonitoringClient, select: SelectConfig, records: Rows, silent: list[int]
+) -> list[int]:
+    """The selected objects' ids, sorted; their records go to `records` a page at a time; the silent
+    ones' ids to `silent`."""
     wanted = None if select.objects == "all" else set(select.objects)
     # An array, not a list: an int kept from each page would pin the allocator's arenas that held the
     # page's records, and the listing's whole peak would stay for the run.
@@ -302,6 +466,7 @@ async def _objects(client: MonitoringClient, select: SelectConfig, records: Rows
     async for page in client.object_pages(states=select.object_states):
         page = [o for o in page if wanted is None or o.id in wanted]
         object_ids.extend(o.id for o in page)
+        silent.extend(o.id for o in page if _silent(o))
         records.add([o.raw() for o in page])
     missing = sorted((wanted or set()) - set(object_ids))
     if missing:

@@ -22,11 +22,12 @@ from typing import Any
 
 from etl.client import MonitoringClient
 from etl.client.budget import Budget, Grant, Member, Report, keep_in_touch
-from etl.client.capacity import LearnedLimit
+from etl.client.concurrency import LearnedLimit
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
 from etl.pipeline.cluster import Serving, key_of
 from etl.pipeline.slab import STOP_GRACE, FetchFlow, SlabJob, SlabResult, process_slab, run_slab
+from etl.support import trace
 from etl.support.optional import require
 from etl.timeutil import iso
 
@@ -152,16 +153,29 @@ async def execute(
 ) -> None:
     admission = _Admission(executor)
 
+    traced = trace.current()
+
     async def one(job: SlabJob, flow: _Flow) -> None:
+        slab = job.slab
         try:
-            result = await executor.run_job(job, flow)
+            with traced.span(
+                "etl.slab", series=str(slab.series), day=iso(slab.start)[:10], windows=len(slab.windows)
+            ) as span:
+                result = await executor.run_job(job, flow)
+                span.set(
+                    points=result.written.points,
+                    windows_done=len(result.done) if result.done is not None else 0,
+                    windows_failed=len(result.failures),
+                    **({"requests": result.client.requests} if result.client is not None else {}),
+                )
         except Exception as exc:  # a write that failed (disk full...), a lost cluster, or a bug
             fail(job, exc)
             return
         finally:
             admission.leave(flow)
         try:
-            await commit(job, result)
+            with traced.span("etl.commit", series=str(slab.series), points=result.written.points):
+                await commit(job, result)
         except Exception as exc:  # a commit that failed
             fail(job, exc)
 

@@ -1,7 +1,7 @@
 """Fetch one window: every point of it, whatever the server caps its answers at.
 
 An answer may lack points in two ways: it holds as many as the `count` asked, or the server capped it
-below that without a word (the document gives `count` no default or maximum; `etl.client.caps` learns
+below that without a word (the document gives `count` no default or maximum; `etl.client.count_cap` learns
 the cap). An answer that may have been cut and stops before the window's end is continued from its last
 stamp: the server's bounds are inclusive, so that point comes again and is dropped. Once an answer is
 known to be cut, the rest of its window is asked in pieces the cap fits, all at once.
@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from etl.client import MonitoringClient
-from etl.client.caps import Verdict
+from etl.client.count_cap import Verdict
 from etl.client.models import Candles, Points
 from etl.client.retry import within
 from etl.errors import DataError, NetworkError, RequestRejected

@@ -7,6 +7,8 @@ run whose config differs stops:
 
 - `sink.format`: the checkpoints would skip the window in the other format (nothing written, a table
   missing), or its rows be written again beside the first ones;
+- `sink.dsn`, `sink.schema` (PostgreSQL): the checkpoints are of other tables; those of the new ones
+  would miss what they cover;
 - `sink.partition_by`: rows fetched again (the overlap, a backfill) would land in new folders beside the
   old ones;
 - a state folder moved to another source name by hand: its rows carry the old name;
@@ -42,7 +44,7 @@ from etl.pipeline.dimensions import table_file
 from etl.sinks.output import Output
 from etl.state import Coverage, StateStore
 from etl.state.store import LAYOUT, SNAPSHOT
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 RENAME = "etl state rename-source -c CONFIG --from {old}"
@@ -63,7 +65,8 @@ def check_layout(config: Config) -> None:
     """Stop a run (or `etl compact`) whose config would write this source's output otherwise than recorded.
     `etl.run` asks before the run opens its output, and again under the run lock (`check_source_identity`)."""
     source, sink = config.source, config.sink
-    for store in Output(config).state_stores():
+    output = Output(config)
+    for store in output.state_stores():
         renaming = store.renaming()
         if renaming is not None:
             raise ConfigError(
@@ -84,6 +87,13 @@ def check_layout(config: Config) -> None:
                 f"config error: sink.format: {sink.path} holds source {source.name!r} as {written} ({said}); "
                 f"as {sink.format} a run would skip what the checkpoints cover, or write it a second time: set "
                 f"sink.format: {written}, or give {sink.format} a new sink.path"
+            )
+        database = output.database
+        if recorded.tables is not None and database is not None and recorded.tables != database.target:
+            raise ConfigError(
+                f"config error: sink.dsn: the checkpoints in {store.storage.display()} are of the tables in "
+                f"{recorded.tables} ({where}); those in {database.target} would miss what they cover: set "
+                "sink.dsn and sink.schema back, or give these tables a new sink.path"
             )
         if recorded.partition_by is not None and list(recorded.partition_by) != sink.partition_by:
             old = "[" + ", ".join(recorded.partition_by) + "]"

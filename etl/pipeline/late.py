@@ -31,9 +31,10 @@ import numpy as np
 from etl.client import MonitoringClient
 from etl.errors import EtlError
 from etl.model import PARAM_KINDS, ParamKind, Series, Window, union
-from etl.pipeline.clean import clean
+from etl.pipeline.clean import WindowData, clean
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
+from etl.pipeline.plan import not_due
 from etl.state.arrivals import Arrivals, Rows
 from etl.state.coverage import NONE, Coverage
 from etl.timeutil import DAY_MS, MINUTE_MS, iso
@@ -55,6 +56,9 @@ class LateOptions:
     revisions: int  # 0: no revision is looked for
     series: tuple[Series, ...]
     max_points: int = 10_000
+    quiet_after: int = 0  # a parameter whose newest point is this old is quiet (0: none is)
+    quiet_max: int = 0  # a quiet parameter is polled at least this often (0: every run, as others)
+    every: tuple[tuple[Series, int], ...] = ()  # a series' new time is asked once this old (cadence.series)
 
 
 def block_of(revisions: int) -> int:
@@ -63,14 +67,71 @@ def block_of(revisions: int) -> int:
     return max(2 * BUCKET_MS, revisions // 4 // BUCKET_MS * BUCKET_MS)
 
 
+QUIET_SHARE = 4  # a quiet parameter is polled after a quarter of its silence (up to quiet_max)
+
+
+@dataclass(frozen=True)
+class Quiet:
+    """The quiet parameters of a run: those not due (`resting`: their new time waits for a later run,
+    and costs nothing now) and those due (`polled`: one probe of their averages from their newest point on
+    tells where they sent anything; only that is read, the rest is checkpointed as empty)."""
+
+    resting: np.ndarray
+    polled: np.ndarray
+
+    @classmethod
+    def none(cls) -> Quiet:
+        return cls(_EMPTY, _EMPTY)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return np.union1d(self.resting, self.polled)
+
+
+def quiet_of(
+    coverage: Coverage, arrivals: Arrivals, ids: np.ndarray, options: LateOptions, silent: np.ndarray
+) -> Quiet:
+    """Which parameters are quiet, and which of them are due. A parameter is quiet when its newest point
+    is `quiet_after` older than its checkpoint (none yet: older than the window's start); its cadence is a
+    quarter of its silence, at most `quiet_max`. One whose object says no point can come (`silent`: no
+    controller, every controller offline) is polled every `quiet_max` once it has been silent a quarter of
+    `quiet_after`. It is due once its checkpoint is a cadence old. A parameter without checkpoints is never
+    quiet: it has a window to load."""
+    if not options.quiet_max or not len(ids):
+        return Quiet.none()
+    ref = Series.RAW if Series.RAW in options.series else options.series[0]
+    hw = coverage.high_waters(ref, ids)
+    newest = arrivals.newest_of(ref, ids)
+    silence = hw - np.where(newest == NONE, options.start, newest + 1)
+    cadence = np.where(
+        silence >= options.quiet_after, np.minimum(silence // QUIET_SHARE, options.quiet_max), 0
+    )
+    # The object's word counts once the parameter itself has been silent a while (a record can lag, or
+    # an object without a controller still have calculated values).
+    told = np.isin(ids, silent) & (silence >= options.quiet_after // QUIET_SHARE)
+    cadence = np.where(told, options.quiet_max, cadence)
+    quiet = (hw != NONE) & (cadence > 0)
+    due = options.end - hw >= cadence
+    return Quiet(ids[quiet & ~due], ids[quiet & due])
+
+
 def tails(
-    coverage: Coverage, arrivals: Arrivals, series: Series, ids: np.ndarray, options: LateOptions
+    coverage: Coverage,
+    arrivals: Arrivals,
+    series: Series,
+    ids: np.ndarray,
+    options: LateOptions,
+    quiet: Quiet | None = None,
 ) -> tuple[Work, Work]:
     """(short, long) tails of a series: from just after each parameter's newest row to its checkpoint's
     end, cut at `late_max` before the server's clock and at the run's start. Short ones start on the checkpoint's
-    day or the day before; long ones are probed first."""
+    day or the day before; long ones are probed first, as are a quiet parameter's; a resting one's wait."""
+    quiet = quiet or Quiet.none()
+    ids = ids[~np.isin(ids, quiet.resting)]
     if not options.late_max or not len(ids):
         return _NO_WORK, _NO_WORK
+    if (every := dict(options.every).get(series)) is not None:  # its tails wait with its new time
+        ids = ids[~not_due(coverage, series, ids, options.end, every)]
     hw = coverage.high_waters(series, ids)
     hw = np.where(hw == NONE, NONE, np.minimum(hw, options.end))
     newest = arrivals.newest_of(series, ids)
@@ -80,7 +141,7 @@ def tails(
     has = (hw != NONE) & (lo < hw)
     # Quiet for longer than late_max: probed, so that its coming back is seen (and what it brings older).
     beyond = newest < options.now - options.late_max
-    short = (lo >= (hw - 1) // DAY_MS * DAY_MS - DAY_MS) & ~beyond
+    short = (lo >= (hw - 1) // DAY_MS * DAY_MS - DAY_MS) & ~beyond & ~np.isin(ids, quiet.polled)
     pick_s, pick_l = has & short, has & ~short
     return (ids[pick_s], lo[pick_s], hw[pick_s]), (ids[pick_l], lo[pick_l], hw[pick_l])
 
@@ -107,6 +168,12 @@ class Findings:
     probes: int = 0
     failed: int = 0  # probes that failed (their parameters' tails are read whole instead)
     buckets: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)  # for prints
+    # Quiet parameters whose new time the plan leaves out (resting, or polled: their probe's spans with
+    # data are in `work`), and the new time their probes found empty, checkpointed without a request.
+    rest: np.ndarray = field(default_factory=lambda: _EMPTY)
+    empty: dict[Series, Work] = field(default_factory=dict)
+    # The probes' averages up to the run's end, which the average series takes instead of asking again.
+    averages: dict[int, WindowData] = field(default_factory=dict)
 
 
 def _work(parts: list[Work]) -> Work:
@@ -121,14 +188,21 @@ def plan_probes(
     ids: np.ndarray,
     kinds: np.ndarray,
     options: LateOptions,
+    quiet: Quiet | None = None,
 ) -> tuple[dict[Series, Work], dict[Series, Work], Probe]:
-    """The short tails (work as they are), the long ones, and the probes to send."""
+    """The short tails (work as they are), the long ones, and the probes to send: over the long tails,
+    the polled quiet parameters' new time, and the calculated parameters' revision span."""
+    quiet = quiet or Quiet.none()
     short, long = {}, {}
     for series in options.series:
-        short[series], long[series] = tails(coverage, arrivals, series, ids, options)
+        short[series], long[series] = tails(coverage, arrivals, series, ids, options, quiet)
     spans: list[Work] = [long[s] for s in options.series]
+    if len(quiet.polled):
+        first = np.min([coverage.high_waters(s, quiet.polled) for s in options.series], axis=0)
+        first = np.where(first == NONE, options.start, np.minimum(first, options.end))
+        spans.append((quiet.polled, first, np.full(len(first), options.end)))
     if options.revisions:
-        calculated = ids[kinds == PARAM_KINDS.index(ParamKind.CALCULATED)]
+        calculated = ids[(kinds == PARAM_KINDS.index(ParamKind.CALCULATED)) & ~np.isin(ids, quiet.resting)]
         block = block_of(options.revisions)
         first = max(options.start, options.now - options.revisions) // block * block
         if first < options.end and len(calculated):
@@ -253,22 +327,35 @@ class _Averages:
         self.client, self.options, self.counts = client, options, counts
         self.sent = 0
 
-    async def many(self, asks: list[tuple[int, int, int, int]]) -> list[tuple[np.ndarray, np.ndarray] | None]:
-        """(param_id, kind, start, end) each: the bucket starts and their hashes."""
+    async def many(self, asks: list[tuple[int, int, int, int]]) -> list[WindowData | None]:
+        """(param_id, kind, start, end) each: the averages over the half-hours from start's to end."""
         self.sent += len(asks)
         return list(await asyncio.gather(*(self._one(*ask) for ask in asks)))
 
-    async def _one(self, pid: int, kind: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray] | None:
+    async def _one(self, pid: int, kind: int, start: int, end: int) -> WindowData | None:
         window = Window(pid, 0, PARAM_KINDS[kind], Series.AVERAGE, start // BUCKET_MS * BUCKET_MS, end)
         try:
             answer = await fetch_window(self.client, window, self.options.max_points, self.counts)
-            data = clean(window, answer, self.counts)
+            return clean(window, answer, self.counts)
         except EtlError as exc:
             if exc.fatal:
                 raise
             log.debug("probe of %s failed: %s", window.describe(), exc)
             return None
-        return data.ts, hashes(data.ts, data.values["value"])
+
+
+def _buckets(data: WindowData | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """A probe's bucket starts and their hashes."""
+    return None if data is None else (data.ts, hashes(data.ts, data.values["value"]))
+
+
+def _new_time_with_data(bucket_ts: np.ndarray, lo: int, hi: int) -> list[tuple[int, int]]:
+    """The part of a quiet parameter's new time [lo, hi) from the first to the last half-hour its probe
+    says holds points; the half-hour `lo` is in counts (what it holds may be after lo)."""
+    starts = bucket_ts[(bucket_ts + BUCKET_MS > lo) & (bucket_ts < hi)]
+    if not len(starts):
+        return []
+    return [(max(int(starts[0]), lo), min(int(starts[-1]) + BUCKET_MS, hi))]
 
 
 def _add_spans(
@@ -288,11 +375,15 @@ async def probe(
     kinds: np.ndarray,
     options: LateOptions,
     counts: Counts,
+    silent: np.ndarray = _EMPTY,
 ) -> Findings:
-    """Send the run's probes (through the client's own limits) and turn the answers into work."""
-    short, long, probes = plan_probes(coverage, arrivals, ids, kinds, options)
+    """Send the run's probes (through the client's own limits) and turn the answers into work. `silent`:
+    parameters of objects that say no point can come (no controller, every controller offline)."""
+    quiet = quiet_of(coverage, arrivals, ids, options, silent)
+    short, long, probes = plan_probes(coverage, arrivals, ids, kinds, options, quiet)
     findings = Findings()
     extra: dict[Series, list[Work]] = {s: [short[s]] for s in options.series}
+    empty: dict[Series, list[Work]] = {s: [] for s in options.series}
     averages = _Averages(client, options, counts)
     answers = await averages.many(
         [
@@ -304,8 +395,14 @@ async def probe(
     calculated = PARAM_KINDS.index(ParamKind.CALCULATED)
     cut = options.now - options.late_max
     backlog: list[tuple[int, int, int, int]] = []  # quiet for longer than late_max, and back
-    for i, buckets in enumerate(answers):
+    rest = [quiet.resting]
+    polled = set(quiet.polled.tolist())
+    raw_long = long.get(Series.RAW, _NO_WORK)[0]
+    for i, data in enumerate(answers):
         pid, kind = int(probes.param_id[i]), int(probes.kind[i])
+        buckets = _buckets(data)
+        if data is not None and Series.AVERAGE in options.series and data.window.end == options.end:
+            findings.averages[pid] = data
         for series in options.series:
             tails_of = long[series]
             a, b = np.searchsorted(tails_of[0], [pid, pid + 1])
@@ -315,10 +412,20 @@ async def probe(
                 _add_spans(extra, pid, spans, [series])
         if buckets is None:
             findings.failed += 1
-            continue
+            continue  # a polled quiet parameter's new time is read as anyone's
+        if pid in polled:
+            rest.append(np.array([pid]))
+            for series in options.series:
+                high = int(coverage.high_waters(series, np.array([pid]))[0])
+                if high == NONE or high >= options.end:
+                    continue
+                spans = _new_time_with_data(buckets[0], high, options.end)
+                _add_spans(extra, pid, spans, [series])
+                holes = [(high, spans[0][0]), (spans[0][1], options.end)] if spans else [(high, options.end)]
+                _add_spans(empty, pid, [(lo, hi) for lo, hi in holes if lo < hi], [series])
         newest = int(arrivals.newest_of(Series.RAW, np.array([pid]))[0])
         since = max(newest + 1, options.start)
-        if options.late_max and since < cut and len(buckets[0]) and pid in long[Series.RAW][0]:
+        if options.late_max and since < cut and len(buckets[0]) and pid in raw_long:
             # Back after more than late_max: what it uploads for times before that is looked for once.
             backlog.append((pid, kind, since, cut))
         if block and kind == calculated:
@@ -327,21 +434,22 @@ async def probe(
             spans, revised = revised_blocks(arrivals.prints, pid, buckets, block, since, newest)
             findings.revised += revised
             _add_spans(extra, pid, spans, list(options.series))
-    raw_long = long.get(Series.RAW, _NO_WORK)[0]
     findings.quiet = len(np.unique(raw_long))
     if options.late_max:
         findings.beyond = int(np.count_nonzero(arrivals.newest_of(Series.RAW, np.unique(raw_long)) < cut))
-    for (pid, _, lo, hi), buckets in zip(backlog, await averages.many(backlog), strict=True):
-        spans = [(lo, hi)] if buckets is None else _spans_with_data(buckets[0], lo, hi)
-        if buckets is not None and len(buckets[0]):
+    for (pid, _, lo, hi), data in zip(backlog, await averages.many(backlog), strict=True):
+        spans = [(lo, hi)] if data is None else _spans_with_data(data.ts, lo, hi)
+        if data is not None and len(data.ts):
             findings.backlog += 1
             log.warning(
                 "param %d came back after more than window.late_max with points from %s to %s: fetched",
                 pid,
-                iso(int(buckets[0][0])),
-                iso(int(buckets[0][-1]) + BUCKET_MS),
+                iso(int(data.ts[0])),
+                iso(int(data.ts[-1]) + BUCKET_MS),
             )
         _add_spans(extra, pid, spans, list(options.series))
     findings.probes = averages.sent
+    findings.rest = np.unique(np.concatenate(rest))
     findings.work = {s: _work([w for w in parts if len(w[0])]) for s, parts in extra.items()}
+    findings.empty = {s: _work([w for w in parts if len(w[0])]) for s, parts in empty.items()}
     return findings

@@ -67,6 +67,42 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
             series=series,
         )
     gauge(f"{PREFIX}_requests", "Requests sent by the last run", summary.get("requests", 0))
+    for what, count in sorted((summary.get("requests_by_purpose") or {}).items()):
+        gauge(
+            f"{PREFIX}_requests_by_purpose",
+            "Requests of the last run, by what they were for",
+            count,
+            purpose=what,
+        )
+    gauge(
+        f"{PREFIX}_request_floor",
+        "The fewest requests the last run could have made: one per parameter and series with new data, "
+        "plus the sign-in and the object list",
+        summary.get("request_floor", 0),
+    )
+    backfill = summary.get("backfill")
+    for series, left in sorted((backfill["series"] if backfill else {}).items()):
+        gauge(
+            "etl_backfill_days_left",
+            "Parameter-days of history still to load",
+            left["days_left"],
+            series=series,
+        )
+        gauge(
+            "etl_backfill_windows_left",
+            "Windows of history still to load",
+            left["windows_left"],
+            series=series,
+        )
+        gauge(
+            "etl_backfill_share_done", "Share of the history loaded (0-1)", left["share_done"], series=series
+        )
+    if backfill:
+        gauge(
+            "etl_backfill_eta_runs",
+            "Runs until the history is loaded, at the last runs' rate",
+            backfill["eta_runs"],
+        )
     gauge(f"{PREFIX}_retries", "Requests retried by the last run", summary.get("retries", 0))
     for reason, count in sorted((summary.get("retries_by_reason") or {}).items()):
         gauge(f"{PREFIX}_retries_by_reason", "Retries of the last run, by reason", count, reason=reason)
@@ -113,6 +149,22 @@ def write(path: str, run: RunSummary, source: str, exit_code: int) -> None:
         "etl_quality_lowest_completeness",
         "Lowest completeness (0-1) among the parameter-days the last run wrote",
         quality.get("lowest_completeness"),
+    )
+    catalog = summary["catalog"]
+    gauge(
+        "etl_catalog_objects_listed",
+        "Objects whose parameters the last run listed",
+        catalog["objects_listed"],
+    )
+    gauge(
+        "etl_catalog_age_seconds",
+        "Age of the oldest listing the last run kept from the fleet's catalog",
+        catalog["age_seconds"],
+    )
+    gauge(
+        "etl_catalog_parameters_gone",
+        "Parameters the last run took out of the catalog (no longer listed, or 404)",
+        catalog["gone_count"],
     )
     try:
         write_to_textfile(path, registry)

@@ -32,7 +32,7 @@ from etl.sinks.rename import rename_dimensions, rename_layout
 from etl.state import StateStore
 from etl.state.lock import LOCK_FILE
 from etl.state.store import LAYOUT, RENAMING
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 
 @dataclass

@@ -6,10 +6,12 @@ time, so a slab holds a bounded amount of data however wide the fleet. Requests 
 batch boundaries; writing runs in a thread beside the fetching.
 
 A window that fails stays out of the files and the checkpoints; a fatal failure (or a stop) ends the
-slab early, writing what was fetched before it. After a stop (a signal) the windows in flight get
-`STOP_GRACE` seconds; those still out then (a stuck answer) are cancelled and stay open. No checkpoint
-is committed here: the coordinator does, once the result says the files are swapped in. Besides the client, a job and its result are plain
-picklable data, so `run_slab` can run it on a Dask worker with a client of its own.
+slab early, writing what was fetched before it. A window whose parameter is gone (its series answered
+404) is no failure: it is counted (`Counts.gone`) and left open, and the run names the parameter. After
+a stop (a signal) the windows in flight get `STOP_GRACE` seconds; those still out then (a stuck answer)
+are cancelled and stay open. No checkpoint is committed here: the coordinator does, once the result says
+the files are swapped in. Besides the client, a job and its result are plain picklable data, so
+`run_slab` can run it on a Dask worker with a client of its own.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from etl.client import ClientStats, MonitoringClient
+from etl.client import ClientStats, MonitoringClient, purpose
 from etl.client.budget import Member, keep_in_touch
 from etl.config import Config
-from etl.errors import EtlError, ExitCode, without_frames
+from etl.errors import EtlError, ExitCode, ParameterGone, without_frames
 from etl.model import Series, Shard, Window, Windows, batches
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
@@ -79,6 +81,11 @@ class SlabResult:
     arrivals: Arrivals = field(default_factory=Arrivals)
     counts: Counts = field(default_factory=Counts)
     client: ClientStats | None = None  # the counts of a task's own client (run_slab)
+    # Of the windows done: the parameters whose fresh windows (not history) brought rows, and the
+    # history windows and their parameter-time (a backfill's progress).
+    new_data: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    history_windows: int = 0
+    history_ms: int = 0
 
     def detached(self) -> SlabResult:
         """Without exception objects: many cannot be unpickled in another process."""
@@ -110,8 +117,12 @@ class _Fetcher:
         ahead: int,
         counts: Counts,
         flow: FetchFlow | None = None,
+        history: np.ndarray | None = None,
+        answered: dict[int, WindowData] | None = None,
     ) -> None:
         self.client, self.windows, self.max_points, self.counts = client, windows, max_points, counts
+        self.history = history if history is not None else np.zeros(len(windows), bool)
+        self.answered = answered or {}
         self.flow = flow
         self.room = asyncio.Semaphore(ahead)
         self.stopped = False
@@ -132,18 +143,21 @@ class _Fetcher:
             if task is not None and not task.done():
                 task.cancel()
 
-    async def _one(self, window: Window) -> WindowData:
+    async def _one(self, window: Window, history: bool) -> WindowData:
+        if (answer := self.answered.get(window.param_id)) is not None and answer.covers(window):
+            return answer.within(window)
+        purpose.set_purpose(purpose.HISTORY if history else purpose.NEW_DATA)  # this task's own
         return clean(
             window, await fetch_window(self.client, window, self.max_points, self.counts), self.counts
         )
 
     async def launch(self) -> None:
         try:
-            for window in self.windows:
+            for window, history in zip(self.windows, self.history.tolist(), strict=True):
                 await self.room.acquire()
                 if self.stopped:
                     break
-                task = asyncio.ensure_future(self._one(window))
+                task = asyncio.ensure_future(self._one(window, history))
                 if self.flow is not None:
                     self.flow.launched()
                     task.add_done_callback(self._fetched)
@@ -187,7 +201,9 @@ async def process_slab(
     groups = batches(slab.windows.param_id, extract.batch_windows)
     # Room for the batch being written and the next: never less than two of the longest batch.
     ahead = 2 * max([extract.batch_windows, *(hi - lo for lo, hi in groups)])
-    fetcher = _Fetcher(client, slab.windows, extract.max_points, ahead, result.counts, flow)
+    fetcher = _Fetcher(
+        client, slab.windows, extract.max_points, ahead, result.counts, flow, slab.history, slab.averages
+    )
     watch = asyncio.ensure_future(_relay(stop, fetcher)) if stop is not None else None
     launcher = asyncio.ensure_future(fetcher.launch())
     source, by_object = job.config.source.name, writer.layout.by_object
@@ -213,6 +229,8 @@ async def process_slab(
                         newest[index] = outcome.ts[-1]
                 elif isinstance(outcome, asyncio.CancelledError) and fetcher.cancelled:
                     complete = False  # stopped while in flight: it stays open; the rest is written
+                elif isinstance(outcome, ParameterGone):
+                    result.counts.gone += 1  # not a failure: the run takes it out of the catalog
                 elif isinstance(outcome, Exception):
                     # Each error class says whether fetching more is pointless; anything else is a bug. The
                     # run's record keeps the message, which may quote a server's answer.
@@ -239,6 +257,10 @@ async def process_slab(
         result.written = await asyncio.to_thread(writer.finish)
         result.done = slab.windows[done]
         received = done & (newest != NONE)
+        history = slab.history if slab.history is not None else np.zeros(len(slab.windows), bool)
+        result.new_data = np.unique(slab.windows.param_id[received & ~history])
+        result.history_windows = int((done & history).sum())
+        result.history_ms = int((slab.windows.end - slab.windows.start)[done & history].sum())
         result.arrivals.add_newest(key_of(slab.windows.param_id[received], slab.series), newest[received])
         if result.written.late is not None:
             result.arrivals.add_late(result.written.late)
@@ -304,5 +326,6 @@ def run_slab(job: SlabJob, key: str = "slab") -> SlabResult:
     try:
         return asyncio.run(go())
     finally:
+        built.close()  # a worker runs many slabs: none keeps a database connection
         if link is not None:
             link.close(member.report(0, 0, done=True))  # its last answers, and its permits back

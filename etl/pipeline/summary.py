@@ -7,17 +7,30 @@ from __future__ import annotations
 
 import html
 import time
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
 from etl.client import ClientStats
-from etl.client.capacity import CapacityRecord
+from etl.client.concurrency import CapacityRecord
 from etl.client.retry import ClientRecord
 from etl.model import Shard
+from etl.pipeline.catalog import CatalogFigures, CatalogRecord
 from etl.pipeline.counts import Counts
-from etl.timeutil import duration_text, iso
+from etl.pipeline.plan import History
+from etl.pipeline.progress import NOTHING_NEW
+from etl.state.store import Progress
+from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso
+
+
+def record_id() -> str:
+    """The name of a run's record (and a verify's): names sort as the commands started (doctor's "last
+    run" is the last name), to the millisecond; three random hex digits keep two of one millisecond
+    (shards) apart."""
+    now = datetime.now(tz=UTC)
+    return f"{now:%Y%m%dT%H%M%SZ}-{now.microsecond // 1000:03d}{uuid.uuid4().hex[:3]}"
 
 
 @dataclass
@@ -60,6 +73,89 @@ class LateFigures:
             "revised_blocks": self.revised,
             "probes": self.probes,
         }
+
+
+class BackfillRecord(TypedDict):
+    windows_left: int
+    days_left: float
+    share_done: float
+
+
+class ProgressRecord(TypedDict):
+    series: dict[str, BackfillRecord]
+    days_per_run: float | None  # parameter-days loaded per run, over the last runs
+    eta_runs: float | None
+    eta_hours: float | None
+
+
+@dataclass
+class Backfill:
+    """The history still to load after the run, per series (parameter-time behind each parameter's
+    frontier, etl/pipeline/plan.py), and how fast the last runs loaded it (etl/state/store.py `progress`)."""
+
+    left: dict[str, History] = field(default_factory=dict)
+    days_per_run: float | None = None
+    hours_between_runs: float | None = None
+
+    @property
+    def days_left(self) -> float:
+        return sum(h.ms for h in self.left.values()) / DAY_MS
+
+    def eta_runs(self) -> float | None:
+        if not self.days_left:
+            return 0.0
+        return self.days_left / self.days_per_run if self.days_per_run else None
+
+    def as_dict(self) -> ProgressRecord:
+        runs = self.eta_runs()
+        return {
+            "series": {
+                name: {
+                    "windows_left": h.windows,
+                    "days_left": round(h.ms / DAY_MS, 3),
+                    "share_done": round(h.share_done, 4),
+                }
+                for name, h in sorted(self.left.items())
+            },
+            "days_per_run": None if self.days_per_run is None else round(self.days_per_run, 3),
+            "eta_runs": None if runs is None else round(runs, 1),
+            "eta_hours": (
+                None
+                if runs is None or self.hours_between_runs is None
+                else round(runs * self.hours_between_runs, 1)
+            ),
+        }
+
+    @classmethod
+    def of(cls, runs: list[Progress]) -> Backfill:
+        """What the last of these runs left, at the rate of them all: parameter-days loaded a run, hours
+        between runs."""
+        if not runs:
+            return cls()
+        first, last, n = runs[0], runs[-1], len(runs) - 1
+        backfill = cls({name: History(*figures) for name, figures in last.left.items()})
+        if n:
+            backfill.days_per_run = max((first.left_ms - last.left_ms) / DAY_MS / n, 0.0)
+            backfill.hours_between_runs = (last.at - first.at) / HOUR_MS / n
+        return backfill
+
+    def progress(self, at: int) -> Progress:
+        return Progress(at, {name: (h.windows, h.ms, h.total_ms) for name, h in self.left.items()})
+
+    def text(self) -> str:
+        """One line: what is left, and when it should be in (empty: nothing left)."""
+        if not self.days_left:
+            return ""
+        record = self.as_dict()
+        parts = ", ".join(
+            f"{name} {r['days_left']:g} parameter-days ({r['windows_left']} windows, {r['share_done']:.0%} done)"
+            for name, r in record["series"].items()
+            if r["days_left"]
+        )
+        if record["eta_runs"] is None:
+            return f"{parts}    no rate yet"
+        hours = f", about {duration_text(record['eta_hours'] * 3600)}" if record["eta_hours"] else ""
+        return f"{parts}    about {record['eta_runs']:g} more runs{hours}"
 
 
 class WindowRecord(TypedDict):
@@ -113,6 +209,9 @@ class RunRecord(ClientRecord):
     quality: QualityRecord
     late: LateRecord
     dimensions: list[str]
+    request_floor: int
+    backfill: ProgressRecord
+    catalog: CatalogRecord
     lake: NotRequired[LakeRecord]
 
 
@@ -151,6 +250,12 @@ class RunSummary:
     dimensions: list[str] = field(default_factory=list)  # the dimension tables written
     lowest_completeness: float | None = None  # among them
     late: LateFigures = field(default_factory=LateFigures)
+    # One request per parameter and series with new data, plus the sign-in and the object list: what an
+    # hourly run cannot cost less than (its requests by purpose are the client's).
+    request_floor: int = 0
+    backfill: Backfill = field(default_factory=Backfill)
+    # What the run listed, kept and took out of the fleet's catalog (etl/pipeline/catalog.py).
+    catalog: CatalogFigures = field(default_factory=CatalogFigures)
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
@@ -194,6 +299,7 @@ class RunSummary:
             "relogins": client["relogins"],
             "throttled_seconds": client["throttled_seconds"],
             "bytes_received": client["bytes_received"],
+            "requests_by_purpose": client["requests_by_purpose"],
             "capacity": client["capacity"],
             "splits": self.counts.splits,
             "continuations": self.counts.continuations,
@@ -208,6 +314,9 @@ class RunSummary:
             "quality": {"rows": self.quality_rows, "lowest_completeness": self.lowest_completeness},
             "late": self.late.as_dict(),
             "dimensions": self.dimensions,
+            "request_floor": self.request_floor,
+            "backfill": self.backfill.as_dict(),
+            "catalog": self.catalog.as_dict(),
         }
         if self.upkeep is not None or self.lake_commits:
             record["lake"] = {"commits": self.lake_commits, "upkeep": self.upkeep}
@@ -233,12 +342,16 @@ class RunSummary:
                 + (f"    shard {summary['shard']}" if summary["shard"] else ""),
             )
         )
+        if self.catalog.objects:
+            rows.append(("catalog", self.catalog.text()))
+        if gone := self.catalog.gone_text():
+            rows.append(("gone", gone))
         if summary["executor"] != "local":
             rows.append(("executor", summary["executor"]))
         for name, s in summary["series"].items():
             rows.append((name, f"{s['windows']:>6} windows {s['points']:>12,} points {s['files']:>5} files"))
         if not summary["series"] and summary["status"] == "ok":
-            rows.append(("series", "nothing new: the checkpoints already cover this window"))
+            rows.append(("series", NOTHING_NEW))
         rows.append(
             (
                 "requests",
@@ -246,6 +359,14 @@ class RunSummary:
                 f"    splits {summary['splits']}    continuations {summary['continuations']}",
             )
         )
+        if purposes := summary["requests_by_purpose"]:
+            floor = summary["request_floor"]
+            ratio = f" ({summary['requests'] / floor:.2f}x the floor of {floor})" if floor else ""
+            rows.append(
+                ("spent on", ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in purposes.items()) + ratio)
+            )
+        if line := self.backfill.text():
+            rows.append(("history", line))
         if line := _capacity_text(summary.get("capacity")):
             rows.append(("capacity", line))
         late = self.late
@@ -314,7 +435,9 @@ def _capacity_text(capacity: CapacityRecord | None) -> str:
         if capacity["setting"] == "auto"
         else f"fixed {capacity['setting']}"
     )
+    # A run stopped early, or with nothing to fetch, measured no round of answers: no figure, not "None".
+    figures = [f"{name} {latency[name]} ms" for name in ("baseline", "p95") if latency[name] is not None]
     return (
         f"concurrency {setting}: {used['min']}..{used['max']}, median {used['median']}    "
-        f"latency baseline {latency['baseline']} ms, p95 {latency['p95']} ms    refused {capacity['refused']}"
+        f"latency {', '.join(figures) if figures else 'not measured'}    refused {capacity['refused']}"
     )

@@ -30,13 +30,15 @@ What a row says (README, "Data quality"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
 from etl.model import QUALITY_SCHEMA, QUALITY_TIME_KEY
 from etl.sinks.rewrite import Ranges, param_ids, ts_ms
+from etl.state.arrivals import Rows
+from etl.state.coverage import NONE
 from etl.timeutil import DAY_MS
 
 LOW, HIGH = 0.5, 1.5  # spacings within [LOW, HIGH] x the median refine the period
@@ -199,41 +201,69 @@ def _flatlines(ts: np.ndarray, values: np.ndarray, inner: np.ndarray, points: np
 
 @dataclass(frozen=True)
 class Known:
-    """What a run knew of a raw slab's parameters before it (sorted by param_id): the newest point
-    received and the checkpoint's end, between which a point fetched now arrived late, and the late
-    figures of the slab's day so far."""
+    """What a run knew of a raw slab's parameters before it: each one's newest point received
+    (`param_id` sorted), the time the checkpoints covered within the slab's span (`covered`: param_id,
+    start, end, sorted), and the late figures of the span's days so far (`prior`: per parameter and day).
+    A point fetched now arrived late when it lies in covered time, after the newest point then received:
+    a run read past its stamp without it. Time never covered (a first load, history filled behind the
+    newest data) holds no late point."""
 
     param_id: np.ndarray
     newest: np.ndarray
-    high_water: np.ndarray
-    late_points: np.ndarray
-    late_ms: np.ndarray
+    covered: tuple[np.ndarray, np.ndarray, np.ndarray]
+    prior: Rows = field(default_factory=lambda: Rows.empty(2))
 
     @classmethod
     def empty(cls) -> Known:
-        return cls(*(np.empty(0, np.int64) for _ in range(5)))
+        return cls(_NO_IDS, _NO_IDS, (_NO_IDS, _NO_IDS, _NO_IDS))
 
-    def _at(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _newest(self, ids: np.ndarray) -> np.ndarray:
         if not len(self.param_id):
-            return np.zeros(len(ids), np.int64), np.zeros(len(ids), bool)
+            return np.full(len(ids), NONE, np.int64)
         at = np.minimum(np.searchsorted(self.param_id, ids), len(self.param_id) - 1)
-        return at, self.param_id[at] == ids
+        return np.where(self.param_id[at] == ids, self.newest[at], NONE)
 
     def gaps(self) -> bool:
-        """Whether a parameter's newest point lies before its checkpoint's end, so that a point between
-        them can arrive late (none in a first run, nor after a full refresh)."""
-        return bool((self.high_water > self.newest + 1).any())
+        """Whether some covered time lies after its parameter's newest point, where a point can have
+        arrived late (none in a first run, nor after a full refresh)."""
+        pid, _, end = self.covered
+        return bool(len(pid)) and bool((end > self._newest(pid) + 1).any())
 
     def late(self, pids: np.ndarray, ts: np.ndarray) -> np.ndarray:
-        """Of fetched rows, how late each arrived at least (ms), or -1 when it is not late."""
-        at, found = self._at(pids)
-        late = found & (ts > self.newest[at]) & (ts < self.high_water[at])
-        return np.where(late, self.high_water[at] - ts, -1)
+        """Of fetched rows (sorted by param_id, ts), how late each arrived at least (ms: from its stamp to
+        the end of the covered time it lies in), or -1 when it is not late."""
+        cp, cs, ce = self.covered
+        out = np.full(len(ts), -1, np.int64)
+        if not len(cp) or not len(ts):
+            return out
+        # The covered interval each row may lie in: the last one of its parameter starting at or before it,
+        # found by sorting interval starts and rows together (a start before a row at the same instant).
+        n = len(cp)
+        first = np.r_[np.zeros(n, np.int8), np.ones(len(ts), np.int8)]
+        order = np.lexsort((first, np.r_[cs, ts], np.r_[cp, pids]))
+        interval = order < n
+        last = np.maximum.accumulate(np.where(interval, np.arange(len(order)), -1))  # in sorted order
+        at = np.empty(len(ts), np.int64)
+        at[order[~interval] - n] = np.where(last[~interval] >= 0, order[np.maximum(last[~interval], 0)], -1)
+        found = at >= 0
+        at = np.where(found, at, 0)
+        found &= cp[at] == pids
+        inside = found & (ts < ce[at]) & (ts > self._newest(pids))
+        out[inside] = ce[at][inside] - ts[inside]
+        return out
 
-    def prior(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def prior_of(self, ids: np.ndarray, day: int) -> tuple[np.ndarray, np.ndarray]:
         """The late points and longest delay (ms) the day held for each parameter before this run."""
-        at, found = self._at(ids)
-        return np.where(found, self.late_points[at], 0), np.where(found, self.late_ms[at], 0)
+        rows = self.prior.take(self.prior.at == day)
+        points, delay = np.zeros(len(ids), np.int64), np.zeros(len(ids), np.int64)
+        if len(rows):
+            at = np.minimum(np.searchsorted(rows.param_id, ids), len(rows) - 1)
+            found = rows.param_id[at] == ids
+            points[found], delay[found] = rows.values[0][at][found], rows.values[1][at][found]
+        return points, delay
+
+
+_NO_IDS = np.empty(0, np.int64)
 
 
 def late_figures(
@@ -245,8 +275,9 @@ def late_figures(
     new_ms = np.zeros(len(ids), np.int64)
     if known is None or not len(ids):
         return new_points, new_ms, new_points, new_ms
+    day = int(ranges.start[0]) // DAY_MS * DAY_MS if len(ranges) else 0
     if not known.gaps():  # nothing fetched now can be late: only the day's earlier figures
-        prior_points, prior_ms = known.prior(ids)
+        prior_points, prior_ms = known.prior_of(ids, day)
         return new_points, new_ms, prior_points, prior_ms
     fetched = ranges.mask(rows)
     pids, ts = param_ids(rows)[fetched], ts_ms(rows, "ts")[fetched]
@@ -256,7 +287,7 @@ def late_figures(
         group = np.searchsorted(ids, pids[late])
         new_points = np.bincount(group, minlength=len(ids)).astype(np.int64)
         np.maximum.at(new_ms, group, delay[late])
-    prior_points, prior_ms = known.prior(ids)
+    prior_points, prior_ms = known.prior_of(ids, day)
     return new_points, new_ms, prior_points + new_points, np.maximum(prior_ms, new_ms)
 
 

@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 from etl.model import PARAM_KINDS, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Windows, batches
 from etl.quality.rows import Known, day_rows, late_figures
 from etl.sinks.base import SlabOutcome
-from etl.sinks.files import SlabWriter
 from etl.sinks.formats import FileFormat
+from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import Ranges, param_ids, ts_ms
 from etl.state.arrivals import LATE_FOLDS, Rows
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS
 
 COMPACT_PARTS = 32

@@ -1,7 +1,7 @@
 """The seam between a slab and where its rows go: a `SlabSink` is fed a slab's batches in write order
 and makes them visible at once when the slab ends (or not at all), saying what it did in a `SlabOutcome`.
 
-Implemented by `etl.sinks.files.SlabWriter` (bucket files of a Parquet/CSV dataset),
+Implemented by `etl.sinks.hive.SlabWriter` (bucket files of a Parquet/CSV dataset),
 `etl.quality.writer.QualitySlabWriter` (a raw slab's files and its quality rows) and
 `etl.sinks.lake.writer.LakeSlabWriter` (a lake slab's rows staged for the run's committer, which commits
 them with other slabs' in one table commit carrying their checkpoint).

@@ -18,7 +18,7 @@ import pyarrow as pa
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import FileRewrite, Ranges, param_ids
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 
 def _partitions(storage: Storage, layout: Layout) -> dict[str, list[str]]:

@@ -7,6 +7,7 @@ import io
 from collections.abc import Callable, Iterator
 from typing import IO, Protocol, TypedDict, cast
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -32,7 +33,12 @@ class FileFormat(Protocol):
 
     def decode(self, data: bytes, schema: pa.Schema, where: str) -> pa.Table: ...
 
-    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]: ...
+    def batches(
+        self, handle: IO[bytes], schema: pa.Schema, where: str, param_ids: np.ndarray | None = None
+    ) -> Iterator[pa.Table]:
+        """The file's rows a batch at a time; with `param_ids`, a format that keeps statistics may skip the
+        parts that hold none of them (the caller still filters the rows)."""
+        ...
 
     def writer(self, path: str, schema: pa.Schema, group_bytes: int = ROW_GROUP_BYTES) -> BatchWriter: ...
 
@@ -109,16 +115,37 @@ class ParquetFormat:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
         return _conform(table, schema, where)
 
-    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]:
+    def batches(
+        self, handle: IO[bytes], schema: pa.Schema, where: str, param_ids: np.ndarray | None = None
+    ) -> Iterator[pa.Table]:
         try:
             reader = pq.ParquetFile(handle)
-            for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS):
+            groups = None if param_ids is None else _row_groups(reader, param_ids)
+            for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups):
                 yield _conform(pa.Table.from_batches([batch]), schema, where)
         except pa.ArrowException as exc:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
 
     def writer(self, path: str, schema: pa.Schema, group_bytes: int = ROW_GROUP_BYTES) -> BatchWriter:
         return _ParquetWriter(path, schema, self._options(schema), group_bytes)
+
+
+def _row_groups(reader: pq.ParquetFile, param_ids: np.ndarray) -> list[int]:
+    """The row groups whose param_id statistics may hold one of `param_ids` (all of them without
+    statistics): a file is sorted by parameter, so a few parameters' rows are in a few row groups."""
+    ids = np.unique(param_ids)
+    names = reader.metadata.schema.names
+    column = names.index("param_id") if "param_id" in names else None
+    keep = []
+    for i in range(reader.metadata.num_row_groups):
+        stats = None if column is None else reader.metadata.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            keep.append(i)
+            continue
+        at = int(np.searchsorted(ids, stats.min))
+        if at < len(ids) and ids[at] <= stats.max:
+            keep.append(i)
+    return keep
 
 
 class _ParquetWriter(_Buffered):
@@ -179,7 +206,9 @@ class CsvFormat:
             raise DataError(f"cannot read existing file {where}: {exc}") from None
         return _conform(table, schema, where)
 
-    def batches(self, handle: IO[bytes], schema: pa.Schema, where: str) -> Iterator[pa.Table]:
+    def batches(
+        self, handle: IO[bytes], schema: pa.Schema, where: str, param_ids: np.ndarray | None = None
+    ) -> Iterator[pa.Table]:
         try:
             reader = pcsv.open_csv(
                 handle,

@@ -13,11 +13,14 @@ from etl.model import QUALITY, QUALITY_SCHEMA, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.formats import FileFormat, file_format
 from etl.sinks.layout import LEGACY_BUCKETS, Layout, auto_buckets
 from etl.state import StateStore
+from etl.state.lock import AdvisoryLock, RunLock
 from etl.state.store import Recorded
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
+from etl.support import redact
 
 if TYPE_CHECKING:  # the lake modules (pyarrow.dataset, deltalake, pyiceberg) load only for lake formats
     from etl.sinks.lake import Lake
+    from etl.storage.postgres import Database
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,7 +49,25 @@ class Output:
             return None
         from etl.sinks.lake import Lake
 
-        return Lake(self.config.sink, self.data)
+        return Lake(self.config.sink, self.data, self.database)
+
+    @cached_property
+    def database(self) -> Database | None:
+        """The PostgreSQL database (sink.format postgres), its password read from sink.password_file."""
+        sink = self.config.sink
+        if sink.format != "postgres" or sink.dsn is None:
+            return None
+        from etl.storage.postgres import Database
+
+        password = None
+        if sink.password_file is not None:
+            password = redact.read_secret(sink.password_file, "sink.password_file")
+        return Database(sink.dsn, sink.db_schema, password)
+
+    def close(self) -> None:
+        """Let go of the database connection, if any (the tables keep nothing else open)."""
+        if "database" in self.__dict__ and self.database is not None:
+            self.database.close()
 
     @property
     def app(self) -> str:
@@ -80,7 +101,8 @@ class Output:
         if chosen is None:
             chosen = LEGACY_BUCKETS if existing or self.config.sink.lake else auto_buckets(parameters)
         sink, source = self.config.sink, self.config.source
-        now = Recorded(chosen, sink.format, tuple(sink.partition_by), source.name, source.platform)
+        tables = self.database.target if self.database is not None else None
+        now = Recorded(chosen, sink.format, tuple(sink.partition_by), source.name, source.platform, tables)
         if record and now != recorded:
             store.note_layout(now)
         return chosen
@@ -114,7 +136,17 @@ class Output:
         return Storage(f"{path}/{shard.folder}" if shard else path, self.config.sink.storage_options)
 
     def state_store(self) -> StateStore:
-        return StateStore(self._state_storage(self.shard), self.config.state.lease / 1000)
+        return self._store(self._state_storage(self.shard), None, self.shard)
+
+    def _store(self, storage: Storage, source: str | None, shard: Shard | None) -> StateStore:
+        """A checkpoint store; PostgreSQL's also holds the advisory lock of its (source, shard)."""
+        lease = self.config.state.lease / 1000
+        if self.database is None:
+            return StateStore(storage, lease)
+        from etl.sinks.lake import app_id
+
+        app = app_id(source or self.config.source.name, shard)
+        return StateStore(storage, lease, AdvisoryLock(RunLock(storage, lease), self.database, app))
 
     def state_stores(self, every_source: bool = False) -> list[StateStore]:
         """This source's unsharded store and every shard's that exists; with `every_source`, those of
@@ -127,8 +159,5 @@ class Output:
         for source in sources:
             names = self._state_storage(None, source).listdir("")
             shards = [shard for name in names if (shard := Shard.from_folder(name))]
-            stores += [
-                StateStore(self._state_storage(s, source), self.config.state.lease / 1000)
-                for s in [None, *shards]
-            ]
+            stores += [self._store(self._state_storage(s, source), source, s) for s in [None, *shards]]
         return stores

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import DIMENSIONS_FOLDER, FileKey, Layout
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 Batches = Callable[[IO[bytes], str], Iterator[pa.Table]]  # a file's rows (handle, its name), as written again
 

@@ -11,8 +11,6 @@ rows. It holds one batch of the old file, one feed, and one parameter's tail at 
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -22,15 +20,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from etl.errors import DataError, StorageError
+from etl.errors import DataError, LostRace
 from etl.model import Windows
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
+from etl.support import optimistic
 
 log = logging.getLogger(__name__)
 
-CONFLICT_ATTEMPTS = 8
 Observer = Callable[[pa.Table, "Ranges"], None]
 
 
@@ -253,26 +251,26 @@ class FileRewrite:
             raise
 
     def _finish(self) -> bool:
-        for attempt in range(CONFLICT_ATTEMPTS):
-            self._advance(float("inf"))
-            with self.storage.errors("write", self.rel):
-                self._writer.close()
-            self.version.close()
-            output = self._output if self.rows else None
-            if self.version.token is None and output is None:
-                self.storage.discard(self._output)
-                return False  # nothing was there, nothing is
-            if self.storage.commit(self.rel, output, self.version.token):
-                if output is None:
-                    self.storage.discard(self._output)
-                return output is not None
-            log.debug("%s changed while being rewritten; merging again", self.storage.display(self.rel))
-            time.sleep(random.uniform(0.01, 0.05) * 2**attempt)
-            self._redo()
-        raise StorageError(f"cannot update {self.storage.display(self.rel)}: other writers kept changing it")
+        return optimistic.swap(self._swap, again=self._redo)
+
+    def _swap(self) -> bool:
+        self._advance(float("inf"))
+        with self.storage.errors("write", self.rel):
+            self._writer.close()
+        self.version.close()
+        output = self._output if self.rows else None
+        if self.version.token is None and output is None:
+            self.storage.discard(self._output)
+            return False  # nothing was there, nothing is
+        if not self.storage.commit(self.rel, output, self.version.token):
+            raise LostRace(f"cannot update {self.storage.display(self.rel)}: other writers kept changing it")
+        if output is None:
+            self.storage.discard(self._output)
+        return output is not None
 
     def _redo(self) -> None:
         """Merge our rows (the previous output's rows inside our ranges) into the version now there."""
+        log.debug("%s changed while being rewritten; merging again", self.storage.display(self.rel))
         ours, fed = self._output, self.fed
         observer, self.observer = self.observer, None
         self.fed, self.rows = [], 0

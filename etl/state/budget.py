@@ -21,7 +21,7 @@ import time
 from typing import TypedDict, cast
 
 from etl.client.budget import Part
-from etl.storage.files import KEEP, Keep, Storage
+from etl.storage.atomic import KEEP, Keep, Storage
 
 BUDGET_FILE = "budget.json"
 RENEW = 2.0  # seconds between two renewals at most

@@ -4,10 +4,15 @@ Locally an flock, which the kernel drops when its holder dies. On object stores 
 the run lasts, that a dead run's successor may take once it has expired; on S3, taking and renewing it
 are conditional writes (Storage.update), so two runs can never both believe they hold it. Stores
 without them get a read-back after a settle delay, which narrows that race but cannot close it.
+
+PostgreSQL tables add a session-level advisory lock (`AdvisoryLock`) held by the connection that makes
+every commit of the run: runs on other machines, with checkpoint folders of their own, are kept apart
+too, and when the connection dies the server drops the lock with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -18,10 +23,11 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypedDict
+from typing import Protocol, TypedDict
 
 from etl.errors import LockedError, StorageError
-from etl.storage.files import KEEP, Storage
+from etl.storage.atomic import KEEP, Storage
+from etl.storage.postgres import Database, lock_key
 from etl.timeutil import iso
 
 LOCK_FILE = "lock"
@@ -159,3 +165,50 @@ class RunLock:
                 )
             except StorageError as exc:
                 log.warning("could not release the state lock (it expires by itself): %s", exc)
+
+
+class Lock(Protocol):
+    """What a checkpoint store holds while a command writes (RunLock, AdvisoryLock)."""
+
+    def held(self, command: str = "run") -> contextlib.AbstractContextManager[None]: ...
+
+    def check(self) -> None: ...
+
+
+class AdvisoryLock:
+    """The file lock of the checkpoint folder, then PostgreSQL's advisory lock of (schema, app) on the
+    database's shared connection (`Database.try_lock`)."""
+
+    def __init__(self, files: RunLock, database: Database, app: str) -> None:
+        self.files, self.database, self.app = files, database, app
+        self.key = lock_key(f"{database.schema}/{app}")
+
+    def check(self) -> None:
+        self.files.check()
+        self.database.check()
+
+    def holder(self) -> str | None:
+        """Who holds the advisory lock (pg_stat_activity's application name and since when), or None."""
+        found = self.database.rows(
+            "select a.application_name, a.backend_start from pg_locks l join pg_stat_activity a "
+            "on a.pid = l.pid where l.locktype = 'advisory' and l.granted and l.objsubid = 1 "
+            "and ((l.classid::bigint << 32) | l.objid::bigint) = $1",
+            (self.key,),
+        )
+        if not found:
+            return None
+        name, since = found[0]
+        return f"{name or 'another session'}, connected since {since:%Y-%m-%dT%H:%M:%SZ}"
+
+    @contextlib.contextmanager
+    def held(self, command: str = "run") -> Iterator[None]:
+        with self.files.held(command):
+            if not self.database.try_lock(self.key):
+                raise LockedError(
+                    f"another run holds the PostgreSQL advisory lock of {self.app} in {self.database.display} "
+                    f"({self.holder() or 'gone since'}); wait for it to finish"
+                )
+            try:
+                yield
+            finally:
+                self.database.unlock(self.key)

@@ -16,6 +16,9 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/layout.json            what the output of this source is: its files per partition (sink.buckets),
                                    format, partitioning, source name and platform, as first decided
     {store}/renaming.json          a source rename under way (etl state rename-source): from and to
+    {store}/progress.json          the history left to load after each of the last runs (a backfill's rate)
+    {store}/caps.json              what the answers taught of the server's silent cap on points, and when
+    {store}/catalog/{login}.parquet the fleet's parameters as a login last listed them (etl/state/catalog.py)
     {store}/budget.json            the source's store only: what its shards running at once tell each other
                                    of the limit they share (etl/state/budget.py)
 """
@@ -37,15 +40,19 @@ import pyarrow.parquet as pq
 from etl.errors import StorageError
 from etl.model import Series, Windows
 from etl.state.arrivals import Arrivals
+from etl.state.catalog import Catalog
 from etl.state.coverage import MARKS, Coverage, key_of
-from etl.state.lock import RunLock
-from etl.storage.files import Storage
+from etl.state.lock import Lock, RunLock
+from etl.storage.atomic import Storage
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT = "dimensions.json"
 LAYOUT = "layout.json"
 RENAMING = "renaming.json"
+PROGRESS = "progress.json"
+CAPS = "caps.json"
+PROGRESS_RUNS = 12  # runs whose history left is kept: enough for a rate, whatever the number of runs
 # 3: segments carry what arrived (etl/state/arrivals.py); 2 did not.
 SEGMENT_VERSION = 3
 COMPACT_AFTER = 16  # log segments folded into a new base at the end of a run
@@ -64,6 +71,19 @@ class SnapshotNote(TypedDict):
 
 
 @dataclass(frozen=True)
+class Progress:
+    """A run's end and the history it left to load, per series: (windows, parameter-milliseconds left,
+    parameter-milliseconds there are in all) (etl/pipeline/plan.py `History`)."""
+
+    at: int  # epoch ms
+    left: dict[str, tuple[int, int, int]]
+
+    @property
+    def left_ms(self) -> int:
+        return sum(ms for _, ms, _ in self.left.values())
+
+
+@dataclass(frozen=True)
 class Recorded:
     """What a source's output is (layout.json): how its rows are written and under which name. Kept for the
     output's life: a run whose config says otherwise would write them again beside themselves or not see
@@ -74,6 +94,7 @@ class Recorded:
     partition_by: tuple[str, ...] | None = None  # sink.partition_by
     source: str | None = None  # source.name: the `source` the rows carry
     platform: str | None = None  # source.base_url without credentials: the instance the rows came from
+    tables: str | None = None  # postgres: the database and schema of the tables (host:port/db schema)
 
     def as_json(self) -> bytes:
         body = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if v is not None}
@@ -195,9 +216,10 @@ class StateStore:
     """The checkpoints and run lock of one (source, shard). Shards never share either, so N sharded
     jobs run side by side without waiting for each other."""
 
-    def __init__(self, storage: Storage, lease_seconds: float = 120.0) -> None:
+    def __init__(self, storage: Storage, lease_seconds: float = 120.0, run_lock: Lock | None = None) -> None:
+        """`run_lock`: the lock to hold instead of the folder's own (PostgreSQL's, which holds it too)."""
         self.storage = storage
-        self.run_lock = RunLock(storage, lease_seconds)
+        self.run_lock: Lock = run_lock or RunLock(storage, lease_seconds)
         self._seq = 0  # the last log segment applied
         self._bases: list[int] = []
         self._segments: list[int] = []
@@ -317,6 +339,10 @@ class StateStore:
         self._seen.setdefault(table, set()).update(range(self.marks.get(table, 0) + 1, through + 1))
         self.marks = advance(self.marks, {table: self._seen[table]})
 
+    def catalog(self, key: str) -> Catalog:
+        """The fleet's catalog of a login (`etl.state.catalog.login_key`), written under this store's lock."""
+        return Catalog(self.storage, key, self.run_lock)
+
     def snapshot(self) -> dict[str, object]:
         """What the last reference tables' snapshot noted (etl/pipeline/dimensions.py), or {}: a damaged
         note only makes the tables be fetched again."""
@@ -332,6 +358,43 @@ class StateStore:
         self.run_lock.check()
         self.storage.write_atomic(SNAPSHOT, orjson.dumps(note))
 
+    def progress(self) -> list[Progress]:
+        """The history left after each of the last runs, oldest first ([] when none is noted, or the note
+        is damaged: it only feeds a rate)."""
+        data = self.storage.read(PROGRESS)
+        try:
+            runs = orjson.loads(data)["runs"] if data else []
+            return [
+                Progress(
+                    int(r["at"]), {str(k): (int(w), int(ms), int(t)) for k, (w, ms, t) in r["left"].items()}
+                )
+                for r in runs
+            ]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            return []
+
+    def note_progress(self, run: Progress) -> list[Progress]:
+        """Note this run's history left, keeping the last PROGRESS_RUNS; all of them back."""
+        self.run_lock.check()
+        runs = [*self.progress(), run][-PROGRESS_RUNS:]
+        body = {"runs": [{"at": r.at, "left": r.left} for r in runs]}
+        self.storage.write_atomic(PROGRESS, orjson.dumps(body))
+        return runs
+
+    def caps(self) -> tuple[int, dict[str, list[int | None]]]:
+        """When the server's answers were last learned from scratch, and what they taught
+        (etl/client/count_cap.py); (0, {}) when nothing is noted or the note is damaged."""
+        data = self.storage.read(CAPS)
+        try:
+            body = orjson.loads(data) if data else {}
+            return int(body["at"]), dict(body["routes"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
+            return 0, {}
+
+    def note_caps(self, at: int, routes: dict[str, list[int | None]]) -> None:
+        self.run_lock.check()
+        self.storage.write_atomic(CAPS, orjson.dumps({"at": at, "routes": routes}))
+
     def layout(self) -> Recorded:
         """What the output of this store's source was recorded to be (nothing recorded: all None)."""
         data = self.storage.read(LAYOUT)
@@ -340,7 +403,7 @@ class StateStore:
         try:
             body = orjson.loads(data)
             buckets, partition_by = body.get("buckets"), body.get("partition_by")
-            texts = {k: body.get(k) for k in ("format", "source", "platform")}
+            texts = {k: body.get(k) for k in ("format", "source", "platform", "tables")}
             valid = (
                 isinstance(buckets, int)
                 and not isinstance(buckets, bool)

@@ -20,9 +20,11 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote
 
+from etl.errors import ConfigError
 from etl.support.terminal import printable_lines
 
 MASK = "***"
@@ -141,6 +143,16 @@ def register_public(*values: str | None) -> None:
     """Remember words that are not secret though a secret may be part of them: a username ("demo1" with the
     password "demo") stays whole. One that equals a secret is still masked."""
     _registry.add((), [v for v in values if v])
+
+
+def read_secret(path: Path, key: str) -> str:
+    """A password file's secret (its text, stripped), registered; unreadable: a ConfigError naming `key`."""
+    try:
+        secret = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ConfigError(f"config error: {key}: cannot read {path}: {exc.strerror}") from None
+    register(secret)
+    return secret
 
 
 def url_passwords(url: str) -> list[str]:

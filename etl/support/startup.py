@@ -12,8 +12,11 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from types import FrameType, ModuleType
 
 _own_process = False
 
@@ -80,3 +83,39 @@ def loading() -> Iterator[None]:
         yield
     finally:
         loaded()
+
+
+class _PandasForEtlOnly(MetaPathFinder):
+    """An import hook that keeps pandas out of an `etl run` (or `etl verify`) process, where nothing
+    converts to pandas:
+    pyarrow imports it (some 300 modules, a good part of a small run's CPU) the first time
+    `pa.array()` is handed a numpy array or an array is turned into numpy, only to ask whether a value
+    is a pandas object. pyarrow works without it. etl.timeutil's parser of odd stamps still gets it."""
+
+    ALLOWED = ("etl.timeutil",)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        if fullname != "pandas":
+            return None
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            if frame.f_globals.get("__name__") in self.ALLOWED:
+                return None  # the normal finders take it from here
+            frame = frame.f_back
+        raise ImportError("pandas is not imported by an etl run (etl/support/startup.py)")
+
+
+@contextmanager
+def without_pandas() -> Iterator[None]:
+    """pandas kept out of what runs inside (see _PandasForEtlOnly)."""
+    if "pandas" in sys.modules:  # imported already (by a program embedding the CLI): leave it be
+        yield
+        return
+    hook = _PandasForEtlOnly()
+    sys.meta_path.insert(0, hook)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(hook)

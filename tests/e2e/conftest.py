@@ -86,10 +86,21 @@ def dask_cluster():
 @pytest.fixture(scope="session")
 def postgres():
     """A throwaway PostgreSQL cluster (Debian's `postgresql`, installed by `make postgres`, part of
-    `make test`) on a free loopback port, for the Iceberg SQL catalog."""
+    `make test`) on a free loopback port, for the Iceberg SQL catalog and the PostgreSQL sinks
+    (tests/support/postgres.py's `sink`: a schema per test)."""
     from tests.support.debian import require
     from tests.support.postgres import Missing, binaries, running_postgres
 
     require(binaries, Missing, "postgresql", "postgres")
+    from tests.support.postgres import VARIABLE
+
     with running_postgres() as running:
-        yield running
+        saved = os.environ.get(VARIABLE)
+        os.environ[VARIABLE] = running.password  # the PostgreSQL sinks' dsn reads it, in child processes too
+        try:
+            yield running
+        finally:
+            if saved is None:
+                os.environ.pop(VARIABLE, None)
+            else:
+                os.environ[VARIABLE] = saved

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from etl.cli import cli
-from etl.errors import DataError
+from etl.errors import NothingToRead
 from etl.timeutil import DAY_MS, to_ms
 from tests.support.cli import connection_env, etl
 from tests.support.configs import config_dict, make_config, write_config
@@ -173,7 +173,7 @@ def test_plot_writes_a_png_of_a_series(lake, tmp_path):
         )
         assert out.strip() == f"plotted {want(series, param).num_rows:,} points to {png}"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
-    with pytest.raises(DataError, match="no raw points of parameter 9999"):
+    with pytest.raises(NothingToRead, match="no raw points of parameter 9999"):
         invoke(
             "plot", "-c", str(lake), "9999", "--from", START, "--to", END, "-o", str(tmp_path / "none.png")
         )

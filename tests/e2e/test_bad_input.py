@@ -7,7 +7,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import yaml
 
 from tests.support.cli import connection_env, etl, etl_process
 from tests.support.configs import config_dict, make_config, write_config
+from tests.support.network import free_port
 from tests.support.pipeline import run
 
 
@@ -59,12 +59,6 @@ def assert_one_error_line(result: subprocess.CompletedProcess, code: int, *words
     assert len(lines) == 1 and lines[0].startswith("etl: error: "), result.stderr
     assert all(w in lines[0] for w in words), (words, lines[0])
     assert result.stdout == ""
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def not_a_dir(tmp_path: Path) -> str:
@@ -141,7 +135,7 @@ CASES = [
         "unreachable host",
         4,
         ["gave up after 8 attempt(s)", "connection failed to http://127.0.0.1:"],
-        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{closed_port()}/sem-restservices"),
+        lambda d, t: d["source"].update(base_url=f"http://127.0.0.1:{free_port()}/sem-restservices"),
     ),
     Case(
         "wrong password",
@@ -238,6 +232,13 @@ CASES = [
         2,
         ["window.start", "month value is outside"],
         text=unquoted_start("2026-13-01T00:00:00Z"),
+    ),
+    # issue 54: the first real problem, not the offset a date without a time also lacks
+    Case(
+        "month 13 without a time",
+        2,
+        ["window.start: '2026-13-01' is not a valid time: month must be in 1..12"],
+        text=unquoted_start("2026-13-01"),
     ),
     Case(
         "February 30, unquoted",
@@ -352,6 +353,28 @@ CASES = [
         lambda d, t: d["sink"].update(path=str(t / "empty")),
         argv=lambda t, c: ["query", "-c", c, "select count(*) from raw"],
     ),
+    # issue 54: one class for "nothing to read yet", whichever reader
+    Case(
+        "query's views before any run",
+        2,
+        ["query failed: no output yet in", "empty: etl run -c"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["query", "-c", c],
+    ),
+    Case(
+        "report before any run",
+        2,
+        ["no output yet in", "empty: 'etl run' writes it"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["report", "-c", c],
+    ),
+    Case(
+        "plot before any run",
+        2,
+        ["no raw series in", "empty yet: 'etl run' writes it"],
+        lambda d, t: d["sink"].update(path=str(t / "empty")),
+        argv=lambda t, c: ["plot", "-c", c, *PLOT, str(t / "x.png")],
+    ),
     Case(
         "a date in another format",
         2,
@@ -407,6 +430,17 @@ def test_bad_input_gives_one_line_and_touches_nothing(launched, name, code, word
     assert_one_error_line(result, code, *words)
     assert "internal error" not in stderr and "not-the-password-123" not in stderr
     assert_untouched(out, before)
+
+
+def test_reading_an_output_no_run_wrote_is_the_same_class_from_python(emulator, tmp_path):
+    """etl.read as `etl query`, `report` and `plot` (the table above): nothing to read yet is exit 2, not an
+    empty frame that a sink.path pointing elsewhere would hide behind."""
+    import etl
+
+    config = make_config(emulator.base_url, tmp_path / "empty")
+    with pytest.raises(etl.ConfigError, match="no output yet in .*empty: etl.run writes it") as error:
+        etl.read(config, "raw")
+    assert error.value.exit_code == 2 and not (tmp_path / "empty").exists()
 
 
 def test_malformed_yaml_names_file_and_line(existing, tmp_path):

@@ -12,7 +12,7 @@ from etl.errors import StorageError
 from etl.pipeline.build import Build
 from etl.sinks import layout
 from etl.state import StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from tests.support.checks import assert_exact
 from tests.support.configs import config_dict, make_config
 from tests.support.expected import SOURCE

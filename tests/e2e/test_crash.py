@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from etl.config import parse_config
-from etl.storage.files import TMP_SUFFIX
+from etl.storage.atomic import TMP_SUFFIX
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.checks import assert_exact, assert_output_matches_state
 from tests.support.cli import environment, etl, etl_process
@@ -243,10 +243,12 @@ def test_a_signal_commits_the_lake_groups_in_flight_then_stops(slow_emulator, tm
 
 def test_sigterm_before_any_window_is_a_clean_stop_too(tmp_path):
     with run_emulator(emulator_config()) as emulator:
-        emulator.set_faults(latency=0.5)  # the sign-in takes half a second
+        emulator.set_faults(latency=0.5)  # each of the sign-in and the listings takes half a second
         proc = start(config_file(emulator, tmp_path))
         deadline = time.monotonic() + 60
-        while not emulator.requests():
+        # Past the sign-in, the run holds its lock and lists the fleet (a run stopped before it took the
+        # lock leaves no record: tests/e2e/test_refused_runs.py).
+        while not any("/auth/" not in r["path"] for r in emulator.requests()):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.005)
         proc.send_signal(signal.SIGTERM)
@@ -298,13 +300,16 @@ def start_marked(folder: Path, *args: str) -> subprocess.Popen:
 
 @pytest.mark.parametrize("delay", [0.0, 0.01, 0.03, 0.06, 0.1, 0.2, 0.35, 0.6])
 def test_ctrl_c_at_any_moment_is_one_line_and_exit_130(emulator, tmp_path, delay):
-    """From the moment etl's code runs, its imports included, wherever SIGINT lands."""
+    """From the moment etl's code runs, its imports included, wherever SIGINT lands while it runs."""
     data = config_dict(emulator.base_url, tmp_path / "out")
     data["source"]["password"] = "${ETL_PASSWORD}"
-    emulator.set_faults(latency=0.03)  # the run outlasts the longest delay on a fast machine too
+    # One request at a time, each busy 30 ms at the server: the run lasts seconds of the server's time
+    # (its hundred-odd requests), whatever the machine; a busy one only makes it longer.
+    emulator.set_faults(capacity=1, service_time=0.03)
     try:
         proc = start_marked(tmp_path, "run", "-c", str(write_config(tmp_path / "c.yaml", data)))
         time.sleep(delay)
+        assert proc.poll() is None, "the run ended before the signal"
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=60)
     finally:

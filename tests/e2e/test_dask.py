@@ -18,6 +18,7 @@ from tests.support.emulator import END, START, series_requests
 from tests.support.expected import SERIES
 from tests.support.output import checkpoints, read, read_quality
 from tests.support.pipeline import run
+from tests.support.postgres import database, sink
 
 
 def files(root) -> list[str]:
@@ -79,7 +80,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
         name = "kill-mid-write"
 
         def setup(self, worker):
-            from etl.storage.files import Storage
+            from etl.storage.atomic import Storage
 
             self.original = original = Storage.commit
 
@@ -96,7 +97,7 @@ def test_a_worker_killed_mid_write_costs_nothing_but_time(fresh_emulator, dask_c
             Storage.commit = commit
 
         def teardown(self, worker):
-            from etl.storage.files import Storage
+            from etl.storage.atomic import Storage
 
             Storage.commit = self.original
 
@@ -144,3 +145,22 @@ def test_dask_workers_write_lake_tables_row_for_row_what_a_local_run_writes(
         assert all(summary["series"][s]["files"] > 0 for s in SERIES), summary["series"]  # the commits' files
     if fmt == "delta":  # the workers' files (etl/sinks/lake/delta_files.py), not delta-rs's own
         assert list((remote / "raw").glob("date=*/part-00000-*-c000.zstd.parquet"))
+
+
+def test_dask_workers_write_postgres_tables_exactly(emulator, dask_cluster, postgres, tmp_path):
+    """Workers COPY their slabs' rows into stage tables; the coordinator moves them in, with their
+    checkpoints, in grouped transactions (each deleting what its windows cover first): exact."""
+    remote = tmp_path / "dask"
+    config = make_config(emulator.base_url, remote, sink=sink(postgres, remote))
+    summary = run(config, executor="dask", scheduler=dask_cluster.scheduler_address).as_dict()
+    assert summary["executor"].startswith("dask")
+    assert_exact(remote, START, END)
+    quality = read_quality(remote)
+    assert quality.num_rows == 8 * 2 and quality.column("completeness").null_count == 0
+    assert len(list(checkpoints(remote).rows())) == 8 * len(SERIES)
+    assert summary["lake"]["commits"] == 3
+    stages = database(remote).rows(  # type: ignore[attr-defined]
+        "select count(*) from pg_tables where schemaname = $1 and tablename like '\\_etl\\_stage\\_%'",
+        (config.sink.db_schema,),
+    )
+    assert stages == [(0,)]  # every worker's stage table was moved in and dropped

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from etl.config import parse_config
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl_emulator.faults import Faults
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.e2e.test_iceberg_catalog import VARIABLE, lake_config

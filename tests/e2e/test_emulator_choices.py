@@ -294,6 +294,38 @@ def test_records_mark_a_signal_the_chosen_way(emu, field, marker):
     assert [(r.get(field), r.get("signal")) for r in searched if r["id"] > 1500] == [("calculated", None)]
 
 
+def test_a_type_written_as_an_object(emu):
+    emu.set_faults(type_shape="object")
+    with client(emu) as c:
+        listed = c.get("/db/contrdeviceparam", params={"objectId": 1}).json()
+        searched = c.get("/search/params", params={"oid": 1}).json()
+    assert [r["type"] for r in listed] == [{"id": 1, "name": "analog"}] * 2 + [{"id": 3, "name": "signal"}]
+    assert [r["type"] for r in searched][-1] == {"id": 2, "name": "calculated"}
+
+
+def test_the_fleet_changes_while_serving(emu):
+    """Objects and parameters added or removed (the control API's fleet): lists, search and series follow;
+    an added parameter serves its whole history, a removed one answers 404."""
+    try:
+        assert emu.set_fleet(objects=3, added=[1004, 1502], removed=[1002]) == {
+            "objects": 3,
+            "added": [1004, 1502],
+            "removed": [1002],
+        }
+        with client(emu) as c:
+            physical = [r["id"] for r in c.get("/db/contrdeviceparam", params={"objectId": 1}).json()]
+            searched = [r["id"] for r in c.get("/search/params", params={"oid": [1, 3]}).json()]
+            added = c.get(f"/db/measure/1004/{T0}/{T0 + HOUR}").json()["points"]
+            assert c.get(f"/db/measure/1002/{T0}/{T0 + HOUR}").status_code == 404
+            assert [o["id"] for o in c.get("/db/object/shortest").json()] == [1, 2, 3]
+        assert physical == [1001, 1003, 1004]
+        assert searched == [1001, 1003, 1004, 1501, 1502, 3001, 3002, 3003, 3501] and added
+        for bad in ({"added": [9001]}, {"objects": -1}, {"removed": "1002"}, {"params": 3}):
+            assert httpx.put(f"{emu.url}/_emulator/fleet", json=bad).status_code == 400, bad
+    finally:
+        emu.set_fleet(objects=2, added=[], removed=[])
+
+
 def test_new_settings_are_validated_at_run_time(emu):
     root = emu.url + "/_emulator"
     for bad in (
@@ -306,6 +338,7 @@ def test_new_settings_are_validated_at_run_time(emu):
         {"type_field": "kind"},
         {"signal_marker": "bit"},
         {"search_envelope": "xml"},
+        {"type_shape": "number"},
     ):
         assert httpx.put(f"{root}/faults", json=bad).status_code == 400, bad
     assert emu.set_faults(session_end=403)["session_end"] == "403"
@@ -316,6 +349,7 @@ def test_serve_flags_set_them():
     flags = ["--session-end", "302-login", "--error-body", "text", "--sign-in-via", "form"]
     flags += ["--max-count", "5", "--count-default", "3", "--count-reject-over", "1000"]
     flags += ["--type-field", "paramType", "--signal-marker", "flag", "--search-envelope", "spring"]
+    flags += ["--type-shape", "object"]
     process = etl_process(*serve, *flags, stdout=None)
     try:
         line = process.stderr.readline()
@@ -334,6 +368,7 @@ def test_serve_flags_set_them():
                 "type_field",
                 "signal_marker",
                 "search_envelope",
+                "type_shape",
             )
         } == {
             "session_end": "302-login",
@@ -345,6 +380,7 @@ def test_serve_flags_set_them():
             "type_field": "paramType",
             "signal_marker": "flag",
             "search_envelope": "spring",
+            "type_shape": "object",
         }
     finally:
         process.terminate()

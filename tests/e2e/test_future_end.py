@@ -66,7 +66,7 @@ def test_checkpoints_already_past_the_server_clock_are_named_with_the_repair(
     # As the old code left it: covered up to the future end, though the server had nothing after NOW.
     store.end = np.maximum(store.end, to_ms(END))
     from etl.state import StateStore
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     StateStore(Storage(str(tmp_path / "_state" / SOURCE))).replace(store)
     with caplog.at_level(logging.WARNING, logger="etl"):

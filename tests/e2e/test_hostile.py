@@ -160,7 +160,7 @@ def _aggregates_state(out) -> tuple[list[tuple], list[tuple]]:
     """The checkpoints of averages and candles a run left, and their newest rows received."""
     from etl.state import StateStore
     from etl.state.coverage import key_of
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     store = StateStore(Storage(f"{out}/_state/{SOURCE}"))
     coverage, arrivals = store.load(), store.arrivals

@@ -55,6 +55,7 @@ def test_a_password_an_error_body_echoes_back_encoded_is_masked(odd, tmp_path):
     odd.set_faults(reset=True, error_rate=1.0, echo_params="query")  # 500s that repeat the query as received
     data = config_dict(odd.base_url, tmp_path / "out", retry={"attempts": 2})
     data["source"].update(username="etl-user", password="${ETL_PASSWORD}")
+    (tmp_path / "out").mkdir()  # the output's folder exists: a run the server refused records it there
     result = etl_cli("run", "-c", str(write_config(tmp_path / "c.yaml", data)), password=PASSWORD)
     odd.set_faults(reset=True)
     assert result.returncode == 5, result.stderr

@@ -19,7 +19,7 @@ from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import ConfigError, StorageError
 from etl.pipeline.build import Build
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import to_ms
 from tests.support.configs import config_dict, write_config
 from tests.support.credentials import leaks

@@ -16,7 +16,7 @@ import yaml
 from etl.config import load_config
 from etl.dataset.query import connect
 from etl.state import StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from tests.support.cli import etl
 from tests.support.configs import config_dict, write_config
 from tests.support.expected import SERIES

@@ -19,7 +19,7 @@ from etl.ops.probe import Findings, base_candidates, probe, stamp_pattern, sugge
 from etl.timeutil import to_ms
 from etl_emulator.faults import ERROR_BODIES, SESSION_ENDS
 from etl_emulator.server import EmulatorConfig, RunningEmulator, run_emulator
-from tests.support.emulator import NOW
+from tests.support.emulator import NOW, series_requests
 from tests.support.expected import SERIES, expected_table
 from tests.support.output import read
 
@@ -131,6 +131,21 @@ def test_a_search_in_an_envelope_is_read_and_doctor_passes_the_deployment(
     assert code == 0 and "FAIL" not in printed and "WARN" not in printed, printed
 
 
+def test_types_written_as_objects_are_read_by_name_and_the_search_is_used(emu, tmp_path, capsys, monkeypatch):
+    """A server whose records name their type as an object, `"type": {"id": 2, "name": "calculated"}`: init
+    says so, the run trusts the search and lists no object's parameters but the check's, and every kind
+    is read right (each route asked, each row's kind; init_then_run compares every point)."""
+    emu.set_faults(type_shape="object")
+    found = init_then_run(emu, tmp_path, capsys, monkeypatch)
+    assert found["type_shape"] == "object"
+    paths = [r["path"] for r in emu.requests()]
+    lists = [p for p in paths if p.endswith(("/db/contrdeviceparam", "/db/contrcalcparam"))]
+    assert any(p.endswith("/search/params") for p in paths) and len(lists) == 2 * 3 + 2
+    routes = {(r["param_id"], r["path"].split("/db/")[1].split("/")[0]) for r in series_requests(emu)}
+    assert {pid for pid, route in routes if route == "signal"} == {1004, 2004, 3004}
+    assert {pid for pid, route in routes if route == "calcvalue"} == {1501, 1502, 2501, 2502, 3501, 3502}
+
+
 def test_a_search_it_cannot_read_is_a_note_and_the_config_still_runs(emu, tmp_path, capsys, monkeypatch):
     """Any answer the probe cannot use is a note saying what etl does instead; the probe goes on."""
     from etl.client.api import MonitoringClient
@@ -166,6 +181,8 @@ CHOICES = [
     ({"sign_in_via": "query"}, {"sign_in": "query", "sign_in_refused": []}),
     ({"sign_in_via": "form"}, {"sign_in": "form", "sign_in_refused": ["query"]}),
     ({"count_reject_over": 50_000}, {"count_refused_over": 100_000, "count_cap": None}),
+    ({"type_shape": "object"}, {"type_shape": "object", "search_agrees_with_lists": True}),
+    ({"type_shape": "text"}, {"type_shape": "text", "search_agrees_with_lists": True}),
     *(
         ({"session_end": end, "error_body": body}, {"session_end": end, "error_body": body})
         for end, body in zip(SESSION_ENDS, itertools.cycle(ERROR_BODIES))

@@ -15,7 +15,7 @@ import pytest
 from etl.config import SinkConfig
 from etl.sinks.lake import Lake
 from etl.sinks.lake.common import Checkpoint
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from tests.support.checks import assert_exact
 from tests.support.cli import etl
 from tests.support.configs import S3_ENV, config_dict, make_config, write_config

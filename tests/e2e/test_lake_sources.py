@@ -17,7 +17,7 @@ import pytest
 from etl.config import SinkConfig, parse_config
 from etl.pipeline.maintenance import compact
 from etl.sinks.lake import Lake
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import to_ms
 from etl_emulator.server import RunningEmulator, run_emulator
 from tests.support.cli import etl_process

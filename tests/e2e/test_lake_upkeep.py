@@ -13,7 +13,7 @@ import pytest
 
 from etl.config import SinkConfig
 from etl.sinks.lake import Lake
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import HOUR_MS, iso, to_ms
 from tests.support.checks import assert_exact
 from tests.support.configs import make_config

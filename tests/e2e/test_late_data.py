@@ -18,6 +18,7 @@ from tests.support.cli import etl_process
 from tests.support.configs import write_config
 from tests.support.output import read_quality
 from tests.support.pipeline import run
+from tests.support.postgres import sink
 from tests.support.schedule import (
     FIRST_RUN,
     T0,
@@ -41,14 +42,17 @@ FORMATS = ["parquet", "delta", "iceberg"]
         ("parquet", HOURS),
         ("delta", 24),
         ("iceberg", 24),
+        ("postgres", 24),
         pytest.param("delta", HOURS, marks=pytest.mark.slow),
         pytest.param("iceberg", HOURS, marks=pytest.mark.slow),
     ],
 )
-def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt, hours):
+def test_a_schedule_against_a_late_platform_ends_exact(tmp_path, fmt, hours, request):
     config = late_emulator()
+    # PostgreSQL: the session's cluster, a schema of this test's
+    keys = sink(request.getfixturevalue("postgres"), tmp_path) if fmt == "postgres" else {}
     with run_emulator(config) as emulator:
-        schedule = run_schedule(emulator, config_for(emulator, tmp_path, fmt), hours)
+        schedule = run_schedule(emulator, config_for(emulator, tmp_path, fmt, sink=keys), hours)
     assert all(s.status == "ok" for s in schedule.summaries), [s.error for s in schedule.summaries]
     final = type(config)(**{**config.__dict__, "now_ms": schedule.last_end + 60_000})
     assert_exact(tmp_path, final, schedule.last_end, fmt)
@@ -107,8 +111,8 @@ def test_killed_at_random_moments_the_whole_late_schedule_still_ends_exact(tmp_p
 
 def test_a_controller_offline_for_days_costs_a_probe_a_run_and_its_whole_backlog_lands(tmp_path, caplog):
     """Controller 21 (2001, 2003, 2501) offline for three days, window.late_max two: while it is quiet
-    each run sends one small probe for each of its parameters; when it is back, its backlog older than
-    late_max is looked for once, fetched, and said."""
+    its parameters cost one small probe each at their cadence (cadence.quiet_max), nothing in between;
+    when it is back, its backlog older than late_max is looked for once, fetched, and said."""
     day = T0 + DAY_MS  # the second day: offline from 06:00 to 06:00 on the fifth
     config = late_emulator(Lateness(offline=[(21, day + 6 * HOUR_MS, day + 3 * DAY_MS + 6 * HOUR_MS)]))
     clocks = [
@@ -120,20 +124,20 @@ def test_a_controller_offline_for_days_costs_a_probe_a_run_and_its_whole_backlog
     clocks.append(day + 3 * DAY_MS + 7 * HOUR_MS)  # back, its backlog uploaded
     summaries = []
     with run_emulator(config) as emulator:
-        settings = config_for(emulator, tmp_path, window={"late_max": "2d", "revisions": "off"})
+        settings = config_for(
+            emulator, tmp_path, window={"late_max": "2d", "revisions": "off"}, cadence={"quiet_after": "2h"}
+        )
         for clock in clocks:
             emulator.set_clock(clock)
             emulator.clear_requests()
             with caplog.at_level(logging.WARNING, logger="etl"):
                 summaries.append(run(settings))
-            if clock == clocks[3]:  # quiet since the second day: its tails are probed, nothing more is read
+            asked = [r for r in emulator.requests() if r.get("param_id") in (2001, 2003, 2501)]
+            if clock == clocks[2]:  # quiet since the second day, and due: one probe each, nothing more
                 assert summaries[-1].late.quiet == 3 and summaries[-1].late.probes == 3, summaries[-1].late
-                starts = [
-                    int(r["path"].split("/")[-2])
-                    for r in emulator.requests()
-                    if r.get("param_id") == 2001 and "/average/" not in r["path"]
-                ]
-                assert starts and min(starts) >= clocks[2] - HOUR_MS, starts  # raw and candles: the new hour
+                assert len(asked) == 3 and all("/average/" in r["path"] for r in asked), asked
+            if clock == clocks[3]:  # an hour later: not due again before cadence.quiet_max, nothing asked
+                assert summaries[-1].late.probes == 0 and not asked, asked
     last = summaries[-1].late
     assert last.backlog == 3 and last.past_late_max == 3, last
     assert "came back after more than window.late_max" in caplog.text

@@ -1,7 +1,8 @@
 """A notebook that behaves (issue 43): a real Jupyter kernel (ipykernel, driven by nbclient) runs cells that
 use etl against the emulator, as an analyst's notebook would. A run shows its progress in the cell and its
 summary as a short line and a table; an error is its one line; the kernel's interrupt stops a run that is
-fetching, with the checkpoint promise of Ctrl-C, and the run after it resumes exactly."""
+fetching, with the checkpoint promise of Ctrl-C, its progress line ending as its summary does (issue 54), and
+the run after it resumes exactly; a run with nothing to fetch says so."""
 
 from __future__ import annotations
 
@@ -112,11 +113,20 @@ def test_a_notebook_shows_progress_and_summary_short_errors_and_stops_on_an_inte
     done = sum(s["windows"] for s in records[0]["series"].values())
     planned = sum(p["windows"] for p in records[0]["planned"].values())
     assert 0 < done < planned, (done, planned)  # stopped part-way, not after fetching everything
+    # Its progress line ends as its summary does: the windows written, the points, what is left open.
+    (shown,) = [o["data"]["text/plain"] for o in outputs[3] if o["output_type"] == "display_data"]
+    left, stopped = records[0]["windows_not_done"], records[0]["stopped"]
+    assert shown.startswith(f"windows {done}/{planned} written, {records[0]['points']:,} points"), shown
+    assert left and f"{left} left open (stopped: {stopped})" in shown and "s left" not in shown, shown
     out = tmp_path / "slow"
     assert_output_matches_state(out, checkpoints(out))  # finished windows checkpointed, the rest open
 
     (result,) = [o for o in outputs[4] if o["output_type"] == "execute_result"]
     assert result["data"]["text/plain"] == "'ok'"
+    # A run with nothing to fetch says so, not an empty bar.
+    (shown,) = [o["data"] for o in outputs[4] if o["output_type"] == "display_data"]
+    assert shown["text/plain"] == "nothing new: the checkpoints already cover this window"
+    assert "<progress" not in shown["text/html"]
     assert not [o for o in outputs[4] if o["output_type"] == "error"]
 
     slow_emulator.set_faults(latency=0)

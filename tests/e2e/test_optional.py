@@ -1,4 +1,4 @@
-"""A missing or too old package of an extra (`scale`, `lake`, `emulator`): one line naming it and its install
+"""A missing or too old package of an extra (`scale`, `plot`, `lake`, `emulator`): one line naming it and its install
 command, exit 2, through the CLI in a process where the package is hidden (None in sys.modules) or replaced
 by an old version. That the requirements are the extras': tests/unit/support/test_optional_extras.py."""
 
@@ -48,7 +48,7 @@ def assert_one_line(result: subprocess.CompletedProcess, line: str) -> None:
 @pytest.mark.parametrize(
     ("version", "line"),
     [
-        (None, "'etl plot' needs matplotlib: pip install 'etl[scale]'"),
+        (None, "'etl plot' needs matplotlib: pip install 'etl[plot]'"),
         (
             "3.5.1",
             "'etl plot' needs matplotlib>=3.8,<4, found matplotlib 3.5.1: pip install --upgrade 'matplotlib>=3.8,<4'",
@@ -114,3 +114,28 @@ def test_a_lake_format(tmp_path, fmt, module):
 def test_the_emulator_server():
     result = etl_with("uvicorn", None, "emulator", "serve", "--port", "0")
     assert_one_line(result, "'etl emulator serve' needs uvicorn: pip install 'etl[emulator]'")
+
+
+def test_lineage(emulator, tmp_path):
+    """Asked by the config: one line before the run starts (asked by the environment alone: a warning,
+    tests/unit/pipeline/test_lineage_config.py)."""
+    path = config(tmp_path, tmp_path / "out", emulator.base_url, lineage=True, series=["raw"])
+    result = etl_with("openlineage.client", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "lineage needs openlineage-python: pip install 'etl[lineage]'")
+    assert not (tmp_path / "out" / "raw").exists()
+
+
+def test_dagster():
+    code = "import sys; sys.modules['dagster'] = None; import etl.dagster"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert (
+        done.stderr.splitlines()[-1] == "ImportError: etl.dagster needs dagster: pip install 'etl[dagster]'"
+    )
+
+
+def test_telemetry(tmp_path):
+    telemetry = {"otlp_endpoint": "http://127.0.0.1:1"}
+    path = config(tmp_path, tmp_path / "out", telemetry=telemetry, series=["raw"])
+    result = etl_with("opentelemetry.sdk", None, "run", "-c", path, "--no-progress")
+    assert_one_line(result, "telemetry needs opentelemetry-sdk: pip install 'etl[otel]'")

@@ -1,5 +1,5 @@
 """The cron example in docs/ acts on the exit codes etl/errors.py defines, run through the shell with a stub
-`etl`. The Airflow example: tests/unit/test_airflow_dag.py."""
+`etl`. The Airflow example, run by Airflow: tests/orchestrators/test_airflow.py (make test-orchestrators)."""
 
 from __future__ import annotations
 

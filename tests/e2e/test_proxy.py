@@ -18,8 +18,9 @@ from tests.support.configs import config_dict, write_config
 from tests.support.debian import require
 from tests.support.emulator import START, emulator_config
 from tests.support.expected import SOURCE, expected_table
+from tests.support.network import free_port
 from tests.support.output import read
-from tests.support.proxy import Missing, RunningProxy, binary, free_port, running_proxy
+from tests.support.proxy import Missing, RunningProxy, binary, running_proxy
 from tests.support.tls import self_signed
 
 NAME = "platform.test"  # resolved by the proxy alone

@@ -112,6 +112,8 @@ def test_metrics_file_holds_the_runs_figures(lake, tmp_path):
         value["etl_quality_lowest_completeness"][labels] == summary["quality"]["lowest_completeness"] == 0.0
     )
     assert value["etl_quality_rows"][labels] == summary["quality"]["rows"] == 24
+    assert value["etl_catalog_objects_listed"][labels] == summary["catalog"]["objects_listed"] == 2
+    assert value["etl_catalog_parameters_gone"][labels] == 0
     assert [p.name for p in prom.parent.iterdir() if p.name.startswith("etl.prom")] == [
         "etl.prom"
     ]  # no temp left

@@ -16,7 +16,7 @@ from etl.cli import cli
 from etl.config import parse_config
 from etl.errors import LockedError, StorageError
 from etl.pipeline.build import Build
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import to_ms
 from tests.support.checks import assert_exact
 from tests.support.cli import etl_process
@@ -34,11 +34,15 @@ def test_full_then_incremental_run_into_s3(emulator, bucket, tmp_path, monkeypat
     assert_exact(lake, START, middle)
     summary = run(make_config(emulator.base_url, lake)).as_dict()
     assert summary["series"]["raw"]["windows"] == 8  # only what the first run did not cover
+    assert (
+        summary["catalog"]["objects_listed"] == 0 and summary["parameters"] == 8
+    )  # the catalog, read from S3
     assert_exact(lake, START, END)
 
     storage = Storage(lake)
     files = storage.find()
     assert any(f.startswith(f"_state/{SOURCE}/") for f in files)
+    assert len([f for f in files if f.startswith(f"_state/{SOURCE}/catalog/")]) == 1
     assert f"_state/{SOURCE}/lock" not in files  # the lease is released
     assert any(f.startswith("_runs/") for f in files)
     assert not any(name.rsplit("/", 1)[-1].startswith(".") for name in files)  # no temp names on S3

@@ -112,12 +112,17 @@ def fragments(text: str, size: int = 8) -> set[str]:
 @pytest.mark.parametrize("echo", ECHOED)
 def test_a_password_a_server_echoes_in_any_encoding_appears_nowhere(echoing, echo, tmp_path):
     """Every sign-in answers 502 with the credentials it got, in one encoding: the run's stderr (--debug),
-    its --json summary, its record, the metrics file, `etl doctor --json` on that record and every file
-    of the output (the Delta log included) hold no piece of the password in that encoding nor as typed.
+    its --json summary, its record, the metrics file, its OpenLineage events, `etl doctor --json` on that
+    record and every file of the output (the Delta log included) hold no piece of the password in that
+    encoding nor as typed.
     The echo reaches the error line, masked."""
     emulator, data, out = echoing
     pattern, way = ECHOED[echo]
-    config = write_config(tmp_path / "c.yaml", {**data, "source": {**data["source"], "sign_in": way}})
+    events = tmp_path / "lineage.jsonl"  # the run's OpenLineage events, its FAIL with the error line
+    lineage = {"transport": {"type": "file", "path": str(events)}}
+    config = write_config(
+        tmp_path / "c.yaml", {**data, "source": {**data["source"], "sign_in": way}, "lineage": lineage}
+    )
     metrics = tmp_path / "etl.prom"
     emulator.set_faults(reset=True, error_rate=1.0, echo_params=echo)
     try:
@@ -136,8 +141,9 @@ def test_a_password_a_server_echoes_in_any_encoding_appears_nowhere(echoing, ech
     assert "sign-in: HTTP 502" in line and "***" in line, line
     secrets = fragments(echoed) | fragments(PASSWORD) | {quote(PASSWORD), quote_plus(PASSWORD)}
     assert leaks(run.stdout + run.stderr + doctor.stdout + doctor.stderr, secrets) == []
-    files = [metrics, *(p for p in out.rglob("*") if p.is_file())]
+    files = [metrics, events, *(p for p in out.rglob("*") if p.is_file())]
     assert any("_delta_log" in p.parts for p in files) and any("_runs" in p.parts for p in files)
+    assert b'"eventType": "FAIL"' in events.read_bytes() and b"***" in events.read_bytes()
     assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
 
 
@@ -295,3 +301,55 @@ def test_a_username_that_contains_the_password_is_shown_whole(monkeypatch, capsy
             main(["api", "objects"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 3 and "sign-in refused for user 'demo1'" in err, err
+
+
+def test_the_databases_password_reaches_no_log_error_summary_table_or_doctor(
+    emulator, postgres, tmp_path, capsys, caplog, monkeypatch
+):
+    """sink.format postgres: a run with the password in sink.password_file and every library's debug log
+    on, `etl doctor --json`, runs refused with a wrong password (from the file, and from the environment
+    into the dsn): the password, as typed and encoded, is in no stream, log line, file of the output or
+    checkpoint in the database."""
+    import logging
+
+    from tests.support.cli import etl_main
+    from tests.support.postgres import VARIABLE, database, sink
+
+    caplog.set_level(logging.DEBUG)  # every library's log lines, none redacted: nobody may log it
+    monkeypatch.setenv("ETL_PASSWORD", "demo")
+    out = tmp_path / "out"
+    keys = sink(postgres, out)
+    secret = tmp_path / "pg-password"
+    secret.write_text(postgres.password + "\n")
+    data = config_dict(emulator.base_url, out, series=["raw"], sink=keys)
+    data["window"]["end"] = "2026-11-02T00:00:00Z"
+    data["source"]["password"] = "${ETL_PASSWORD}"
+    from_file = {**data, "sink": {**keys, "dsn": keys["dsn"].replace(f":${{{VARIABLE}}}@", "@")}}
+    from_file["sink"]["password_file"] = str(secret)
+    path = write_config(tmp_path / "file.yaml", from_file)
+    shown = []
+    for args, code in [
+        (["--debug", "run", "-c", str(path), "--json"], 0),
+        (["doctor", "-c", str(path), "--json"], None),
+    ]:
+        done = etl_main(capsys, *args)
+        assert code is None or done[0] == code, done[2]
+        shown += done[1:]
+    secret.write_text("wrong-pg-password")
+    done = etl_main(capsys, "--debug", "run", "-c", str(path))
+    assert done[0] == 7 and "password authentication failed" in done[2]
+    shown += done[1:]
+    monkeypatch.setenv(VARIABLE, "wrong-pg-password")
+    done = etl_main(capsys, "run", "-c", str(write_config(tmp_path / "env.yaml", data)))
+    assert done[0] == 7, done[2]
+    shown += [*done[1:], caplog.text]
+    secrets = {postgres.password, quote(postgres.password, safe=""), quote_plus(postgres.password)}
+    secrets.add("wrong-pg-password")
+    assert leaks("".join(shown), secrets) == []
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert any("_runs" in p.parts for p in files) and any("_state" in p.parts for p in files)
+    assert {str(p): leaks(p.read_bytes(), secrets) for p in files if leaks(p.read_bytes(), secrets)} == {}
+    db = database(out)
+    stored = db.rows(f'select checkpoint, run from "{keys["schema"]}"._etl_commits')  # type: ignore[attr-defined]
+    assert stored and leaks(repr(stored), secrets) == []
+    db.close()  # type: ignore[attr-defined]

@@ -13,7 +13,8 @@ from tests.support.configs import config_dict, write_config
 
 WATCH = """
 import atexit, gc, os, runpy, sys
-heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset")
+heavy = ("pandas", "duckdb", "deltalake", "pyiceberg", "distributed", "matplotlib", "pyarrow.dataset",
+         "openlineage", "dagster", "opentelemetry.sdk")
 atexit.register(lambda: print("LOADED", *[m for m in heavy if m in sys.modules], file=sys.stderr))
 atexit.register(lambda: print("GC", gc.isenabled(), gc.get_freeze_count() > 10_000,
                               os.environ.get("OPENBLAS_NUM_THREADS"), file=sys.stderr))
@@ -65,12 +66,15 @@ print("ARROW", os.environ.get("ARROW_DEFAULT_MEMORY_POOL"), pool, pa.default_mem
 def test_odd_stamps_are_parsed_while_pandas_is_kept_from_pyarrow():
     code = """
 import numpy as np, pyarrow as pa, sys
-from etl.cli.runs import _without_pandas
+from etl.support.optional import pyarrow_looks_for_pandas
 from etl.timeutil import parse_iso_ms
-with _without_pandas():
-    pa.array(np.zeros(3)).to_numpy()
-    assert "pandas" not in sys.modules
-    print(parse_iso_ms(["2026-11-01T00:00:00+03:00"])[0])
+pyarrow_looks_for_pandas(find=False)
+pa.array(np.zeros(3)).to_numpy()
+pa.array([1, None]).to_pylist()
+pa.schema([("ts", pa.timestamp("ms", tz="UTC"))]).empty_table()
+assert "pandas" not in sys.modules
+print(parse_iso_ms(["2026-11-01T00:00:00+03:00"])[0])
+assert "pandas" in sys.modules and pa.array([1]).to_pandas().tolist() == [1]
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]

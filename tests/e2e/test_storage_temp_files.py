@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from etl.storage.files import TMP_SUFFIX, Storage
+from etl.storage.atomic import TMP_SUFFIX, Storage
 
 
 def test_only_temp_files_of_dead_writers_are_removed(tmp_path):

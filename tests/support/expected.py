@@ -15,12 +15,13 @@ SOURCE = "127.0.0.1"  # the emulator's host: the default source name
 
 
 def expected_table(
-    emulator_config, series: str, start: int, end: int, objects=None, source: str = SOURCE
+    emulator_config, series: str, start: int, end: int, objects=None, source: str = SOURCE, now=None
 ) -> pa.Table:
-    """Every point in [start, end) of every parameter of the objects, in the output schema."""
+    """Every point in [start, end) of every parameter of the objects, in the output schema, as the
+    platform shows them at `now` (default: the config's clock)."""
     series = Series(series)
     ds = as_dataset(emulator_config)
-    now = getattr(emulator_config, "now_ms", None)
+    now = now if now is not None else getattr(emulator_config, "now_ms", None)
     columns: dict[str, list] = {name: [] for name in SCHEMAS[series].names}
     for object_id in objects or ds.object_ids:
         for pid in sorted(ds.physical_ids(object_id) + ds.calc_ids(object_id)):

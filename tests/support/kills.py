@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from etl.storage.files import TMP_SUFFIX
+from etl.storage.atomic import TMP_SUFFIX
 
 
 def temp_files(out: Path) -> list[Path]:
@@ -67,7 +67,7 @@ class Reader(threading.Thread):
     def _run_lake(self) -> None:
         from etl.config import SinkConfig
         from etl.sinks.lake import Lake
-        from etl.storage.files import Storage
+        from etl.storage.atomic import Storage
 
         while not self.stop.is_set():
             if not self.out.exists():

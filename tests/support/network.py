@@ -25,6 +25,13 @@ def blackhole(host: str, port: int) -> Iterator[None]:
         yield
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (a host that refuses connections, or a server's port to be)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def free_port_on_both(v4: str = "127.0.0.1", v6: str = "::1") -> int:
     """A port free on both loopback addresses (a server on one, a blackhole on the other)."""
     for _ in range(50):

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from etl.model import SCHEMAS, Series
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from tests.support.expected import SERIES, SOURCE
 
 
@@ -26,7 +26,11 @@ def data_files(root, series: str) -> list[str]:
 
 
 def lake_format(root) -> str | None:
-    """delta or iceberg when the output holds lake tables (read through their snapshots, not files)."""
+    """delta, iceberg or postgres when the output holds tables (read through their snapshots, not files)."""
+    from tests.support.postgres import OUTPUTS
+
+    if str(root) in OUTPUTS:
+        return "postgres"
     storage = Storage(str(root))
     storage.fs.invalidate_cache()
     if storage.fs.exists(storage.full("catalog.db")):
@@ -40,8 +44,14 @@ def read_lake(root, name: str, fmt: str) -> pa.Table:
     """A lake table's current snapshot, timestamps back in ms, without the `date` column."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
+    from tests.support.postgres import OUTPUTS, database
 
-    lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
+    if fmt == "postgres":
+        url, schema = OUTPUTS[str(root)]
+        sink = SinkConfig.model_validate({"format": fmt, "path": str(root), "dsn": url, "schema": schema})
+        lake = Lake(sink, Storage(str(root)), database(root))  # type: ignore[arg-type]
+    else:
+        lake = Lake(SinkConfig(format=fmt, path=str(root)), Storage(str(root)))
     table = lake.quality() if name == "quality" else lake.series(name)
     if not table.exists():
         return pa.table({})

@@ -1,6 +1,7 @@
 """A throwaway PostgreSQL cluster (Debian's `postgresql`, installed by `make postgres`) on a free loopback
-port, for the Iceberg SQL catalog tests. PostgreSQL refuses to run as root, so under root (CI) the
-server runs as the package's `postgres` user."""
+port, for the Iceberg SQL catalog tests and the PostgreSQL sink's. PostgreSQL refuses to run as root, so
+under root (CI) the server runs as the package's `postgres` user. A test's PostgreSQL sink gets a schema
+of its own in the one database (`sink`), its password through the environment (VARIABLE)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,6 +20,9 @@ from urllib.parse import quote
 
 USER = "etl"
 DATABASE = "etl_catalog"
+VARIABLE = "ETL_PG_PASSWORD"  # the sinks' dsn reads the password from it, as users write it
+# A test output's folder -> (the database's URL, the sink's schema): tests/support/output.py reads it back.
+OUTPUTS: dict[str, tuple[str, str]] = {}
 # Characters a URL must escape, so the catalog URL's password is tested encoded as users write it.
 PASSWORD = "pg-s3cr3t/Catalog:pw"  # noqa: S105 - the throwaway cluster's password, and the leak probe
 
@@ -139,3 +144,40 @@ def running_postgres() -> Iterator[RunningPostgres]:
                 capture_output=True,
             )
         shutil.rmtree(home, ignore_errors=True)
+
+
+def sink(running: RunningPostgres, out: object, **keys: object) -> dict:
+    """A PostgreSQL sink into `out` (its checkpoints and run summaries) with a schema of its own; the dsn's
+    password is ${ETL_PG_PASSWORD}, which the `postgres` fixture exports."""
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    OUTPUTS[str(out)] = (running.url(), schema)
+    return {
+        "format": "postgres",
+        "path": str(out),
+        "dsn": running.url(f"${{{VARIABLE}}}"),
+        "schema": schema,
+        "buckets": 1,
+        **keys,
+    }
+
+
+def database(out: object) -> object:
+    """The etl Database of a test's PostgreSQL output (as `sink` registered it)."""
+    from etl.storage.postgres import Database
+
+    url, schema = OUTPUTS[str(out)]
+    return Database(url, schema)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.support.postgres CMD...`: CMD run with a throwaway cluster up, its port in
+    ETL_PG_PORT and its password in ETL_PG_PASSWORD (make demo-postgres)."""
+    with running_postgres() as running:
+        env = {**os.environ, "ETL_PG_PORT": str(running.port), VARIABLE: running.password}
+        return subprocess.run(argv, env=env).returncode
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

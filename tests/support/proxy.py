@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.network import free_port
+
 
 class Missing(Exception):
     """squid is not installed."""
@@ -36,12 +38,6 @@ def binary() -> str:
     if found is None:
         raise Missing("squid not found")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

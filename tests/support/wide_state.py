@@ -12,7 +12,7 @@ import numpy as np
 from etl.model import Param, ParamKind, Params, Series, Window, Windows
 from etl.pipeline.plan import Fleet, Plan, PlanOptions, spans_for
 from etl.state import Coverage, StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 1_762_000_000_000 - 1_762_000_000_000 % DAY_MS

@@ -47,6 +47,14 @@ GOOD = (
             GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01"),
             "config error: window.start: needs a UTC offset",
         ),
+        (  # the first real problem: the month, not the offset
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-13-01"),
+            "config error: window.start: '2026-13-01' is not a valid time: month must be in 1..12",
+        ),
+        (
+            GOOD.replace("2026-11-01T00:00:00Z", "2026-11-01T25:00"),
+            "config error: window.start: '2026-11-01T25:00' is not a valid time: hour must be in 0..23",
+        ),
         (  # source x's shard 0/2 names its files and lake commits so: they would mix
             GOOD.replace("username:", "name: plant-s0of2, username:"),
             "config error: source.name: 'plant-s0of2' ends like a shard's label (-sIofN): give source.name",
@@ -65,6 +73,8 @@ GOOD = (
         "month 13",
         "February 30",
         "a date without a time",
+        "month 13 without an offset",
+        "hour 25 without an offset",
         "a source named like a shard",
         "a host named like a shard",
     ],
@@ -89,3 +99,31 @@ def test_a_binary_file_is_not_a_config(tmp_path):
     path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xd0\xff\xfe")
     with pytest.raises(ConfigError, match="c.yaml: not a text file"):
         load_config(path)
+
+
+@pytest.mark.parametrize(
+    "kinds, warned",
+    [
+        ("[physical, calculated]", True),  # every parameter, when signals were physical ones
+        ("[physical]", True),
+        ("[physical, calculated, signal]", False),
+        ("[calculated]", False),
+        ("[signal]", False),
+    ],
+)
+def test_kinds_that_leave_out_signal_parameters_say_so_in_one_line(tmp_path, caplog, kinds, warned):
+    path = tmp_path / "etl.yaml"
+    path.write_text(GOOD + f"select: {{parameters: {{kinds: {kinds}}}}}\n")
+    load_config(path)
+    said = [r.getMessage() for r in caplog.records if "signal" in r.getMessage()]
+    assert said == (
+        [
+            "select.parameters.kinds leaves out signal: signal parameters (physical ones whose values are "
+            "0 or 1, a kind of their own now) are not exported; add signal to the list to keep them"
+        ]
+        if warned
+        else []
+    )
+    caplog.clear()
+    load_config(path, offline=True)  # commands that only read the output export nothing
+    assert not [r for r in caplog.records if "signal" in r.getMessage()]

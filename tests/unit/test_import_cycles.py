@@ -1,11 +1,12 @@
 """The import-cycle contract of `make lint` (tools/import_cycles.py, registered in pyproject.toml): it
-fails on a cycle between modules, a lazy import inside a function included, names each import with its
-line, and leaves `if TYPE_CHECKING:` imports out."""
+fails on a cycle between modules, a lazy import inside a function or one under `if TYPE_CHECKING:`
+included (even where the session leaves those out), and names each import with its line."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import sys
 import tomllib
 from pathlib import Path
@@ -21,14 +22,18 @@ PACKAGE = {
     "__init__.py": "",
     "a.py": "import cycle_demo.b\n",
     "b.py": "def later():\n    from cycle_demo import a\n\n    return a\n",
-    # A cycle only a type checker sees: not one at run time.
+    # A cycle only a type checker sees: a reader follows it as any other.
     "c.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from cycle_demo import d\n",
     "d.py": "import cycle_demo.c\n",
 }
+WITHOUT_CYCLES = {**PACKAGE, "b.py": "def later():\n    return None\n", "d.py": ""}
 
 
-def _lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]) -> int:
-    """lint-imports over a package made of `files`, with this repository's contract."""
+def _lint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str], exclude_type_checking: bool = True
+) -> int:
+    """lint-imports over a package made of `files`, with this repository's contract, in a session that
+    leaves type-only imports out or not."""
     package = tmp_path / "cycle_demo"
     package.mkdir()
     for name, text in files.items():
@@ -38,7 +43,7 @@ def _lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]
     (tmp_path / "pyproject.toml").write_text(
         "[tool.importlinter]\n"
         'root_packages = ["cycle_demo"]\n'
-        "exclude_type_checking_imports = true\n"
+        f"exclude_type_checking_imports = {json.dumps(exclude_type_checking)}\n"
         f"contract_types = {json.dumps(ours['contract_types'])}\n\n"
         "[[tool.importlinter.contracts]]\n"
         f"name = {json.dumps(contract['name'])}\n"
@@ -46,21 +51,43 @@ def _lint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [str(REPO), *sys.path])  # lint-imports adds the folder it runs in
-    return lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True, no_logo=True)
+    # lint-imports configures logging as a program does, which disables every logger made before it: the
+    # later tests' loggers (etl's) are put back as they were.
+    loggers = [
+        logger for logger in logging.root.manager.loggerDict.values() if isinstance(logger, logging.Logger)
+    ]
+    disabled = [logger.disabled for logger in loggers]
+    try:
+        return lint_imports(config_filename=str(tmp_path / "pyproject.toml"), no_cache=True, no_logo=True)
+    finally:
+        for logger, was in zip(loggers, disabled, strict=True):
+            logger.disabled = was
 
 
 def test_a_lazy_import_that_closes_a_loop_fails_lint_and_is_named_with_its_lines(
     tmp_path, monkeypatch, capsys
 ):
-    assert _lint(tmp_path, monkeypatch, PACKAGE) == 1
+    assert _lint(tmp_path, monkeypatch, {**PACKAGE, "d.py": ""}) == 1
     out = capsys.readouterr().out
     assert "cycle_demo.a:1  import cycle_demo.b" in out
     assert "cycle_demo.b:2  from cycle_demo import a" in out
-    assert "cycle_demo.c" not in out and "cycle_demo.d" not in out
+    assert "cycle_demo.c" not in out
 
 
-def test_without_the_lazy_import_lint_passes(tmp_path, monkeypatch, capsys):
-    assert _lint(tmp_path, monkeypatch, {**PACKAGE, "b.py": "def later():\n    return None\n"}) == 0
+@pytest.mark.parametrize("exclude_type_checking", [True, False])
+def test_a_type_only_import_that_closes_a_loop_fails_lint_whatever_the_session_leaves_out(
+    tmp_path, monkeypatch, capsys, exclude_type_checking
+):
+    files = {**WITHOUT_CYCLES, "d.py": PACKAGE["d.py"]}
+    assert _lint(tmp_path, monkeypatch, files, exclude_type_checking) == 1
+    out = capsys.readouterr().out
+    assert "cycle_demo.c:4  from cycle_demo import d" in out
+    assert "cycle_demo.d:1  import cycle_demo.c" in out
+    assert "cycle_demo.a" not in out
+
+
+def test_without_the_lazy_and_the_type_only_import_lint_passes(tmp_path, monkeypatch, capsys):
+    assert _lint(tmp_path, monkeypatch, WITHOUT_CYCLES) == 0
     assert "KEPT" in capsys.readouterr().out
 
 

@@ -38,7 +38,7 @@ from etl.sinks.layout import LEGACY_BUCKETS
 from etl.sinks.rewrite import Ranges
 from etl.state import Coverage, StateStore
 from etl.state.store import segment, windows_of
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 1_793_491_200_000  # 2026-11-01T00:00:00Z
@@ -102,13 +102,45 @@ def test_plan_covers_the_window_exactly_once(a, b, raw_window, aggregate_window)
             )
             assert units[0][0] == start and units[-1][1] == end
             assert all(x[1] == y[0] for x, y in zip(units, units[1:], strict=False))  # no gap, no overlap
-            if series == "raw":
-                assert all(e - s <= DAY_MS for s, e in units)
-                assert all((s // DAY_MS) == ((e - 1) // DAY_MS) for s, e in units)  # never across midnight
+            if series == "raw":  # one request each: across the last midnight only, when it fits one
+                last_midnight = (end - 1) // DAY_MS * DAY_MS
+                assert all(e - s <= cfg.extract.raw_window for s, e in units)
+                assert all((s // DAY_MS) == ((e - 1) // DAY_MS) or s < last_midnight < e for s, e in units)
     for slab in slabs:
         assert all(
             slab.start <= u.start < u.end <= slab.end and u.series == slab.series for u in slab.windows
         )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    a=times,
+    b=times,
+    prior=st.lists(st.tuples(times, times), max_size=4),
+    raw_window=st.sampled_from(["24h", "6h"]),
+)
+def test_a_plan_is_newest_first_and_counts_what_it_makes(a, b, prior, raw_window):
+    """Slabs come by the end of their spans, newest first (each parameter's newest data before any of its
+    history); no two slabs of a series and bucket share a day (they are written independently); the
+    summary counts exactly the slabs and windows handed out."""
+    start, end = min(a, b), max(a, b) + 1
+    state = Coverage()
+    for x, y in prior:
+        add(state, PARAMS[0].id, "raw", min(x, y), max(x, y))
+    cfg = config(raw_window)
+    spans = spans_for(cfg.extract.raw_window, cfg.extract.aggregate_window)
+    made = Plan(Fleet(Params.of(PARAMS), LEGACY_BUCKETS), state, PlanOptions(start, end), cfg.series, spans)
+    summary, windows = made.summary(), made.windows
+    slabs = list(made.slabs())
+    assert [s.end for s in slabs] == sorted((s.end for s in slabs), reverse=True)
+    days = [
+        (s.series, s.bucket, d) for s in slabs for d in range(s.start // DAY_MS, (s.end - 1) // DAY_MS + 1)
+    ]
+    assert len(days) == len(set(days))
+    assert windows == sum(len(s.windows) for s in slabs)
+    for series, figures in summary.items():
+        mine = [s for s in slabs if s.series == series]
+        assert figures["slabs"] == len(mine) and figures["windows"] == sum(len(s.windows) for s in mine)
 
 
 def test_a_plan_hands_its_slabs_out_once_and_its_summary_stays():
@@ -310,7 +342,8 @@ def add(state: Coverage, param_id: int, series: str, start: int, end: int) -> No
 @given(a=times, b=times, prior=intervals, raw_window=st.sampled_from(["24h", "6h", "1h"]))
 def test_plan_over_any_prior_state_fetches_each_gap_exactly_once(a, b, prior, raw_window):
     """With checkpoints already covering some of the window (and no overlap re-read), the planned units
-    and the covered intervals tile [start, end): every instant exactly once, raw units within a UTC day."""
+    and the covered intervals tile [start, end): every instant exactly once, raw units one request each
+    (within a UTC day, but for a tail across the last midnight)."""
     start, end = min(a, b), max(a, b) + 1
     state = Coverage()
     for s, e in prior:
@@ -332,8 +365,13 @@ def test_plan_over_any_prior_state_fetches_each_gap_exactly_once(a, b, prior, ra
                 s < ce and cs < e for s, e in units for cs, ce in covered
             )  # nor re-fetch covered time
             assert merge(units + covered) == [(start, end)]  # and together they are the window
-            if series == "raw":
-                assert all(s // DAY_MS == (e - 1) // DAY_MS for s, e in units)
+            if (
+                series == "raw"
+            ):  # a unit is one request: at most the raw window, across the last midnight only
+                unit = config(raw_window).extract.raw_window
+                last_midnight = (end - 1) // DAY_MS * DAY_MS
+                assert all(e - s <= unit for s, e in units)
+                assert all(s // DAY_MS == (e - 1) // DAY_MS or s < last_midnight < e for s, e in units)
 
 
 @settings(max_examples=150, deadline=None)

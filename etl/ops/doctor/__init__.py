@@ -8,6 +8,7 @@ server as `etl init` does.
     runs.last            the last runs' outcome and failed windows, from _runs/*.json
     runs.age             the age of the last successful run, against --max-age
     runs.late            how late the last runs found points to be; parameters quiet past window.late_max
+    runs.verify          the last `etl verify`: when, and whether the output equalled the source
     locks                a state lock held by a run that is gone
     leftovers.temp       temp files of killed runs in the output; leftovers.spool: spools in the temp folder
     files                Parquet/CSV partitions holding more files than sink.buckets
@@ -27,9 +28,9 @@ from collections.abc import Callable
 from etl.config import Config
 from etl.errors import EtlError
 from etl.ops.doctor.deployment import CHECKS, Deployment, Diagnosis, Limits
-from etl.ops.doctor.output import lake_tables, partition_files, sources, spools, temp_files
+from etl.ops.doctor.output import lake_tables, partition_files, postgres_tables, sources, spools, temp_files
 from etl.ops.doctor.server import server_checks
-from etl.ops.doctor.state import checkpoints_ahead_of_now, locks, runs
+from etl.ops.doctor.state import checkpoints_ahead_of_now, last_verify, locks, runs
 from etl.ops.findings import Finding, fail
 from etl.timeutil import now_ms
 
@@ -69,11 +70,15 @@ def diagnose(
         findings += found
     runs_by_check: dict[str, list[Callable[[Deployment], list[Finding]]]] = {
         "checkpoints": [checkpoints_ahead_of_now],
-        "runs": [runs],
+        "runs": [runs, last_verify],
         "locks": [locks],
         "leftovers": [temp_files, spools],
         "files": [] if config.sink.lake else [partition_files],
-        "lake": [lake_tables] if config.sink.lake and d.has_output else [],
+        "lake": [postgres_tables]
+        if config.sink.format == "postgres"
+        else [lake_tables]
+        if config.sink.lake and d.has_output
+        else [],
         "sources": [sources],
     }
     for check in d.checks:

@@ -14,9 +14,10 @@ from etl.errors import EtlError, StorageError
 from etl.model import Series
 from etl.ops.doctor.deployment import SPOOLS, Deployment, human
 from etl.ops.findings import Finding, fail, ok, warn
+from etl.state.lock import AdvisoryLock
 from etl.storage import spools as spool_folders
 from etl.storage import tempfiles
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.support.optional import require
 from etl.timeutil import HOUR_MS
 
@@ -182,6 +183,25 @@ def lake_tables(d: Deployment) -> list[Finding]:
                 f"nothing past the retention of {human(d.limits.retain_ms)}",
             )
         )
+    return out
+
+
+def postgres_tables(d: Deployment) -> list[Finding]:
+    """PostgreSQL tables: reachable, made, and who holds each store's advisory lock now."""
+    database, lake = d.build.database, d.build.lake
+    assert database is not None and lake is not None
+    made = [t.name for t in [*(lake.series(s) for s in Series), lake.quality()] if t.exists()]
+    where = f"schema {database.schema} of {database.display}"
+    out = [
+        ok(
+            "postgres",
+            f"{len(made)} table(s) in {where}: {', '.join(made)}" if made else f"no table yet in {where}",
+        )
+    ]
+    for store, _ in d.stores:
+        lock = store.run_lock
+        if isinstance(lock, AdvisoryLock) and (who := lock.holder()):
+            out.append(ok("postgres.lock", f"a run holds the advisory lock of {lock.app}: {who}"))
     return out
 
 

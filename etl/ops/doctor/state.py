@@ -9,11 +9,13 @@ from typing import TypedDict
 import numpy as np
 import orjson
 
+from etl.dataset import verified
 from etl.model import SERIES
 from etl.ops.doctor.deployment import HOST, Deployment, alive, human, shard_of
 from etl.ops.findings import Finding, fail, ok, warn
+from etl.pipeline.summary import Backfill
 from etl.state.lock import LOCK_FILE, Holder
-from etl.timeutil import MINUTE_MS, iso
+from etl.timeutil import MINUTE_MS, iso, parse_time
 
 
 class StoredLate(TypedDict, total=False):
@@ -136,7 +138,77 @@ def runs(d: Deployment) -> list[Finding]:
         out.append(ok("runs.last", f"the last run {last['run_id']} was ok ({len(records)} run(s) read)"))
     out.append(_age(d, records))
     out.append(_late(d, records))
+    out.extend(_backfill(d))
     return out
+
+
+STALLED_AFTER = 3  # runs in a row that loaded no history while some was left: a backfill has stopped
+
+
+def _backfill(d: Deployment) -> list[Finding]:
+    """The history still to load (etl/state/store.py `progress`): a warning while a backfill makes
+    progress, a failure once the last runs stopped loading any."""
+    out = []
+    for store, _ in d.stores:
+        runs = store.progress()
+        if not runs or not runs[-1].left_ms:
+            continue
+        shard = shard_of(store)
+        where = f" (shard {shard})" if shard else ""
+        left = Backfill.of(runs)
+        recent = runs[-STALLED_AFTER:]
+        if len(recent) == STALLED_AFTER and recent[-1].left_ms >= recent[0].left_ms:
+            out.append(
+                fail(
+                    "runs.backfill",
+                    f"the history still to load{where} did not shrink in the last {STALLED_AFTER} runs: "
+                    f"{left.text()}",
+                    "see what stops the runs (failed windows, retry.run_deadline reached before any history "
+                    f"is fetched: etl doctor's runs.last, etl plan {d.cmd})",
+                )
+            )
+        else:
+            out.append(warn("runs.backfill", f"history still loading{where}: {left.text()}"))
+    return out or [ok("runs.backfill", "no history left to load")]
+
+
+def last_verify(d: Deployment) -> list[Finding]:
+    """The last `etl verify` of this source: when, and whether the output equalled the source."""
+    record = verified.last(d.build, d.config.source.name)
+    if record is None:
+        return [
+            ok(
+                "runs.verify",
+                f"no verify yet: 'etl verify {d.cmd} --sample 0.01' every night proves the output equals the "
+                "source at a known cost",
+            )
+        ]
+    finished = str(record.get("finished") or "")
+    age = f", {human(d.now - parse_time(finished))} ago" if finished else ""
+    when = f"the last verify ({finished or record.get('verify_id')}{age})"
+    figures = (
+        f"{record.get('verified', 0)} of {record.get('candidates', 0)} checkpointed window(s), seed "
+        f"{record.get('seed')}"
+    )
+    status = record.get("status")
+    if status == "differs":
+        return [
+            fail(
+                "runs.verify",
+                f"{when} found {record.get('differing')} window(s) different from the source "
+                f"({record.get('missing')} row(s) missing, {record.get('extra')} extra, "
+                f"{record.get('changed')} changed) in {figures}",
+                f"etl verify {d.cmd} --seed {record.get('seed')} --repair",
+            )
+        ]
+    if status == "failed":
+        return [
+            warn(
+                "runs.verify",
+                f"{when} could not read {record.get('failed')} window(s) from the source: {record.get('first_failure')}",
+            )
+        ]
+    return [ok("runs.verify", f"{when}: {status}, {figures}")]
 
 
 def _late(d: Deployment, records: list[StoredRun]) -> Finding:

@@ -1,5 +1,6 @@
-"""Lake table formats (sink.format delta / iceberg): a table per series, the quality dataset and each
-reference table, written exactly once with the slab's checkpoint inside the commit (docs/lake.md)."""
+"""Table formats (sink.format delta / iceberg / postgres): a table per series, the quality dataset and each
+reference table, written exactly once with the slab's checkpoint inside the commit (docs/lake.md,
+docs/postgres.md)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,32 @@ from etl.config import SinkConfig
 from etl.model import QUALITY, QUALITY_TIME_KEY, Series, Shard
 from etl.sinks.lake.common import LakeTable, Policy
 from etl.sinks.layout import LEGACY_BUCKETS
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
+from etl.support.optional import require
 
 if TYPE_CHECKING:  # pyiceberg loads for Iceberg tables only
     from pyiceberg.catalog import Catalog
 
+    from etl.storage.postgres import Database
+
 DIMENSIONS_FOLDER = "dimensions"
+
+
+def load_library(fmt: str) -> None:
+    """The library of a lake format, imported: a missing or too old one is one line naming its extra."""
+    if fmt == "delta":
+        require("deltalake", "sink.format delta")
+    else:
+        require("pyiceberg", "sink.format iceberg")
+        from etl.sinks.lake import pyiceberg_compat  # noqa: F401 - a pyiceberg etl is not tested with stops here
 
 
 class Lake:
     """The tables of one sink, made on demand (each cached: a table keeps its app's version counter)."""
 
-    def __init__(self, sink: SinkConfig, storage: Storage) -> None:
+    def __init__(self, sink: SinkConfig, storage: Storage, database: Database | None = None) -> None:
         self.sink, self.storage = sink, storage
+        self.database = database  # postgres
         self.policy = Policy(sink.retention, sink.versions, sink.compact, sink.buckets or LEGACY_BUCKETS)
         self._tables: dict[str, LakeTable] = {}
         # One object per table, whichever thread asks first: it holds the table's version counter.
@@ -31,7 +45,7 @@ class Lake:
 
     @cached_property
     def _catalog(self) -> Catalog:
-        from etl.sinks.lake.iceberg import catalog
+        from etl.sinks.lake.iceberg_table import catalog
 
         with self._guard:
             found: Catalog = catalog(self.storage, self.sink.catalog)
@@ -43,13 +57,17 @@ class Lake:
 
     def _made(self, name: str, time_key: str | None, partitioned: bool) -> LakeTable:
         if name not in self._tables:
-            if self.sink.format == "delta":
-                from etl.sinks.lake.delta import DeltaTable
+            if self.database is not None:
+                from etl.sinks.lake.postgres import PostgresTable
+
+                self._tables[name] = PostgresTable(self.database, name, time_key, self.policy)
+            elif self.sink.format == "delta":
+                from etl.sinks.lake.delta_table import DeltaTable
 
                 columns = tuple(self.sink.partition_by) if partitioned else ()
                 self._tables[name] = DeltaTable(self.storage, name, columns, time_key, self.policy)
             else:
-                from etl.sinks.lake.iceberg import IcebergTable
+                from etl.sinks.lake.iceberg_table import IcebergTable
 
                 # Iceberg partitions by day(time_key) itself; `date` stays a plain column for readers.
                 columns = tuple(c for c in self.sink.partition_by if c != "date") if partitioned else ()
@@ -83,6 +101,10 @@ class Lake:
         return list(self._tables.values())
 
     def dimension_names(self) -> list[str]:
+        if self.database is not None:
+            from etl.sinks.lake.postgres import dimension_names
+
+            return dimension_names(self.database)
         if self.sink.format == "delta":
             return [n for n in self.storage.listdir(DIMENSIONS_FOLDER)]
         prefix = f"{DIMENSIONS_FOLDER}_"

@@ -37,7 +37,6 @@ from etl.timeutil import DAY_MS
 # Both formats keep timestamps in microseconds (Delta's TIMESTAMP, Iceberg's timestamptz).
 TS_US = pa.timestamp("us", tz="UTC")
 APP, VERSION, RUN, WINDOWS = "etl.app", "etl.version", "etl.run", "etl.windows"
-CONFLICT_ATTEMPTS = 5  # a commit planned again on the newer version, when another writer got in between
 MANY_FILES = 8  # a day partition with more small files than this is compacted even before its day ends
 SMALL_FILE = 32 * 2**20  # bytes: files under this are worth merging
 COMPACT_BYTES = 256 * 2**20  # bytes of small files merged per partition at most (their rows are held)
@@ -260,6 +259,19 @@ def table_lock(uri: str) -> threading.RLock:
         return _LOCKS.setdefault(uri, threading.RLock())
 
 
+@dataclass(frozen=True)
+class Change:
+    """What one commit does: remove the rows `replace` matches, add `rows` (and `files`, data files
+    already written into the table), carry `checkpoint`. `ready` is called (and may raise) just before the
+    commit becomes visible: what must be visible first."""
+
+    rows: pa.Table | None
+    replace: Replace | None
+    checkpoint: Checkpoint | None = None
+    files: Sequence[Any] = ()
+    ready: Callable[[], object] | None = None
+
+
 @dataclass
 class Committed:
     """A commit made: our app's version (None without a checkpoint) and the data files it added."""
@@ -292,17 +304,8 @@ class LakeTable(ABC):
     def exists(self) -> bool: ...
 
     @abstractmethod
-    def _commit(
-        self,
-        rows: pa.Table | None,
-        files: Sequence[Any],
-        replace: Replace | None,
-        checkpoint: Checkpoint | None,
-        ready: Callable[[], object] | None = None,
-    ) -> list[str]:
-        """Remove what `replace` matches and add `rows` (and `files`, data files already written into the
-        table), in one commit carrying `checkpoint`; the data files it added. `ready` is called (and may
-        raise) just before the commit becomes visible: what must be visible first."""
+    def _commit(self, change: Change) -> list[str]:
+        """The change, in one commit; the data files it added."""
 
     @abstractmethod
     def prepare(self, schema: pa.Schema) -> None:
@@ -331,6 +334,14 @@ class LakeTable(ABC):
     @abstractmethod
     def dataset(self) -> ds.Dataset:
         """The current version's rows, lazily (a reader sees one committed version, never a partial one)."""
+
+    def rows(
+        self, source: str, start: int | None = None, end: int | None = None, params: list[int] | None = None
+    ) -> ds.Dataset:
+        """What a reader asks for: at least the source's rows of these parameters with time_key in
+        [start, end) (None: no bound), maybe more. Default: the current version's dataset, which DuckDB
+        scans lazily with the reader's filters; a table that must read its rows eagerly reads these."""
+        return self.dataset()
 
     @abstractmethod
     def _read(self, source: str, params: list[int], start: int, end: int) -> pa.Table:
@@ -377,14 +388,13 @@ class LakeTable(ABC):
         meanwhile)."""
         with table_lock(self.uri):
             if checkpoint is None:
-                return Committed(None, self._commit(rows, files, replace, None, ready))
+                return Committed(None, self._commit(Change(rows, replace, None, files, ready)))
             app, run, windows = checkpoint
             if app not in self._version:
                 self._version[app] = self.latest(app) if self.exists() else 0
             version = self._version[app] + 1
-            added = self._commit(
-                rows, files, replace, Checkpoint(app, version, run, windows, arrivals), ready
-            )
+            carried = Checkpoint(app, version, run, windows, arrivals)
+            added = self._commit(Change(rows, replace, carried, files, ready))
             self._version[app] = version
             return Committed(version, added)
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 if TYPE_CHECKING:  # deltalake loads for Delta tables only
     from deltalake.transaction import AddAction

@@ -34,7 +34,7 @@ from pyiceberg.table.update import update_table_metadata
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from etl.errors import ConfigError
-from etl.support.optional import LAKE_REQUIREMENTS
+from etl.support.optional import EXTRAS
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
     from pyiceberg.table.update import TableUpdate
 
-REQUIREMENT = LAKE_REQUIREMENTS["pyiceberg"]  # the lake extra's: >=A.B,<C.D, the releases etl is tested with
+REQUIREMENT = EXTRAS["lake"]["pyiceberg"]  # the lake extra's: >=A.B,<C.D, the releases etl is tested with
 
 
 def release(version: str) -> tuple[int, int]:

@@ -29,7 +29,7 @@ from etl.model import QUALITY_TIME_KEY, SCHEMAS, Series, Windows
 from etl.sinks.base import QualityRows, SlabOutcome, Staged
 from etl.sinks.lake.common import LakeTable, Replace, with_date
 from etl.sinks.layout import Layout
-from etl.sinks.rewrite import Ranges
+from etl.sinks.rewrite import Ranges, ts_ms
 from etl.state import Coverage, StateStore
 from etl.storage.spools import spool_file
 from etl.timeutil import DAY_MS
@@ -119,21 +119,27 @@ class LakeSlabWriter:
     def _quality(self, rows: pa.Table, windows: Windows) -> tuple[pa.Table, Windows]:
         """The quality rows of the slab's parameter-days, from every raw row of each: the fetched ones,
         and those of this source the table keeps outside the windows (read only when a window misses part
-        of its day)."""
+        of its day). A raw slab spans one day, or two when its tails cross midnight: a day at a time."""
         assert self.quality is not None
         _, tracker = self.quality
-        ranges = Ranges.of(windows)
-        day = int(windows.start[0]) // DAY_MS * DAY_MS
-        whole = (windows.start == day) & (windows.end == day + DAY_MS)
-        partial = np.setdiff1d(windows.param_id, windows.param_id[whole]).tolist()
         schema = SCHEMAS[Series.RAW]
-        parts = [_as_schema(rows, schema)]
-        if partial:
-            kept = _as_schema(self.table.read(self.layout.source, partial, day, day + DAY_MS), schema)
-            parts.append(kept.filter(pa.array(~ranges.mask(kept))))
-        every = pa.concat_tables(parts)
-        every = every.take(pc.sort_indices(every, [("param_id", "ascending"), ("ts", "ascending")]))
-        tracker(every, ranges)
+        rows = _as_schema(rows, schema)
+        stamps = ts_ms(rows, "ts")
+        for day in range(int(windows.start.min()) // DAY_MS * DAY_MS, int(windows.end.max()), DAY_MS):
+            touching = (windows.start < day + DAY_MS) & (windows.end > day)
+            if not touching.any():
+                continue
+            mine = windows[touching].clip(day, day + DAY_MS)
+            ranges = Ranges.of(mine)
+            whole = (mine.start == day) & (mine.end == day + DAY_MS)
+            partial = np.setdiff1d(mine.param_id, mine.param_id[whole]).tolist()
+            parts = [rows.filter(pa.array((stamps >= day) & (stamps < day + DAY_MS)))]
+            if partial:
+                kept = _as_schema(self.table.read(self.layout.source, partial, day, day + DAY_MS), schema)
+                parts.append(kept.filter(pa.array(~ranges.mask(kept))))
+            every = pa.concat_tables(parts)
+            every = every.take(pc.sort_indices(every, [("param_id", "ascending"), ("ts", "ascending")]))
+            tracker(every, ranges)
         result, days = tracker.result(self.layout.by_object)
         return with_date(result, QUALITY_TIME_KEY), days
 
@@ -200,15 +206,19 @@ class Snapshot(Protocol):
 
 
 def write_dimensions(
-    tables: Mapping[str, Snapshot], lake_table: Callable[[str], LakeTable], source: str
+    tables: Mapping[str, Snapshot],
+    lake_table: Callable[[str], LakeTable],
+    source: str,
+    transform: Callable[[pa.Table], pa.Table] | None = None,
 ) -> list[str]:
     """Each reference table's snapshot replaces this source's rows of its lake table, in one commit
-    (none when they are the same rows)."""
+    (none when they are the same rows); `transform`: what the format needs done to the rows first."""
     written = []
     for name, rows in tables.items():
         try:
             target = lake_table(name)
-            target.snapshot(rows.reader(source), source)
+            table = rows.reader(source).read_all()
+            target.snapshot(transform(table) if transform is not None else table, source)
             written.append(target.name)
         finally:
             rows.close()

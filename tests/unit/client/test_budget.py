@@ -13,7 +13,7 @@ import pytest
 from etl.client import ClientOptions
 from etl.client import budget as budget_module
 from etl.client.budget import LEASE, Budget, Grant, Member, Part, divide, keep_in_touch
-from etl.client.capacity import AUTO_START, FixedLimit, LearnedLimit
+from etl.client.concurrency import AUTO_START, FixedLimit, LearnedLimit
 from etl.client.session import Session
 from tests.support.turns import until
 from tests.unit.client.test_senders import Server

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from etl.client.models import Parameter, param_kind
+from etl.client.models import Parameter, param_kind, type_shape
 from etl.model import ParamKind
 
 P, C, S = ParamKind.PHYSICAL, ParamKind.CALCULATED, ParamKind.SIGNAL
@@ -32,6 +32,15 @@ P, C, S = ParamKind.PHYSICAL, ParamKind.CALCULATED, ParamKind.SIGNAL
         ({"name": "x"}, None, None),  # a search record naming no type: unknown
         ({"type": ""}, None, None),
         ({"signal": True}, None, S),
+        # The type as an object {id, name}: read by its name, or by its id where that is a word.
+        ({"paramType": {"id": 2, "name": "calculated"}}, None, C),
+        ({"type": {"id": 3, "name": "Signal"}}, "physical", S),
+        ({"type": {"id": 1, "name": "analog"}}, None, P),
+        ({"type": {"id": "calculated"}}, None, C),
+        ({"type": {"id": 2, "name": ""}}, None, None),  # a code alone names no type
+        ({"type": {"id": "2"}}, None, None),
+        ({"type": 2}, None, None),
+        ({"type": {"id": 2}}, "calculated", C),
     ],
 )
 def test_a_record_s_kind(record, listed, kind):
@@ -43,3 +52,16 @@ def test_a_parameter_reads_its_kind_by_the_same_rule():
     assert flagged.kind is S and flagged.raw()["kind"] == "signal"
     assert Parameter(1501, "calculated", 1, {"type": "signal"}).kind is C
     assert Parameter.listed_as(S) == "physical" and Parameter.listed_as(C) == "calculated"
+
+
+def test_the_shape_of_a_type_in_etl_init_s_words():
+    assert [
+        type_shape(r)
+        for r in (
+            {"type": "analog"},
+            {"paramType": {"id": 2, "name": "calculated"}},
+            {"type": {"id": 2}},
+            {"type": 2},
+            {"name": "x"},
+        )
+    ] == ["text", "object", "object without a name", "number", None]

@@ -81,7 +81,7 @@ def test_the_transport_is_etl_s_or_httpx_s_and_proxied_schemes_go_to_httpx_s_pro
     import httpx
 
     from etl.client import ClientOptions
-    from etl.client.limits import BoundedTransport
+    from etl.client.answer_size import BoundedTransport
     from etl.client.routes import transports
     from etl.client.wire import WireTransport
 

@@ -8,7 +8,7 @@ import asyncio
 import httpx
 
 from etl.client import ClientOptions
-from etl.client.capacity import CapacityFigures
+from etl.client.concurrency import CapacityFigures
 from etl.client.session import Session
 from tests.support.turns import settle, until
 

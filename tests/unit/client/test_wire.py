@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from etl.client.limits import BoundedTransport
+from etl.client.answer_size import BoundedTransport
 from etl.client.wire import WireTransport
 from etl.errors import AnswerTooLarge, InvalidResponse
 from tests.support.network import LOOPS, blackhole, free_port_on_both, loop_resolving

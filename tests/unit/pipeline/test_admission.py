@@ -11,7 +11,7 @@ from etl.pipeline.slab import FetchFlow, SlabResult
 
 
 def _job(windows: int) -> SimpleNamespace:
-    return SimpleNamespace(slab=SimpleNamespace(windows=range(windows)))
+    return SimpleNamespace(slab=SimpleNamespace(windows=range(windows), series="raw", start=0))
 
 
 class _Run:

@@ -1,7 +1,8 @@
-"""The fetch algorithm (etl/pipeline/fetch.py, etl/client/caps.py) against a scripted platform behind
+"""The fetch algorithm (etl/pipeline/fetch.py, etl/client/count_cap.py) against a scripted platform behind
 httpx.MockTransport: a silent cap learned, continuations, splits, a stall, a 400 on a large count, and the
 wider span that checks an answer as long as the longest seen. Each test names the requests it expects
-(start, end, count) and the points that come back. Runs under real caps and faults: tests/e2e/test_caps.py."""
+(start, end, count) and the points that come back. Runs under real caps and faults:
+tests/e2e/test_count_cap.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from etl.client import ClientOptions, MonitoringClient, RetryPolicy
-from etl.client.caps import AnswerCaps
+from etl.client.count_cap import AnswerCaps
 from etl.errors import RequestRejected
 from etl.model import ParamKind, Series, Window
 from etl.pipeline.counts import Counts

@@ -23,7 +23,7 @@ from etl.sinks.rewrite import Ranges
 from etl.state.arrivals import NONE, Arrivals, Rows
 from etl.state.coverage import Coverage, key_of
 from etl.state.store import StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS, HOUR_MS
 
 T0 = 20_000 * DAY_MS  # a UTC midnight
@@ -196,21 +196,18 @@ def test_late_points_are_those_fetched_between_the_newest_and_the_checkpoint() -
         schema=schema,
     )
     ranges = Ranges(np.array([9]), np.array([T0 + 2 * HOUR_MS]), np.array([T0 + DAY_MS]))  # 2h.. fetched now
-    known = Known(
-        np.array([9]),
-        np.array([T0 + 2 * HOUR_MS]),
-        np.array([T0 + 4 * HOUR_MS + 1]),
-        np.array([3]),
-        np.array([60_000]),
-    )
+    prior = Rows(np.array([9]), np.array([T0]), (np.array([3]), np.array([60_000])))
+    covered = (np.array([9]), np.array([T0]), np.array([T0 + 4 * HOUR_MS + 1]))
+    known = Known(np.array([9]), np.array([T0 + 2 * HOUR_MS]), covered, prior)
     new_points, new_ms, points, ms = late_figures(rows, ranges, np.array([9]), known)
-    assert new_points.tolist() == [2]  # 3h and 4h: after the newest (2h), before the checkpoint
+    assert new_points.tolist() == [2]  # 3h and 4h: after the newest (2h), in covered time
     assert new_ms.tolist() == [HOUR_MS + 1]
     assert points.tolist() == [5] and ms.tolist() == [HOUR_MS + 1]
-    # The newest point at the checkpoint's end (or a first run's, none of either): nothing is late now,
-    # the day's earlier figures stay.
-    for newest, high_water in ((T0 + 4 * HOUR_MS, T0 + 4 * HOUR_MS + 1), (NONE, NONE)):
-        known.newest[:], known.high_water[:] = newest, high_water
+    # The newest point at the covered time's end, or a first run's (nothing covered, nothing received):
+    # nothing is late now, the day's earlier figures stay.
+    nothing = (np.empty(0, np.int64),) * 3
+    for newest, cover in ((T0 + 4 * HOUR_MS, covered), (NONE, nothing)):
+        known = Known(np.array([9]), np.array([newest]), cover, prior)
         assert not known.gaps()
         new_points, new_ms, points, ms = late_figures(rows, ranges, np.array([9]), known)
         assert new_points.tolist() == [0] and new_ms.tolist() == [0]

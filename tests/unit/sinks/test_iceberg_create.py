@@ -1,6 +1,6 @@
-"""Iceberg tables (etl/sinks/lake/iceberg.py): made in one catalog commit with their partition spec
-(day of the time key, then identity of the other partition columns, on the right source fields), and
-written with the data files pyiceberg's own writer makes."""
+"""Iceberg tables (etl/sinks/lake/iceberg_table.py, iceberg_files.py): made in one catalog commit with
+their partition spec (day of the time key, then identity of the other partition columns, on the right
+source fields), and written with the data files pyiceberg's own writer makes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def test_series_and_quality_tables_are_partitioned_by_day_of_their_time_key(tmp_
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
     from etl.sinks.lake.common import with_date
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     lake = Lake(
         SinkConfig(format="iceberg", path=str(tmp_path), partition_by=partition_by), Storage(str(tmp_path))
@@ -40,7 +40,7 @@ def test_a_reference_table_is_not_partitioned(tmp_path):
 
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))
     table = lake.dimension("units")
@@ -62,8 +62,8 @@ def test_data_files_are_those_pyiceberg_writes(tmp_path, partition_by):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
     from etl.sinks.lake.common import with_date
-    from etl.sinks.lake.iceberg import _pyiceberg_files
-    from etl.storage.files import Storage
+    from etl.sinks.lake.iceberg_files import _pyiceberg_files
+    from etl.storage.atomic import Storage
 
     start = 1_793_491_200_000  # 2026-11-01
     stamps = np.sort(np.random.default_rng(1).integers(start, start + 2 * 86_400_000, 500))
@@ -134,7 +134,7 @@ def test_rows_larger_than_the_target_file_size_are_split_by_pyiceberg(tmp_path):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
     from etl.sinks.lake.common import with_date
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     n = 20_000
     rows = pa.table(
@@ -165,7 +165,7 @@ def test_a_table_of_nested_columns_gets_the_schema_pyiceberg_gives_it(tmp_path):
 
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     point = pa.struct([("timestmp", pa.timestamp("us", tz="UTC")), ("value", pa.float64())])
     schema = pa.schema(
@@ -191,8 +191,8 @@ def test_rows_that_do_not_fit_the_table_are_refused_before_any_file_is_written(t
 
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.sinks.lake.iceberg import check_fits
-    from etl.storage.files import Storage
+    from etl.sinks.lake.iceberg_files import check_fits
+    from etl.storage.atomic import Storage
 
     lake = Lake(SinkConfig(format="iceberg", path=str(tmp_path)), Storage(str(tmp_path)))
     table = lake.dimension("units")

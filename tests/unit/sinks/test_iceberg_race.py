@@ -19,7 +19,7 @@ def test_an_overwrite_judges_each_manifest_by_its_own_partition_bounds(tmp_path)
     from pyiceberg.expressions.visitors import manifest_evaluator
     from pyiceberg.transforms import DayTransform
 
-    from etl.sinks.lake.iceberg import _iso
+    from etl.sinks.lake.iceberg_commit import iso
     from etl.sinks.lake.pyiceberg_compat import overwrite, thread_safe
 
     catalog = load_catalog("t", type="sql", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
@@ -66,9 +66,7 @@ def test_an_overwrite_judges_each_manifest_by_its_own_partition_bounds(tmp_path)
     assert interleaved(thread_safe(manifest_evaluator(spec_, iceberg_schema, where)))  # ours: A by A's
 
     # The same through the overwrites themselves: pyiceberg's public one, and ours
-    on_ts = And(
-        GreaterThanOrEqual("ts", _iso(day * 86_400_000)), LessThan("ts", _iso((day + 1) * 86_400_000))
-    )
+    on_ts = And(GreaterThanOrEqual("ts", iso(day * 86_400_000)), LessThan("ts", iso((day + 1) * 86_400_000)))
 
     def evaluator(producer):
         producer.delete_by_predicate(on_ts)

@@ -11,7 +11,7 @@ import pytest
 
 from etl.model import SCHEMAS, Series, Windows
 from etl.sinks.lake.common import Replace, with_date
-from etl.sinks.lake.delta import CHECKPOINT_EVERY
+from etl.sinks.lake.delta_table import CHECKPOINT_EVERY
 from etl.timeutil import DAY_MS, to_ms
 
 DAY = to_ms("2026-11-01T00:00:00Z")
@@ -65,7 +65,7 @@ def test_the_statistics_of_another_sources_file_say_it_holds_nothing_to_replace(
 def test_delta_predicate_names_the_source_and_delta_rs_keeps_the_other_sources_rows(tmp_path):
     import deltalake
 
-    from etl.sinks.lake.delta import predicate
+    from etl.sinks.lake.delta_commit import predicate
 
     replace = Replace.of(A, windows())
     assert predicate(replace).startswith(f"source = '{A}' AND (")
@@ -85,7 +85,7 @@ def test_delta_predicate_names_the_source_and_delta_rs_keeps_the_other_sources_r
 def test_iceberg_expression_names_the_source():
     from pyiceberg.expressions import And, EqualTo
 
-    from etl.sinks.lake.iceberg import expression
+    from etl.sinks.lake.iceberg_commit import expression
 
     ranged = expression(Replace.of(A, windows()))
     assert isinstance(ranged, And) and ranged.left == EqualTo("source", A)
@@ -96,7 +96,7 @@ def test_iceberg_expression_names_the_source():
 def test_a_commit_replaces_and_a_slab_reads_only_its_sources_rows(tmp_path, fmt):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     table = Lake(SinkConfig(format=fmt, path=str(tmp_path)), Storage(str(tmp_path))).series(Series.RAW)
     table.commit(raw_rows(A, 1.0), Replace.of(A, windows()))
@@ -128,7 +128,7 @@ def test_only_of_tells_a_files_own_source_from_its_bounds():
 def test_a_sources_compaction_merges_its_own_files_and_leaves_the_others(tmp_path, fmt):
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     table = Lake(SinkConfig(format=fmt, path=str(tmp_path)), Storage(str(tmp_path))).series(Series.RAW)
     for hour in (0, 6, 12):  # three appends a source: three small files each in the day
@@ -172,7 +172,7 @@ def test_an_iceberg_reader_outlives_another_writers_expiry(tmp_path):
     snapshot and delete its manifests. Both answers then come from a newer snapshot, not an error."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     def raw(versions: int):
         lake = Lake(
@@ -206,7 +206,7 @@ def test_a_delta_writer_outlives_another_writers_expiry(tmp_path, monkeypatch):
     the commit (delta-rs then calls the handle's version invalid), it is planned again."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     def raw():
         lake = Lake(SinkConfig(format="delta", path=str(tmp_path), versions=2), Storage(str(tmp_path)))
@@ -247,7 +247,7 @@ def test_columns_another_source_added_meanwhile_are_no_failure(tmp_path, fmt):
     adds them, and the other's commit, planned on the table as it loaded it, is planned again."""
     from etl.config import SinkConfig
     from etl.sinks.lake import Lake
-    from etl.storage.files import Storage
+    from etl.storage.atomic import Storage
 
     def raw():
         return Lake(SinkConfig(format=fmt, path=str(tmp_path)), Storage(str(tmp_path))).series(Series.RAW)

@@ -16,7 +16,7 @@ from etl.sinks import formats
 from etl.sinks.formats import CsvFormat, ParquetFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import FileRewrite, Ranges
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 T0 = 1_793_491_200_000
 SCHEMA = SCHEMAS[Series.RAW]

@@ -12,8 +12,8 @@ SCHEMA = pa.schema([("a", pa.int64())])
 
 
 def _ours(tmp_path):
-    from etl.sinks.lake.iceberg import catalog
-    from etl.storage.files import Storage
+    from etl.sinks.lake.iceberg_table import catalog
+    from etl.storage.atomic import Storage
 
     return catalog(Storage(str(tmp_path)), None)
 

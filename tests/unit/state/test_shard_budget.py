@@ -7,9 +7,9 @@ import json
 import time
 
 from etl.client.budget import Part
-from etl.client.capacity import FixedLimit
+from etl.client.concurrency import FixedLimit
 from etl.state.budget import BUDGET_FILE, ShardBudget
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 
 
 def shard(storage: Storage, label: str, limit: int = 8, lease: float = 120.0) -> ShardBudget:

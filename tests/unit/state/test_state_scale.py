@@ -8,7 +8,7 @@ import numpy as np
 
 from etl.model import ParamKind, Series, Window, Windows
 from etl.state import Coverage, StateStore
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS
 from tests.support.wide_state import DAYS, PARAMS, T0, fleet, load_and_plan, write_state
 

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from etl.storage.files import KEEP, Storage, storage_options
+from etl.storage.atomic import KEEP, Storage, storage_options
 
 
 def test_concurrent_updates_of_one_file_are_never_lost(tmp_path):

@@ -15,8 +15,6 @@ import enum
 import fcntl
 import logging
 import os
-import random
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, nullcontext, suppress
@@ -27,10 +25,10 @@ import fsspec
 from fsspec.asyn import sync
 from fsspec.implementations.local import LocalFileSystem
 
-from etl.errors import EtlError, StorageError
+from etl.errors import EtlError, LostRace, StorageError
 from etl.storage import s3, tempfiles
 from etl.storage.tempfiles import TMP_SUFFIX
-from etl.support import redact
+from etl.support import optimistic, redact
 from etl.support.optional import require
 
 log = logging.getLogger(__name__)
@@ -313,7 +311,7 @@ class Storage:
 
     # -- read-modify-write of small files ----------------------------------------------------------
 
-    def update(self, rel: str, change: Change, attempts: int = 8) -> bytes | None | Keep:
+    def update(self, rel: str, change: Change, attempts: int = optimistic.ATTEMPTS) -> bytes | None | Keep:
         """Replace `rel` by change(current bytes or None). change returns new bytes, None to delete,
         or KEEP. No concurrent `update` of the same file is lost: locally the folder is flocked;
         on S3 the write is conditional on the version read (retried with a fresh read on conflict).
@@ -329,7 +327,7 @@ class Storage:
             return result
 
     def _update_s3(self, rel: str, change: Change, attempts: int) -> bytes | None | Keep:
-        for attempt in range(attempts):
+        def attempt() -> bytes | None | Keep:
             with self.errors("read", rel):
                 data, etag = self._s3(s3.get, rel)
             result = change(data)
@@ -338,9 +336,12 @@ class Storage:
             with self.errors("write", rel):
                 if self._s3_put_if(rel, result, etag):
                     return result
+            raise LostRace(f"cannot update {self.display(rel)}: other writers kept changing it")
+
+        def again() -> None:
             log.debug("%s changed while being updated; reading it again", self.display(rel))
-            time.sleep(random.uniform(0.01, 0.05) * 2**attempt)  # jitter: racing writers fall out of step
-        raise StorageError(f"cannot update {self.display(rel)}: other writers kept changing it")
+
+        return optimistic.swap(attempt, again=again, attempts=attempts)
 
     def _s3(self, call: Callable[..., Awaitable[T]], rel: str, *args: object) -> T:
         """One of etl/storage/s3.py's calls on this store's bucket and key, from synchronous code."""

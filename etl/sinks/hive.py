@@ -20,7 +20,7 @@ from etl.sinks.base import SlabOutcome
 from etl.sinks.formats import FileFormat
 from etl.sinks.layout import Layout
 from etl.sinks.rewrite import FileRewrite, Observer, Ranges, concat, ts_ms
-from etl.storage.files import Storage
+from etl.storage.atomic import Storage
 from etl.timeutil import DAY_MS
 
 _DAYS = 1 << 24  # days in 45,000 years: object * _DAYS + day names a partition uniquely
@@ -55,7 +55,9 @@ class SlabWriter:
             self._row_keys(table) if len(partitions) > 1 else None
         )  # one partition: every row is its own
         for key in partitions.tolist():
-            fed = windows[np.unique(index[keys == key])]
+            fed = windows[np.unique(index[keys == key])].clip(
+                key % _DAYS * DAY_MS, (key % _DAYS + 1) * DAY_MS
+            )
             folder = self.layout.partition(key % _DAYS, key // _DAYS)
             rows = table if row_keys is None else table.filter(pa.array(row_keys == key))
             if folder not in self.open:

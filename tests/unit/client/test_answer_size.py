@@ -1,4 +1,4 @@
-"""Answers read within source.max_answer_mb, decompressed as they come (etl/client/limits.py)."""
+"""Answers read within source.max_answer_mb, decompressed as they come (etl/client/answer_size.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ try:
 except ImportError:
     from backports import zstd
 
-from etl.client.limits import BoundedTransport
+from etl.client.answer_size import BoundedTransport
 from etl.errors import AnswerTooLarge, InvalidResponse
 
 BODY = b'{"points": []}' + b" " * 10_000
@@ -79,9 +79,9 @@ def test_a_zstd_frame_that_asks_for_a_window_over_8_mib_is_refused():
 
 
 def test_an_encoding_whose_module_is_missing_says_which_arrived_and_what_reads_it(monkeypatch):
-    import etl.client.limits as limits
+    import etl.client.answer_size as answer_size
 
-    monkeypatch.setattr(limits, "_module", lambda encoding: None)
+    monkeypatch.setattr(answer_size, "_module", lambda encoding: None)
     with pytest.raises(InvalidResponse, match=r"encoding not asked for \(br\); etl reads it with brotli"):
         fetch(brotli.compress(BODY), {"content-encoding": "br"})
 

@@ -91,5 +91,29 @@ class AnswerCaps:
     def cap(self, kind: ParamKind, series: Series) -> int | None:
         return self._get(kind, series).cap
 
+    def known(self) -> dict[str, list[int | None]]:
+        """What the answers taught, per route ("kind/series": [longest, cap, count]): kept between runs,
+        so that a run need not ask again to clear its first answers."""
+        return {
+            f"{kind.value}/{series.value}": [r.longest, r.cap, r.count]
+            for (kind, series), r in sorted(self._routes.items())
+            if r.longest or r.cap is not None or r.count is not None
+        }
+
+    def learn(self, known: dict[str, list[int | None]]) -> None:
+        """What `known` gave (an earlier run's); anything unreadable in it is left out."""
+        for route, values in known.items():
+            try:
+                kind, series = route.split("/")
+                longest, cap, count = values
+                target = self._get(ParamKind(kind), Series(series))
+            except (ValueError, TypeError):
+                continue
+            target.longest = max(target.longest, int(longest or 0))
+            if cap is not None:
+                target.cap = int(cap) if target.cap is None else min(target.cap, int(cap))
+            if count is not None:
+                target.count = int(count) if target.count is None else min(target.count, int(count))
+
     def lock(self, kind: ParamKind, series: Series) -> asyncio.Lock:
         return self._get(kind, series).lock

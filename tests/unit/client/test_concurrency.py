@@ -1,4 +1,4 @@
-"""The limit on requests in flight (etl/client/capacity.py), fed synthetic answers: it grows while they
+"""The limit on requests in flight (etl/client/concurrency.py), fed synthetic answers: it grows while they
 come as fast as the baseline, whatever the link's latency, shrinks when they slow down and on refusals
 and timeouts, and stays within its bounds."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from etl.client.capacity import (
+from etl.client.concurrency import (
     AUTO_START,
     REMEASURE,
     CapacityFigures,
