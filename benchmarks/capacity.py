@@ -1,7 +1,11 @@
 """`make bench-capacity`: etl's default (`extract.concurrency: auto`) beside a fixed 16 (the default before
 it) against servers of limited capacity, the table of issue 42.
 
-    python benchmarks/capacity.py [--quick] [--scenarios small large ...] [--json PATH]
+    python benchmarks/capacity.py [--quick] [--scenarios small large ...] [--contenders auto]
+                                  [--workers 3] [--json PATH]
+
+One process's figures of another checkout (an A/B): `PYTHONPATH=../old python benchmarks/capacity.py
+--scenarios small large --contenders auto` runs that checkout's etl.
 
 The emulator (its own process) plays a platform of C workers, each busy T = 200 ms a request, with a
 queue (`--capacity`, `--service-time`, `--queue-max`; docs/emulator.md); its request log tells each
@@ -174,7 +178,8 @@ def run_emulator_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> 
     emulator = start_emulator(s, work)
     rows = []
     try:
-        for contender, concurrency in CONTENDERS.items():
+        for contender in args.contenders:
+            concurrency = CONTENDERS[contender]
             config = write_config(
                 work / f"{s.name}.yaml", emulator.base_url, work / "out", s.days, concurrency
             )
@@ -289,14 +294,14 @@ class Cluster:
         self.log.close()
 
 
-def run_spread_scenario(s: Scenario, work: Path) -> list[Row]:
-    """`extract.concurrency: auto` on Dask clusters of each size in `s.workers`, or as `s.shards` shards
-    started together: the server sees all of them at once."""
+def run_spread_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> list[Row]:
+    """`extract.concurrency: auto` on Dask clusters of each size in `s.workers` (or `--workers`), or as
+    `s.shards` shards started together: the server sees all of them at once."""
     emulator = start_emulator(s, work)
     rows = []
     try:
         config = write_config(work / f"{s.name}.yaml", emulator.base_url, work / "out", s.days, "auto")
-        for size in s.workers or (s.shards,):
+        for size in (args.workers or s.workers) if s.workers else (s.shards,):
             if s.workers:
                 cluster = Cluster(work, size)
                 try:
@@ -442,6 +447,12 @@ def main() -> int:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--halve-at", type=float, default=10.0, help="seconds into the halving run")
     parser.add_argument("--quick", action="store_true", help="tiny fleets: checks the script works")
+    parser.add_argument(
+        "--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS), metavar="NAME"
+    )
+    parser.add_argument(
+        "--workers", nargs="+", type=int, help=f"the cluster scenarios' sizes (default {list(CLUSTERS)})"
+    )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "capacity.json")
     args = parser.parse_args()
     os.environ["ETL_PASSWORD"] = "demo"
@@ -460,7 +471,7 @@ def main() -> int:
             if s.foreign:
                 rows = run_foreign_scenario(s, where)
             elif s.workers or s.shards:
-                rows = run_spread_scenario(s, where)
+                rows = run_spread_scenario(s, args, where)
             else:
                 rows = run_emulator_scenario(s, args, where)
             doc["rows"] += [asdict(r) for r in rows]
