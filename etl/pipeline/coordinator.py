@@ -14,7 +14,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -71,6 +71,43 @@ class RunOptions:
     work: dict[Series, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
 
+@dataclass
+class RunState:
+    """Where one run stands, as its stages and its signal handler change it (the coordinator's only
+    mutable state besides the summary)."""
+
+    # Set to stop the run gracefully: slabs write what they fetched, nothing new starts.
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # What ended the run (an error of a slab's that no retry mends, or a signal's), raised at its end.
+    fatal: BaseException | None = None
+    # Parameters with a window that failed, and the exit code of the first failure.
+    failed_params: set[int] = field(default_factory=set)
+    failed_code: int | None = None
+    # A signal (or Ctrl-C) asked the run to stop.
+    interrupted: bool = False
+    # retry.run_deadline passed, or a 429 closed the gate until past it (`throttled`).
+    out_of_time: bool = False
+    throttled: bool = False
+    # time.monotonic() when the run must stop; None without a deadline.
+    deadline: float | None = None
+    # The dimension tables being fetched beside the slabs.
+    snapshot: asyncio.Future[None] | None = None
+    # The run's own task, cancelled by a stop that comes before slabs run.
+    task: asyncio.Task[Any] | None = None
+    # Every slab and the dimension tables are done: no deadline stops the run now.
+    fetched: bool = False
+    # Slabs have started: a signal stops gracefully instead of cancelling.
+    executing: bool = False
+    # The run took the state lock: it started.
+    locked: bool = False
+    # Coverage rows (key, start, end) of the slabs committed so far, merged into the checkpoint at the end.
+    committed: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    # A Dask scheduler's address, or None to run here.
+    scheduler: str | None = None
+    # Records and dimension tables from the platform that could not be used, one line each.
+    left_out: list[str] = field(default_factory=list)
+
+
 class Coordinator:
     """One run of a config: `run()` does it all and returns its `RunSummary` (kept in `summary` whatever
     the outcome)."""
@@ -82,26 +119,7 @@ class Coordinator:
         self.data = self.build.data
         self.store = self.build.state_store()
         self.summary = RunSummary(run_id=record_id(), output=self.data.display(), shard=options.shard)
-        self.stop = asyncio.Event()
-        self.fatal: BaseException | None = None
-        self.failed_params: set[int] = set()  # parameters with a window that failed
-        self.failed_code: int | None = None  # the exit code of the first window that failed
-        self.interrupted = False
-        # retry.run_deadline passed, or a 429 closed the gate until past it (`throttled`)
-        self.out_of_time = False
-        self.throttled = False
-        self.deadline: float | None = None  # time.monotonic() when the run must stop
-        self.snapshot: asyncio.Future[None] | None = None  # the dimension tables being fetched
-        self.task: asyncio.Task[Any] | None = None  # the run's own, cancelled by a stop before slabs run
-        self.fetched = False  # every slab and the dimension tables are done: no deadline stops the run now
-        self.executing = False  # slabs have started: a signal stops gracefully instead of cancelling
-        self.locked = False  # the run took the state lock: it started
-        self.committed: list[
-            tuple[np.ndarray, np.ndarray, np.ndarray]
-        ] = []  # coverage rows of committed slabs
-        self.scheduler: str | None = None  # set by run(): a Dask scheduler address, or None to run here
-        # Records and dimension tables from the platform that could not be used, one line each.
-        self.left_out: list[str] = []
+        self.run_state = RunState()
 
     def _window(self) -> tuple[int, int]:
         window = self.config.window
@@ -158,27 +176,29 @@ class Coordinator:
 
     async def run(self) -> RunSummary:
         started, cpu = time.monotonic(), time.process_time()
-        self.task = asyncio.current_task()
+        self.run_state.task = asyncio.current_task()
         restore = self._handle_signals()
         timer = self._set_deadline(started)
         try:
             if interrupts.pending():  # a Ctrl-C while etl loaded, whose KeyboardInterrupt was lost
                 raise Interrupted("interrupted before the run started")
-            self.scheduler = self._scheduler()
+            self.run_state.scheduler = self._scheduler()
             if self.data.local:
                 asyncio.get_running_loop().set_default_executor(workers())
             with ExitStack() as held:  # the lock, from the sign-in to the run's end
                 await self._run_locked(held)
-            if self.interrupted:  # a signal whose cancellation was absorbed (an await that suppresses it)
+            if (
+                self.run_state.interrupted
+            ):  # a signal whose cancellation was absorbed (an await that suppresses it)
                 raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         except asyncio.CancelledError as exc:
-            if not self.out_of_time or self.interrupted:
+            if not self.run_state.out_of_time or self.run_state.interrupted:
                 self._failed(exc)
                 raise
             # The deadline passed before any slab ran: nothing was written.
             if (task := asyncio.current_task()) is not None:
                 task.uncancel()
-            error = RunDeadline(self._deadline_text(), self.throttled)
+            error = RunDeadline(self._deadline_text(), self.run_state.throttled)
             self._failed(error)
             raise error from None
         except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
@@ -208,8 +228,8 @@ class Coordinator:
         in an output folder that exists (a volume mounted for it, an earlier run's), where etl doctor names
         the cause, never by creating one. A window with nothing in it is refused before anything, as a
         config's mistake: no record."""
-        if self.locked or self.options.dry_run or self.summary.window is None:
-            return self.locked
+        if self.run_state.locked or self.options.dry_run or self.summary.window is None:
+            return self.run_state.locked
         with suppress(EtlError, OSError):
             return bool(self.data.fs.isdir(self.data.full("")))
         return False
@@ -233,8 +253,10 @@ class Coordinator:
             self.build.shared(client, not self.options.dry_run),
         ):
             caps = await asyncio.to_thread(self._caps, client, now)
-            if self.deadline is not None:
-                client.session.gate.ends_at(self.deadline, lambda: self._out_of_time(throttled=True))
+            if self.run_state.deadline is not None:
+                client.session.gate.ends_at(
+                    self.run_state.deadline, lambda: self._out_of_time(throttled=True)
+                )
             # Before the output is touched: a refused sign-in or an unreachable host leaves no folder,
             # lock or record that a later command could read as a run.
             await client.sign_in()
@@ -242,7 +264,7 @@ class Coordinator:
                 self.data.check_writable()
                 held.enter_context(self.store.lock())
                 held.enter_context(spools.held())
-                self.locked = True
+                self.run_state.locked = True
                 summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
             coverage = self.store.load()
             recovering = None
@@ -307,7 +329,7 @@ class Coordinator:
             if findings is not None and any(len(w[0]) for w in findings.empty.values()):
                 await asyncio.to_thread(self._found_empty, findings, mine)
             # Reference tables are fetched and written beside the series: the first windows need not wait.
-            snapshot = self.snapshot = (
+            snapshot = self.run_state.snapshot = (
                 asyncio.ensure_future(
                     self._dimensions(client, found.object_ids, found.objects, found.parameters)
                 )
@@ -316,7 +338,7 @@ class Coordinator:
             )
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
             try:
-                async with self._executor(client, self.scheduler) as executor:
+                async with self._executor(client, self.run_state.scheduler) as executor:
                     summary.executor = executor.name
                     await self._execute(executor, plan, coverage, decisions)
                 if summary.client.gone:
@@ -328,17 +350,17 @@ class Coordinator:
                     snapshot.cancel()
                 raise
             if snapshot is not None:
-                if self.stop.is_set():  # its requests may be as stuck as the windows were
+                if self.run_state.stop.is_set():  # its requests may be as stuck as the windows were
                     snapshot.cancel()
                 with suppress(asyncio.CancelledError):
                     await snapshot
-            self.left_out[:0] = client.skipped
+            self.run_state.left_out[:0] = client.skipped
             if not self.options.dry_run and client.caps.known() != caps[1]:
                 await asyncio.to_thread(self.store.note_caps, caps[0], client.caps.known())
-        self.fetched = True  # what is left to do here writes, and is not cut by the deadline
-        if self.left_out:
-            summary.records_left_out += len(self.left_out)
-        stopped = self.fatal is not None or self.interrupted or self.out_of_time
+        self.run_state.fetched = True  # what is left to do here writes, and is not cut by the deadline
+        if self.run_state.left_out:
+            summary.records_left_out += len(self.run_state.left_out)
+        stopped = self.run_state.fatal is not None or self.run_state.interrupted or self.run_state.out_of_time
         if findings is not None and not stopped:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
@@ -346,28 +368,28 @@ class Coordinator:
         if summary.backfill.left:
             await asyncio.to_thread(self._note_progress)
         if self.build.lake is not None and not stopped:
-            if self.deadline is not None and time.monotonic() >= self.deadline:
+            if self.run_state.deadline is not None and time.monotonic() >= self.run_state.deadline:
                 log.info("lake upkeep skipped: the run is past retry.run_deadline; the next run does it")
             else:
                 from etl.pipeline.maintenance import upkeep  # imports the lake modules: lake formats only
 
                 summary.upkeep = await asyncio.to_thread(upkeep, self.build, end)
-        if self.fatal is not None:
-            raise self.fatal
-        if self.interrupted:
+        if self.run_state.fatal is not None:
+            raise self.run_state.fatal
+        if self.run_state.interrupted:
             raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
-        if self.out_of_time:
-            raise RunDeadline(self._deadline_text(), self.throttled)
+        if self.run_state.out_of_time:
+            raise RunDeadline(self._deadline_text(), self.run_state.throttled)
         if summary.failed_windows:
             raise error_from(
                 f"{len(summary.failed_windows)} window(s) failed (first: {summary.failed_windows[0]}); "
                 "the rest is written and checkpointed; the next run retries them",
-                self.failed_code or ExitCode.DATA,
+                self.run_state.failed_code or ExitCode.DATA,
             )
-        if self.left_out:
+        if self.run_state.left_out:
             raise DataError(
-                f"{len(self.left_out)} record(s) or table(s) the platform sent could not be used and are "
-                f"left out (first: {self.left_out[0]}); the rest is written and checkpointed"
+                f"{len(self.run_state.left_out)} record(s) or table(s) the platform sent could not be used and are "
+                f"left out (first: {self.run_state.left_out[0]}); the rest is written and checkpointed"
             )
 
     def _recover(self, coverage: Coverage) -> None:
@@ -381,10 +403,10 @@ class Coordinator:
     @asynccontextmanager
     async def _executor(self, client: MonitoringClient, scheduler: str | None) -> AsyncIterator[Executor]:
         if scheduler is None:
-            yield local_executor(client, self.build, self.stop)
+            yield local_executor(client, self.build, self.run_state.stop)
         else:
             wait = self.config.executor.worker_wait / 1000
-            async with dask_executor(scheduler, client, self.stop, wait) as executor:
+            async with dask_executor(scheduler, client, self.run_state.stop, wait) as executor:
                 yield executor
 
     async def _dimensions(
@@ -403,16 +425,18 @@ class Coordinator:
         purpose.set_purpose(purpose.CATALOG)  # this task's own
         fetch, fresh = await asyncio.to_thread(due)
         tables, failed = await dimensions.collect(client, object_ids, objects, parameters, fetch)
-        self.left_out += failed
+        self.run_state.left_out += failed
         self.summary.dimensions = list(tables)
         await asyncio.to_thread(self.build.write_dimensions, tables)
         if fetch and not failed:
             await asyncio.to_thread(self.store.note_snapshot, fresh)
 
     def _merge_committed(self, coverage: Coverage) -> None:
-        if self.committed:
-            coverage.add_arrays(*(np.concatenate(column) for column in zip(*self.committed, strict=True)))
-            self.committed = []
+        if self.run_state.committed:
+            coverage.add_arrays(
+                *(np.concatenate(column) for column in zip(*self.run_state.committed, strict=True))
+            )
+            self.run_state.committed = []
 
     def _compact(self, coverage: Coverage, now: int) -> None:
         """The run's last windows merged into the coverage, then folded into a new base (without the late
@@ -446,7 +470,7 @@ class Coordinator:
             rows = np.searchsorted(mine.id, pids)
             windows = Windows(series, pids, mine.object_id[rows], mine.kind[rows], starts, ends)
             self.store.commit(windows)
-            self.committed.append(intervals_of(windows))
+            self.run_state.committed.append(intervals_of(windows))
 
     async def _late(
         self,
@@ -506,7 +530,7 @@ class Coordinator:
         window = self.config.window
         if not window.revisions or not findings.buckets:
             return
-        ids = np.array(sorted(set(findings.buckets) - self.failed_params), np.int64)
+        ids = np.array(sorted(set(findings.buckets) - self.run_state.failed_params), np.int64)
         series = Series.RAW if Series.RAW in self.config.series else Series.AVERAGE
         newest = {
             int(p): int(t)
@@ -537,20 +561,20 @@ class Coordinator:
         loaded = {series: [0, 0] for series in plan.series}  # windows, parameter-ms
 
         def fail(_job: SlabJob, exc: BaseException) -> None:
-            self.fatal = self.fatal or exc
+            self.run_state.fatal = self.run_state.fatal or exc
             self.summary.stopped = self.summary.stopped or "error"
-            self.stop.set()
+            self.run_state.stop.set()
 
         async def commit(job: SlabJob, result: SlabResult) -> None:
             for failure in result.failures:
                 self.summary.failed_windows.append(failure.describe())
-                self.failed_params.add(failure.window.param_id)
-                if self.failed_code is None:
-                    self.failed_code = failure.exit_code
-                if failure.fatal and self.fatal is None:
-                    self.fatal = failure.error or error_from(failure.message, failure.exit_code)
+                self.run_state.failed_params.add(failure.window.param_id)
+                if self.run_state.failed_code is None:
+                    self.run_state.failed_code = failure.exit_code
+                if failure.fatal and self.run_state.fatal is None:
+                    self.run_state.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.summary.stopped = self.summary.stopped or "error"
-                    self.stop.set()
+                    self.run_state.stop.set()
             written, files = result.written, result.written.files
             if written.staged is not None and committer is not None:
                 # Lake tables: the committer commits the slab with its group, then checkpoints them; the
@@ -569,8 +593,8 @@ class Coordinator:
                 async with commit_lock:
                     # Merged into the coverage a few hundred thousand at a time, not per slab: each merge
                     # copies the whole coverage while other slabs hold their data.
-                    self.committed.append(intervals_of(result.done))
-                    if sum(len(rows[0]) for rows in self.committed) >= MERGE_AFTER:
+                    self.run_state.committed.append(intervals_of(result.done))
+                    if sum(len(rows[0]) for rows in self.run_state.committed) >= MERGE_AFTER:
                         await asyncio.to_thread(self._merge_committed, coverage)
                 # A slab's freed buffers go back to the OS, not to the next one's peak; malloc_trim walks
                 # every arena, so not on the event loop.
@@ -609,14 +633,14 @@ class Coordinator:
             )
             for series, planned in plan.summary().items():
                 committer.expect(series, planned["slabs"])
-        self.executing = True
+        self.run_state.executing = True
         try:
             await execute(
                 executor,
                 self._jobs(executor, plan, decisions),
                 commit,
                 fail,
-                self.stop,
+                self.run_state.stop,
                 committer.drain if committer is not None else None,
             )
         finally:
@@ -638,19 +662,21 @@ class Coordinator:
         seconds = self.config.retry.run_deadline
         if seconds is None or self.options.dry_run:
             return None
-        self.deadline = started + seconds
-        return asyncio.get_running_loop().call_later(self.deadline - time.monotonic(), self._out_of_time)
+        self.run_state.deadline = started + seconds
+        return asyncio.get_running_loop().call_later(
+            self.run_state.deadline - time.monotonic(), self._out_of_time
+        )
 
     def _out_of_time(self, throttled: bool = False) -> None:
         """The deadline passed, or (`throttled`) a 429 holds every request until past it: the run stops as
         on SIGTERM (slabs write what they fetched; windows still out after STOP_GRACE stay open), or is
         cancelled if no slab has started."""
-        if self.out_of_time or self.interrupted or self.fetched:
+        if self.run_state.out_of_time or self.run_state.interrupted or self.run_state.fetched:
             return
-        self.out_of_time, self.throttled = True, throttled
+        self.run_state.out_of_time, self.run_state.throttled = True, throttled
         self.summary.stopped = "throttled" if throttled else "run_deadline"
-        if not self.executing:
-            if (task := self.task) is not None:
+        if not self.run_state.executing:
+            if (task := self.run_state.task) is not None:
                 task.cancel()
             return
         log.warning(
@@ -658,20 +684,20 @@ class Coordinator:
             self._deadline_reason(),
             STOP_GRACE,
         )
-        self.stop.set()
-        if self.snapshot is not None:  # the dimension tables wait on the same server
-            self.snapshot.cancel()
+        self.run_state.stop.set()
+        if self.run_state.snapshot is not None:  # the dimension tables wait on the same server
+            self.run_state.snapshot.cancel()
 
     def _deadline_reason(self) -> str:
         seconds = f"retry.run_deadline, {self.config.retry.run_deadline:g}s"
-        if self.throttled:
+        if self.run_state.throttled:
             return f"a 429 holds every request until past the run's deadline ({seconds})"
         return f"the run reached its deadline ({seconds})"
 
     def _deadline_text(self) -> str:
         """The run's one line when it stopped at its deadline: why, and what it left undone."""
         summary = self.summary
-        if not self.executing:
+        if not self.run_state.executing:
             return (
                 f"{self._deadline_reason()}: stopped before any window was fetched; the next run starts again"
             )
@@ -690,12 +716,12 @@ class Coordinator:
         task = asyncio.current_task()
 
         def on_signal(signum: int) -> None:
-            if not self.executing:
-                self.interrupted = True
+            if not self.run_state.executing:
+                self.run_state.interrupted = True
                 if task is not None:
                     task.cancel()
                 return
-            if not self.interrupted:
+            if not self.run_state.interrupted:
                 log.warning(
                     "%s received: stopping after the windows in flight (those still out in %gs are "
                     "cancelled and stay open)",
@@ -703,7 +729,7 @@ class Coordinator:
                     STOP_GRACE,
                 )
                 self.summary.stopped = self.summary.stopped or "signal"
-            self.interrupted = True
-            self.stop.set()
+            self.run_state.interrupted = True
+            self.run_state.stop.set()
 
         return handle_signals(on_signal)

@@ -153,9 +153,9 @@ class History:
 
 
 class Plan:
-    """A run's work, fresh data first: slabs by the end of their spans, newest first, so that every
-    parameter's newest span is fetched before any history, and history is filled backward from the
-    newest. A stop anywhere leaves both kinds of work open in the checkpoints (covered time is a set of
+    """A run's work, fresh data first: the spans that hold new data by their ends, newest first, so that
+    every parameter's newest span is fetched before any history; then history, filled backward from the
+    newest by the starts of its spans. A stop anywhere leaves both kinds of work open in the checkpoints (covered time is a set of
     intervals), and the next run takes them up in the same order."""
 
     def __init__(
@@ -293,7 +293,7 @@ class Plan:
 
     def slabs(self) -> Iterator[Slab]:
         """Every slab, newest span first (then series, then bucket): each parameter's newest data before
-        its history, and history newest first. The work is handed out once: each series' arrays are let
+        its history, and history newest first (`_slabs_of`). The work is handed out once: each series' arrays are let
         go with its last slab."""
         needed, self.needed = self.needed, {}
         streams = [
@@ -336,12 +336,19 @@ class Plan:
         pids: np.ndarray,
         starts: np.ndarray,
         ends: np.ndarray,
-    ) -> Iterator[tuple[int, int, int, Slab]]:
+    ) -> Iterator[tuple[tuple[int, int], int, int, Slab]]:
         if not len(pids):
             return
+        frontier = self.frontier[series]
         for span_start, span_end in self._spans(series, starts, ends):
+            # Fresh spans by their end, then history by its start, both newest first: a backfill's long
+            # spans (a week of averages, few small answers) come after the raw days inside them, so that
+            # it ends on them and not on a day of raw files written after the last answer.
+            hit = (starts < span_end) & (ends > span_start)
+            fresh = bool((np.minimum(ends[hit], span_end) > frontier[self._rows(pids[hit])]).any())
+            when = (0, -span_end) if fresh else (1, -span_start)
             for slab in self._slabs_at(series, (pids, starts, ends), span_start, span_end):
-                yield -span_end, order, slab.bucket, slab
+                yield when, order, slab.bucket, slab
 
     def _slabs_at(
         self, series: Series, work: tuple[np.ndarray, ...], span_start: int, span_end: int

@@ -120,9 +120,10 @@ def test_plan_covers_the_window_exactly_once(a, b, raw_window, aggregate_window)
     raw_window=st.sampled_from(["24h", "6h"]),
 )
 def test_a_plan_is_newest_first_and_counts_what_it_makes(a, b, prior, raw_window):
-    """Slabs come by the end of their spans, newest first (each parameter's newest data before any of its
-    history); no two slabs of a series and bucket share a day (they are written independently); the
-    summary counts exactly the slabs and windows handed out."""
+    """Slabs come fresh first, newest first: the spans that hold new data by their ends, then history by
+    the starts of its spans (each parameter's newest data before any of its history, and a backfill's week
+    of aggregates after the days inside it); no two slabs of a series and bucket share a day (they are
+    written independently); the summary counts exactly the slabs and windows handed out."""
     start, end = min(a, b), max(a, b) + 1
     state = Coverage()
     for x, y in prior:
@@ -132,7 +133,9 @@ def test_a_plan_is_newest_first_and_counts_what_it_makes(a, b, prior, raw_window
     made = Plan(Fleet(Params.of(PARAMS), LEGACY_BUCKETS), state, PlanOptions(start, end), cfg.series, spans)
     summary, windows = made.summary(), made.windows
     slabs = list(made.slabs())
-    assert [s.end for s in slabs] == sorted((s.end for s in slabs), reverse=True)
+    fresh = {(s.series, s.start) for s in slabs if s.history is not None and not s.history.all()}
+    order = [(0, -s.end) if (s.series, s.start) in fresh else (1, -s.start) for s in slabs]
+    assert order == sorted(order)
     days = [
         (s.series, s.bucket, d) for s in slabs for d in range(s.start // DAY_MS, (s.end - 1) // DAY_MS + 1)
     ]
