@@ -79,11 +79,7 @@ class Lateness:
         spans = [(a, b) for p, a, b in self.quiet if p == param_id]
         if not spans:
             return None
-        mask = np.zeros(len(ts), bool)
-        for a, b in spans:
-            lo, hi = np.searchsorted(ts, [a, b])
-            mask[lo:hi] = True
-        return mask if mask.any() else None
+        return _within(ts, spans)
 
     def offline_controllers(self, controllers: Iterable[int], now: int | None) -> int:
         """How many of these controllers are offline at `now`."""
@@ -109,11 +105,7 @@ class Lateness:
         spans = [(a, b) for a, b in self.outages(controller_id) if now < b]
         if not spans:
             return None
-        mask = np.zeros(len(ts), bool)
-        for a, b in spans:
-            lo, hi = np.searchsorted(ts, [a, b])
-            mask[lo:hi] = True
-        return mask if mask.any() else None
+        return _within(ts, spans)
 
     def preliminary(self, param_id: int, ts: np.ndarray, now: int) -> np.ndarray | None:
         """Which of these stamps still carry a preliminary value at `now` (None: none)."""
@@ -135,3 +127,12 @@ class Lateness:
 @functools.lru_cache(maxsize=64)
 def _lookup(pairs: tuple[tuple[int, int], ...]) -> dict[int, int]:
     return dict(pairs)
+
+
+def _within(ts: np.ndarray, spans: list[tuple[int, int]]) -> np.ndarray | None:
+    """Which of these sorted stamps fall in any of `spans` (None: none)."""
+    mask = np.zeros(len(ts), bool)
+    for a, b in spans:
+        lo, hi = np.searchsorted(ts, [a, b])
+        mask[lo:hi] = True
+    return mask if mask.any() else None

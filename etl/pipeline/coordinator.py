@@ -252,7 +252,6 @@ class Coordinator:
             self.build.client(summary.client) as client,
             self.build.shared(client, not self.options.dry_run),
         ):
-            caps = await asyncio.to_thread(self._caps, client, now)
             if self.run_state.deadline is not None:
                 client.session.gate.ends_at(
                     self.run_state.deadline, lambda: self._out_of_time(throttled=True)
@@ -266,6 +265,8 @@ class Coordinator:
                 held.enter_context(spools.held())
                 self.run_state.locked = True
                 summary.temp_files_removed = self.data.remove_temp_files() + spools.sweep()
+            # Under the lock: a state folder that cannot be used is told as the lock's error.
+            caps = await asyncio.to_thread(self._caps, client, now)
             coverage = self.store.load()
             recovering = None
             if self.build.lake is not None and not self.options.dry_run:
@@ -326,8 +327,6 @@ class Coordinator:
             summary.planned = plan.summary()
             if self.options.dry_run:
                 return
-            if findings is not None and any(len(w[0]) for w in findings.empty.values()):
-                await asyncio.to_thread(self._found_empty, findings, mine)
             # Reference tables are fetched and written beside the series: the first windows need not wait.
             snapshot = self.run_state.snapshot = (
                 asyncio.ensure_future(
@@ -336,11 +335,13 @@ class Coordinator:
                 if self.config.dimensions.enabled and self.options.work is None
                 else None
             )
+            tails = late.OpenTails.of(findings.work if findings is not None else {}, self.store.arrivals)
+            empty = self._empty_windows(findings, mine) if findings is not None else []
             del found, mine  # the plan holds the fleet column-wise: no object per parameter is kept
             try:
                 async with self._executor(client, self.run_state.scheduler) as executor:
                     summary.executor = executor.name
-                    await self._execute(executor, plan, coverage, decisions)
+                    await self._execute(executor, plan, coverage, decisions, tails)
                 if summary.client.gone:
                     await asyncio.to_thread(
                         forget, catalog, self.config.select, summary.catalog, summary.client.gone
@@ -355,17 +356,19 @@ class Coordinator:
                 with suppress(asyncio.CancelledError):
                     await snapshot
             self.run_state.left_out[:0] = client.skipped
-            if not self.options.dry_run and client.caps.known() != caps[1]:
+            if not self.options.dry_run and self.run_state.fatal is None and client.caps.known() != caps[1]:
                 await asyncio.to_thread(self.store.note_caps, caps[0], client.caps.known())
         self.run_state.fetched = True  # what is left to do here writes, and is not cut by the deadline
         if self.run_state.left_out:
             summary.records_left_out += len(self.run_state.left_out)
         stopped = self.run_state.fatal is not None or self.run_state.interrupted or self.run_state.out_of_time
+        if empty and not stopped:
+            await asyncio.to_thread(self._found_empty, empty)
         if findings is not None and not stopped:
             await asyncio.to_thread(self._keep_prints, findings, end, now)
         if summary.series or findings is not None:
             await asyncio.to_thread(self._compact, coverage, now)
-        if summary.backfill.left:
+        if summary.backfill.left and self.run_state.fatal is None:  # a failed run leaves only its record
             await asyncio.to_thread(self._note_progress)
         if self.build.lake is not None and not stopped:
             if self.run_state.deadline is not None and time.monotonic() >= self.run_state.deadline:
@@ -463,14 +466,24 @@ class Coordinator:
             return  # no backfill now or lately: nothing to note, run after run
         self.summary.backfill = Backfill.of(self.store.note_progress(backfill.progress(now_ms())))
 
-    def _found_empty(self, findings: Findings, mine: Params) -> None:
-        """Checkpoint the new time of quiet parameters whose probe found nothing in it: asked once, as
-        averages, and nothing to write (the late-data tails still read again from their newest points)."""
+    def _empty_windows(self, findings: Findings, mine: Params) -> list[Windows]:
+        """The new time of quiet parameters whose probe found nothing in it: asked once, as averages, and
+        nothing to write (the late-data tails still read again from their newest points)."""
+        found = []
         for series, (pids, starts, ends) in findings.empty.items():
             rows = np.searchsorted(mine.id, pids)
-            windows = Windows(series, pids, mine.object_id[rows], mine.kind[rows], starts, ends)
-            self.store.commit(windows)
-            self.run_state.committed.append(intervals_of(windows))
+            found.append(Windows(series, pids, mine.object_id[rows], mine.kind[rows], starts, ends))
+        return [w for w in found if len(w)]
+
+    def _found_empty(self, empty: list[Windows]) -> None:
+        """Checkpoint `empty` once the run fetched everything else: checkpointed before the time with data
+        around it, it would move a parameter's checkpoint past a hole that a stopped run leaves."""
+        failed = np.array(sorted(self.run_state.failed_params), np.int64)
+        for windows in empty:
+            windows = windows[~np.isin(windows.param_id, failed)]
+            if len(windows):
+                self.store.commit(windows)
+                self.run_state.committed.append(intervals_of(windows))
 
     async def _late(
         self,
@@ -551,7 +564,7 @@ class Coordinator:
             yield SlabJob(config, slab, decisions, self.options.shard)
 
     async def _execute(
-        self, executor: Executor, plan: Plan, coverage: Coverage, decisions: Decisions
+        self, executor: Executor, plan: Plan, coverage: Coverage, decisions: Decisions, tails: late.OpenTails
     ) -> None:
         progress = Progress(plan.windows, self.options.progress)
         commit_lock = asyncio.Lock()
@@ -575,6 +588,8 @@ class Coordinator:
                     self.run_state.fatal = failure.error or error_from(failure.message, failure.exit_code)
                     self.summary.stopped = self.summary.stopped or "error"
                     self.run_state.stop.set()
+            if result.done:  # before its newest points are committed with it
+                tails.settle(result.done, result.arrivals)
             written, files = result.written, result.written.files
             if written.staged is not None and committer is not None:
                 # Lake tables: the committer commits the slab with its group, then checkpoints them; the
@@ -651,8 +666,11 @@ class Coordinator:
             gone = summary.counts.gone
             summary.windows_not_done = max(0, plan.windows - done - len(summary.failed_windows) - gone)
             summary.request_floor = sum(int(f.sum()) for f in fresh.values()) + 2  # + sign-in, objects
+            # Late tails re-read behind the frontier count as loaded history too: never below none left.
             summary.backfill.left = {
-                series.value: History(h.windows - loaded[series][0], h.ms - loaded[series][1], h.total_ms)
+                series.value: History(
+                    max(0, h.windows - loaded[series][0]), max(0, h.ms - loaded[series][1]), h.total_ms
+                )
                 for series, h in plan.history.items()
             }
             progress.close(summary.windows_not_done, summary.stopped)

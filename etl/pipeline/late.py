@@ -30,13 +30,13 @@ import numpy as np
 
 from etl.client import MonitoringClient
 from etl.errors import EtlError
-from etl.model import PARAM_KINDS, ParamKind, Series, Window, union
+from etl.model import PARAM_KINDS, ParamKind, Series, Window, Windows, union
 from etl.pipeline.clean import WindowData, clean
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import not_due
 from etl.state.arrivals import Arrivals, Rows
-from etl.state.coverage import NONE, Coverage
+from etl.state.coverage import NONE, Coverage, key_of
 from etl.timeutil import DAY_MS, MINUTE_MS, iso
 
 log = logging.getLogger(__name__)
@@ -453,3 +453,74 @@ async def probe(
     findings.work = {s: _work([w for w in parts if len(w[0])]) for s, parts in extra.items()}
     findings.empty = {s: _work([w for w in parts if len(w[0])]) for s, parts in empty.items()}
     return findings
+
+
+class OpenTails:
+    """The late work a run re-reads after each (parameter, series)'s newest point, until it is committed.
+
+    Tails start just after the newest point received: a slab that commits a newer point (today's, fetched
+    first) while a tail of the same series is still open would, if the run stopped then, move the next
+    run's tails past the time never re-read. So until every tail of a key is committed, the newest point
+    committed with other slabs is held back to just before its first open tail; the slab that closes the
+    last one commits the newest the run received."""
+
+    def __init__(self, key: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        order = np.lexsort((lo, key))
+        self.key, self.lo, self.hi = key[order], lo[order], hi[order]
+        self.left = self.hi - self.lo  # time of each tail not yet committed
+        self.keys = np.unique(self.key)
+        self.best = np.full(len(self.keys), NONE, np.int64)  # the newest point the run received, per key
+
+    @classmethod
+    def of(cls, work: dict[Series, Work], arrivals: Arrivals) -> OpenTails:
+        """The tails in `work` (the probes' findings) that start after their key's newest point."""
+        parts = []
+        for series, (pids, lo, hi) in work.items():
+            after = lo > arrivals.newest_of(series, pids)
+            parts.append((key_of(pids[after], series), lo[after], hi[after]))
+        if not parts:
+            return cls(_EMPTY, _EMPTY, _EMPTY)
+        return cls(*(np.concatenate(column).astype(np.int64) for column in zip(*parts, strict=True)))
+
+    def settle(self, done: Windows, arrivals: Arrivals) -> None:
+        """Count `done` (a slab's committed windows) against the open tails, and hold back or release the
+        newest points `arrivals` (the slab's) carry into the same commit."""
+        if not len(self.keys) or not len(done):
+            return
+        before = self._open_keys()
+        key = key_of(done.param_id, done.series)
+        first, last = np.searchsorted(self.key, key), np.searchsorted(self.key, key, "right")
+        count = last - first
+        if count.any():
+            window = np.repeat(np.arange(len(key)), count)
+            tail = (
+                np.arange(int(count.sum()))
+                - np.repeat(np.cumsum(count) - count, count)
+                + np.repeat(first, count)
+            )
+            overlap = np.minimum(done.end[window], self.hi[tail]) - np.maximum(
+                done.start[window], self.lo[tail]
+            )
+            np.subtract.at(self.left, tail, np.maximum(overlap, 0))
+        at = np.searchsorted(self.keys, arrivals.key)
+        hit = at < len(self.keys)
+        hit[hit] = self.keys[at[hit]] == arrivals.key[hit]
+        self.best[at[hit]] = np.maximum(self.best[at[hit]], arrivals.newest[hit])
+        still = self._first_open()
+        held = hit.copy()
+        held[hit] = still[at[hit]] != NONE
+        arrivals.newest[held] = np.minimum(arrivals.newest[held], still[at[held]] - 1)
+        closed = before & (still == NONE) & (self.best != NONE)
+        if closed.any():  # the last tail of these keys is in: the newest point they brought, whichever slab
+            arrivals.add_newest(self.keys[closed], self.best[closed])
+
+    def _first_open(self) -> np.ndarray:
+        """Per key, the start of its first tail not yet committed (NONE: all are)."""
+        starts = np.where(self.left > 0, self.lo, np.iinfo(np.int64).max)
+        heads = np.searchsorted(self.key, self.keys)
+        first = np.minimum.reduceat(starts, heads)
+        return np.where(first == np.iinfo(np.int64).max, NONE, first)
+
+    def _open_keys(self) -> np.ndarray:
+        open_: np.ndarray = self._first_open() != NONE
+        return open_

@@ -34,7 +34,7 @@ T0 = to_ms("2026-11-10T00:00:00Z")
 FIRST_RUN = T0 + DAY_MS + 7 * MINUTE_MS  # the day before it, at 00:07 the next day
 HOURS = 2
 # Its first object has a calculated parameter: etl checks the search against that object's lists, and
-# the two disagree (see the xfail below for a fleet where they agree).
+# the two disagree (a test below takes a fleet where they agree).
 SIZE = {"objects": 5, "params": 20, "seed": 7}
 FLEET = live_client.plan(**SIZE)
 BARE = FLEET.objects[-1].id  # a site without a controller
@@ -118,11 +118,6 @@ def test_the_late_points_were_fetched_late(schedule):
     assert stats["by_kind"]["raw"]["requests"] > 0 and stats["by_status"].get("500") is None
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="etl reads a type given as an object ({id, name}) by its text: a signal listed as "
-    '"paramType": {"id": 3, "name": "signal"} is written as physical (issue 56 reads the object)',
-)
 def test_every_kind_is_read_right(schedule):
     want = schedule.live.expected("raw", T0, schedule.end, schedule.clock)
     kinds = dict(zip(want.column("param_id").to_pylist(), want.column("kind").to_pylist(), strict=True))
@@ -131,12 +126,6 @@ def test_every_kind_is_read_right(schedule):
     assert written == kinds
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="etl trusts the search when it agrees with the lists of the first object, read by the type's "
-    "text; an object without calculated parameters agrees, and the search's calculated records "
-    '("paramType": {"id": 2, "name": "calculated"}) are then read as physical: 404 on /db/measure',
-)
 def test_the_search_is_read_right_when_the_first_object_has_no_calculated_parameter(tmp_path):
     fleet = live_client.plan(objects=5, params=20, seed=4)
     first = fleet.objects[0].id

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from etl.model import PARAM_KINDS, SCHEMAS, ParamKind, Series
+from etl.model import PARAM_KINDS, SCHEMAS, ParamKind, Series, Windows
 from etl.pipeline.late import (
+    OpenTails,
     BUCKET_MS,
     LateOptions,
     block_of,
@@ -212,3 +213,45 @@ def test_late_points_are_those_fetched_between_the_newest_and_the_checkpoint() -
         new_points, new_ms, points, ms = late_figures(rows, ranges, np.array([9]), known)
         assert new_points.tolist() == [0] and new_ms.tolist() == [0]
         assert points.tolist() == [3] and ms.tolist() == [60_000]
+
+
+def _done(pid: int, start: int, end: int) -> Windows:
+    one = np.array([pid], np.int64)
+    return Windows(Series.RAW, one, one, np.zeros(1, np.int8), np.array([start]), np.array([end]))
+
+
+def _slab_newest(pid: int, newest: int) -> Arrivals:
+    found = Arrivals()
+    found.add_newest(key_of(np.array([pid]), Series.RAW), np.array([newest]))
+    return found
+
+
+def test_a_newer_point_waits_for_the_tails_before_it_and_comes_with_the_last():
+    before = Arrivals()
+    before.add_newest(key_of(np.array([7]), Series.RAW), np.array([10 * HOUR_MS]))
+    # Two days of tail (yesterday's, then today's), fetched newest first.
+    work = {
+        Series.RAW: (
+            np.array([7, 7]),
+            np.array([10 * HOUR_MS + 1, DAY_MS]),
+            np.array([DAY_MS, DAY_MS + HOUR_MS]),
+        )
+    }
+    tails = OpenTails.of(work, before)
+    today = _slab_newest(7, DAY_MS + 50 * 60_000)
+    tails.settle(_done(7, DAY_MS, DAY_MS + HOUR_MS), today)
+    # A stop now: the next run's tail starts where yesterday's does.
+    assert today.newest_of(Series.RAW, np.array([7]))[0] == 10 * HOUR_MS
+    yesterday = Arrivals()  # yesterday's tail brought nothing: its commit still carries today's point
+    tails.settle(_done(7, 10 * HOUR_MS + 1, DAY_MS), yesterday)
+    assert yesterday.newest_of(Series.RAW, np.array([7]))[0] == DAY_MS + 50 * 60_000
+
+
+def test_tails_before_the_newest_point_hold_nothing_back():
+    before = Arrivals()
+    before.add_newest(key_of(np.array([7]), Series.RAW), np.array([10 * HOUR_MS]))
+    work = {Series.RAW: (np.array([7]), np.array([HOUR_MS]), np.array([2 * HOUR_MS]))}  # a revised block
+    tails = OpenTails.of(work, before)
+    today = _slab_newest(7, 12 * HOUR_MS)
+    tails.settle(_done(7, 11 * HOUR_MS, 13 * HOUR_MS), today)
+    assert today.newest_of(Series.RAW, np.array([7]))[0] == 12 * HOUR_MS
