@@ -8,9 +8,9 @@ import pyarrow as pa
 
 from etl.model import PARAM_KINDS, SCHEMAS, ParamKind, Series, Windows
 from etl.pipeline.late import (
-    OpenTails,
     BUCKET_MS,
     LateOptions,
+    OpenTails,
     block_of,
     fingerprint,
     hashes,
