@@ -183,9 +183,11 @@ bench: $(BENCH_STAMP) bench-tools
 	$(BIN)/python benchmarks/state.py
 
 ## make bench-capacity: extract.concurrency auto beside a fixed 16 against servers of limited capacity (the
-## emulator's --capacity, a ThreadingHTTPServer with a worker pool): share of the capacity, p95 time in the
-## server, refusals, and the no-regression runs at 50 ms (benchmarks/capacity.py; about 10 minutes).
-## CAPACITY_ARGS="--scenarios small large"; results in benchmarks/results/capacity.json.
+## emulator's --capacity, a ThreadingHTTPServer with a worker pool), then auto on Dask clusters of 1, 3 and 6
+## workers and as 4 shards at once: share of the capacity, p95 time in the server, refusals, and the
+## no-regression runs at 50 ms (benchmarks/capacity.py; about 25 minutes).
+## CAPACITY_ARGS="--scenarios small large --contenders auto" (or "--scenarios cluster-large --workers 3"); results
+## in benchmarks/results/capacity.json.
 CAPACITY_ARGS ?=
 bench-capacity: $(STAMP)
 	$(COMPILE)

@@ -1,7 +1,11 @@
 """`make bench-capacity`: etl's default (`extract.concurrency: auto`) beside a fixed 16 (the default before
 it) against servers of limited capacity, the table of issue 42.
 
-    python benchmarks/capacity.py [--quick] [--scenarios small large ...] [--json PATH]
+    python benchmarks/capacity.py [--quick] [--scenarios small large ...] [--contenders auto]
+                                  [--workers 3] [--json PATH]
+
+One process's figures of another checkout (an A/B): `PYTHONPATH=../old python benchmarks/capacity.py
+--scenarios small large --contenders auto` runs that checkout's etl.
 
 The emulator (its own process) plays a platform of C workers, each busy T = 200 ms a request, with a
 queue (`--capacity`, `--service-time`, `--queue-max`; docs/emulator.md); its request log tells each
@@ -18,7 +22,10 @@ emulator's own CPU is never what limits it):
 - **wide**: the same at 8,000 parameters x 1 day: peak RSS;
 - **threaded-small**, **threaded-large**: the standard library's ThreadingHTTPServer with a pool of C
   workers each busy T (servers/threaded.py), replaying the answers of the emulator recorded for those
-  fleets (servers/record.py).
+  fleets (servers/record.py);
+- **cluster-small**, **cluster-large**: the small and large fleets and servers, `auto`, run on a Dask
+  cluster (a scheduler and 1, 3 and 6 worker processes of 2 threads each, on loopback);
+- **shards-small**, **shards-large**: the same, `auto`, as 4 `--shard I/4` runs started together.
 
 Throughput is the requests served per second from the first series request to the last answer, over
 C / T; etl's run summary gives its limit's figures (concurrency, latency baseline and p95, refusals).
@@ -30,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -42,10 +50,12 @@ from foreign import PER_OBJECT, START, objects_for, start_threaded, write_config
 from servers.record import record
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, run_child
+from harness import HERE, PY, Emulator, environment, free_port, run_child
 
 SERVICE = 0.2
 CONTENDERS = {"auto": "auto", "fixed 16": 16}
+CLUSTERS = (1, 3, 6)  # workers of the cluster scenarios
+THREADS = 2  # each worker's
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,8 @@ class Scenario:
     latency: float = 0.0
     halve: bool = False
     foreign: bool = False  # the threaded server replays the emulator's answers
+    workers: tuple[int, ...] = ()  # a Dask cluster of each of these many workers (2 threads each)
+    shards: int = 0  # this many `--shard I/N` runs started together
 
 
 SCENARIOS = {
@@ -71,9 +83,18 @@ SCENARIOS = {
         Scenario("wide", 8000, 1, latency=0.05),
         Scenario("threaded-small", 48, 7, capacity=4, foreign=True),
         Scenario("threaded-large", 192, 7, capacity=32, foreign=True),
+        Scenario("cluster-small", 48, 7, capacity=4, workers=CLUSTERS),
+        Scenario("cluster-large", 192, 7, capacity=32, workers=CLUSTERS),
+        Scenario("shards-small", 48, 7, capacity=4, shards=4),
+        Scenario("shards-large", 192, 7, capacity=32, shards=4),
     )
 }
-QUICK = {"small": Scenario("small", 8, 2, capacity=4), "unlimited": Scenario("unlimited", 8, 2, latency=0.05)}
+QUICK = {
+    "small": Scenario("small", 8, 2, capacity=4),
+    "unlimited": Scenario("unlimited", 8, 2, latency=0.05),
+    "cluster-small": Scenario("cluster-small", 8, 2, capacity=4, workers=(2,)),
+    "shards-small": Scenario("shards-small", 8, 2, capacity=4, shards=2),
+}
 
 
 @dataclass
@@ -135,14 +156,14 @@ def served(entries: list[dict], since_ms: float | None = None) -> tuple[float, i
     )
 
 
-def etl_once(config: Path, out: Path) -> tuple[dict, dict]:
+def etl_once(config: Path, out: Path, *options: str) -> tuple[dict, dict]:
     """One `etl run --json`: its summary, whatever the outcome, and its process's figures."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress"]
+    cmd = [PY, "-m", "etl", "run", "-c", str(config), "--json", "--no-progress", *options]
     return run_child(cmd, cwd=out.parent, check=False)
 
 
-def run_emulator_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> list[Row]:
+def start_emulator(s: Scenario, work: Path) -> Emulator:
     extra = []
     if s.capacity:
         extra += ["--capacity", str(s.capacity), "--service-time", str(SERVICE)]
@@ -150,10 +171,15 @@ def run_emulator_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> 
         extra += ["--queue-max", str(s.queue_max)]
     if s.latency:
         extra += ["--latency", str(s.latency)]
-    emulator = Emulator(work, s.name, emulator_args(s) + extra)
+    return Emulator(work, s.name, emulator_args(s) + extra)
+
+
+def run_emulator_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> list[Row]:
+    emulator = start_emulator(s, work)
     rows = []
     try:
-        for contender, concurrency in CONTENDERS.items():
+        for contender in args.contenders:
+            concurrency = CONTENDERS[contender]
             config = write_config(
                 work / f"{s.name}.yaml", emulator.base_url, work / "out", s.days, concurrency
             )
@@ -219,6 +245,120 @@ def row(
     return out
 
 
+class Cluster:
+    """A Dask scheduler and `workers` worker processes of THREADS threads, on loopback, in processes of
+    their own (as `make demo-dask` starts them)."""
+
+    def __init__(self, work: Path, workers: int) -> None:
+        port = free_port()
+        self.address = f"tcp://127.0.0.1:{port}"
+        self.log = open(work / f"dask-{workers}.log", "wb")  # noqa: SIM115
+        dask = str(Path(PY).parent / "dask")
+        common = ["--no-dashboard"]
+        self.procs = [
+            subprocess.Popen(
+                [dask, "scheduler", "--host", "127.0.0.1", "--port", str(port), *common],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+        ]
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    dask,
+                    "worker",
+                    self.address,
+                    "--nworkers",
+                    str(workers),
+                    "--nthreads",
+                    str(THREADS),
+                    *common,
+                ],
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+            )
+        )
+        from distributed import Client
+
+        with Client(self.address, timeout=60) as client:
+            client.wait_for_workers(workers, timeout=120)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.log.close()
+
+
+def run_spread_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> list[Row]:
+    """`extract.concurrency: auto` on Dask clusters of each size in `s.workers` (or `--workers`), or as
+    `s.shards` shards started together: the server sees all of them at once."""
+    emulator = start_emulator(s, work)
+    rows = []
+    try:
+        config = write_config(work / f"{s.name}.yaml", emulator.base_url, work / "out", s.days, "auto")
+        for size in (args.workers or s.workers) if s.workers else (s.shards,):
+            if s.workers:
+                cluster = Cluster(work, size)
+                try:
+                    emulator.control.clear_requests()
+                    summary, usage = etl_once(
+                        config, work / "out", "--executor", "dask", "--scheduler", cluster.address
+                    )
+                finally:
+                    cluster.stop()
+                contender = f"{size} worker{'s' * (size > 1)}"
+            else:
+                summary, usage = shards_at_once(config, work / "out", size)
+                contender = f"{size} shards"
+            rows.append(row(s, contender, summary, usage, emulator.control.requests(), []))
+            print_row(rows[-1])
+    finally:
+        emulator.stop()
+    return rows
+
+
+def shards_at_once(config: Path, out: Path, shards: int) -> tuple[dict, dict]:
+    """`shards` runs of `config`, `--shard I/N`, started together: their summaries added up (seconds: the
+    longest; capacity: the first shard's, which learned the whole limit as they all did)."""
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    done: list[tuple[dict, dict]] = [({}, {})] * shards
+
+    def one(index: int) -> None:
+        cmd = [
+            PY,
+            "-m",
+            "etl",
+            "run",
+            "-c",
+            str(config),
+            "--json",
+            "--no-progress",
+            "--shard",
+            f"{index}/{shards}",
+        ]
+        done[index] = run_child(cmd, cwd=out.parent, check=False)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(shards)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    summaries = [summary for summary, _ in done]
+    summary = dict(summaries[0])
+    summary["seconds"] = max(x["seconds"] for x in summaries)
+    summary["requests"] = sum(x["requests"] for x in summaries)
+    summary["failed_window_count"] = sum(x["failed_window_count"] for x in summaries)
+    summary["status"] = "ok" if all(x["status"] == "ok" for x in summaries) else "failed"
+    usage = {"peak_rss_mb": max(u["peak_rss_mb"] for _, u in done)}
+    return summary, usage
+
+
 def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
     """The recording of the emulator's answers to both contenders' runs, replayed by the threaded server
     with a pool of workers."""
@@ -275,7 +415,7 @@ def run_foreign_scenario(s: Scenario, work: Path) -> list[Row]:
 
 
 HEADER = (
-    f"{'scenario':<15} {'etl':<9} {'seconds':>8} {'requests':>8} {'served/s':>8} {'of capacity':>11} "
+    f"{'scenario':<15} {'etl':<10} {'seconds':>8} {'requests':>8} {'served/s':>8} {'of capacity':>11} "
     f"{'p95 server':>10} {'refused':>11} {'failed':>6} {'concurrency':>13} {'baseline':>8} {'p95 ms':>7} {'RSS MB':>6}"
 )
 
@@ -287,7 +427,7 @@ def print_row(r: Row) -> None:
     share = "-" if r.share is None else f"{r.share:.2f}" + (" bound" if r.server_p95_over_t is None else "")
     p95s = "-" if r.server_p95_over_t is None else f"{r.server_p95_over_t:.2f} T"
     print(
-        f"{r.scenario:<15} {r.contender:<9} {r.seconds:>8.2f} {r.requests:>8} {r.served_per_second:>8.1f} "
+        f"{r.scenario:<15} {r.contender:<10} {r.seconds:>8.2f} {r.requests:>8} {r.served_per_second:>8.1f} "
         f"{share:>11} {p95s:>10} {r.refused:>5} ({r.refused_share:.1%}) {r.failed_windows:>6} {used:>13} "
         f"{lat.get('baseline')!s:>8} {lat.get('p95')!s:>7} {r.peak_rss_mb:>6.0f}"
         + ("" if r.status == "ok" else f"  run {r.status}: a window's retries gave up"),
@@ -307,6 +447,12 @@ def main() -> int:
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--halve-at", type=float, default=10.0, help="seconds into the halving run")
     parser.add_argument("--quick", action="store_true", help="tiny fleets: checks the script works")
+    parser.add_argument(
+        "--contenders", nargs="+", default=list(CONTENDERS), choices=list(CONTENDERS), metavar="NAME"
+    )
+    parser.add_argument(
+        "--workers", nargs="+", type=int, help=f"the cluster scenarios' sizes (default {list(CLUSTERS)})"
+    )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "capacity.json")
     args = parser.parse_args()
     os.environ["ETL_PASSWORD"] = "demo"
@@ -322,7 +468,12 @@ def main() -> int:
         for s in scenarios:
             where = work / s.name
             where.mkdir()
-            rows = run_foreign_scenario(s, where) if s.foreign else run_emulator_scenario(s, args, where)
+            if s.foreign:
+                rows = run_foreign_scenario(s, where)
+            elif s.workers or s.shards:
+                rows = run_spread_scenario(s, args, where)
+            else:
+                rows = run_emulator_scenario(s, args, where)
             doc["rows"] += [asdict(r) for r in rows]
     finally:
         shutil.rmtree(work, ignore_errors=True)

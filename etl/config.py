@@ -523,6 +523,11 @@ class ExecutorConfig(Strict):
 
     kind: Literal["local", "dask"] = Field("local", description="here, or on a Dask cluster")
     address: str | None = Field(None, description="dask scheduler, e.g. tcp://10.0.0.5:8786")
+    worker_wait: Duration = Field(
+        120_000,
+        description="dask: a cluster without a worker for this long ends the run (exit 4), at its start as "
+        "when every worker has left",
+    )
 
     @model_validator(mode="after")
     def _address(self) -> ExecutorConfig:

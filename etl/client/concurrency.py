@@ -83,9 +83,9 @@ class CapacityRecord(TypedDict):
 
 @dataclass
 class CapacityFigures:
-    """What a session's limit saw, as plain data a Dask task sends back and a run adds up: the limit at
-    each answer (`limits`: value -> answers), the answers' times (`latency`: 5% buckets -> answers), the
-    baseline last used, the answers that refused a request for load (429, 503), the limit at the end."""
+    """What a session's limit saw, as plain data: the limit at each answer (`limits`: value -> answers), the
+    answers' times (`latency`: 5% buckets -> answers), the baseline last used, the answers that refused a
+    request for load (429, 503), the limit at the end."""
 
     setting: str = "16"  # "auto", or the fixed number
     maximum: int = 16
@@ -98,15 +98,6 @@ class CapacityFigures:
     def answered(self, seconds: float, limit: int) -> None:
         self.limits[limit] += 1
         self.latency[math.floor(math.log(max(seconds, 1e-6) * 1000) / _BUCKET)] += 1
-
-    def add(self, other: CapacityFigures) -> None:
-        """Fold in another client's figures (a Dask task's: its share of the limit)."""
-        self.limits.update(other.limits)
-        self.latency.update(other.latency)
-        if other.baseline is not None:
-            self.baseline = other.baseline if self.baseline is None else min(self.baseline, other.baseline)
-        self.refused += other.refused
-        self.final = other.final if other.final is not None else self.final
 
     def latency_ms(self, share: float) -> float | None:
         """The time `share` (0-1) of the answers came within, to the bucket's 5%."""
@@ -356,19 +347,3 @@ def make_limit(
     """The limit of one session: learned from `start` up to `maximum`, or fixed at `maximum`; its
     figures kept in `figures` (a run's `ClientStats`), if given."""
     return LearnedLimit(maximum, start, figures) if auto else FixedLimit(maximum, figures)
-
-
-@dataclass(frozen=True)
-class Share:
-    """One client's part of a source's limit, when several run at once (Dask tasks): its own limit starts
-    at `start` and never passes `maximum`."""
-
-    maximum: int
-    start: int
-
-    @classmethod
-    def of(cls, maximum: int, clients: int, learned: int | None = None) -> Share:
-        """The share of one of `clients` in a limit of `maximum`; `learned`: what the last client that
-        ended had reached (its limit at the end), where the next starts."""
-        most = max(1, maximum // max(1, clients))
-        return cls(most, min(most, learned or AUTO_START))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from etl.client.auth import SignIn
-from etl.client.concurrency import AUTO_START, Share
+from etl.client.concurrency import AUTO_START
 from etl.client.retry import RetryPolicy
 from etl.config import Config, SourceConfig
 from etl.errors import ConfigError
@@ -78,10 +78,6 @@ class ClientOptions:
             proxy=source.proxy,
             http_transport=source.transport,
         )
-
-    def shared(self, share: Share) -> ClientOptions:
-        """These options for one of the clients that share a source's limit (a Dask task)."""
-        return replace(self, max_in_flight=share.maximum, start_in_flight=share.start)
 
     @property
     def limits(self) -> httpx.Limits:

@@ -76,7 +76,8 @@ class ClientStats:
     gone: set[int] = field(default_factory=set)  # parameters whose series answered 404 (ParameterGone)
 
     def add(self, other: ClientStats) -> None:
-        """Fold in the counts of another client (one per Dask task)."""
+        """Fold in the counts of another client (one per Dask task; the run's budget counted its answers in
+        `capacity`)."""
         self.gone |= other.gone
         self.requests += other.requests
         self.retries.update(other.retries)
@@ -84,7 +85,6 @@ class ClientStats:
         self.throttled_seconds += other.throttled_seconds
         self.bytes_received += other.bytes_received
         self.purposes.update(other.purposes)
-        self.capacity.add(other.capacity)
 
     def as_dict(self) -> ClientRecord:
         return {

@@ -127,7 +127,8 @@ class Session:
         self.stats = stats or ClientStats()
         self.gate = RateGate(self.stats)
         self.auth = SessionAuth(self.base_url, username, password, self.stats, options.sign_in)
-        # What admits requests (the senders), and nothing else: fixed, or learned from the answers.
+        # What admits requests (the senders), and nothing else: fixed, or learned from the answers; a
+        # run whose source is shared with other processes puts its part of a budget here instead.
         self.limit: Limit = make_limit(
             options.auto_concurrency, options.max_in_flight, options.start_in_flight, self.stats.capacity
         )
@@ -161,6 +162,21 @@ class Session:
     def max_in_flight(self) -> int:
         """The requests that may be on the wire at once now."""
         return self.limit.current
+
+    @property
+    def demand(self) -> int:
+        """The requests waiting for a sender or on the wire."""
+        return len(self._queue) + self._on_wire
+
+    @property
+    def on_wire(self) -> int:
+        return self._on_wire
+
+    def admit(self) -> None:
+        """Senders for the waiting requests, as many as the limit admits now: for a limit that grows
+        without an answer of this session's (a budget's grant, etl/client/budget.py)."""
+        for _ in range(min(len(self._queue), self.limit.current - len(self._senders))):
+            self._senders.add(asyncio.ensure_future(self._sender()))
 
     @property
     def user(self) -> User | None:

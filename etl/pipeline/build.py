@@ -8,15 +8,20 @@ made (the TLS context with them), and the warnings about weak settings are given
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 from pydantic import SecretStr
 
 from etl.client import ClientOptions, ClientStats, MonitoringClient
-from etl.client.concurrency import Share
+from etl.client.budget import Part
 from etl.config import Config
+from etl.errors import StorageError
 from etl.model import Series
 from etl.pipeline import dimensions, records
 from etl.pipeline.dimensions import Rows
@@ -26,7 +31,10 @@ from etl.sinks.base import SlabSink
 from etl.sinks.hive import SlabWriter
 from etl.sinks.layout import DIMENSIONS_FOLDER
 from etl.sinks.output import Output
+from etl.state.budget import ShardBudget
 from etl.support import redact
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,16 +66,40 @@ class Build(Output):
         """How the client talks to the source, made once (the TLS trust with it)."""
         return ClientOptions.from_config(self.config)
 
-    def client(
-        self, stats: ClientStats | None = None, share: Share | None = None, max_requests: int | None = None
-    ) -> MonitoringClient:
-        """The client of the source; `share`: its part of the source's limit (a Dask task's);
-        `max_requests`: the most it sends in all (`etl verify --max-requests`)."""
+    def client(self, stats: ClientStats | None = None, max_requests: int | None = None) -> MonitoringClient:
+        """The client of the source; `max_requests`: the most it sends in all (`etl verify --max-requests`)."""
         source = self.config.source
-        options = self.client_options if share is None else self.client_options.shared(share)
+        options = self.client_options
         if max_requests is not None:
             options = replace(options, max_requests=max_requests)
         return MonitoringClient(source.base_url, source.username, self.password, options=options, stats=stats)
+
+    @asynccontextmanager
+    async def shared(self, client: MonitoringClient, take_part: bool = True) -> AsyncIterator[None]:
+        """A shard's requests admitted by its part of the source's limit, which the shards running at once
+        learn together through the state storage (etl/state/budget.py); nothing changes for a run that is
+        not a shard, or that does not `take_part` (a plan)."""
+        if self.shard is None or not take_part:
+            yield
+            return
+        session = client.session
+        part = Part(session.limit)
+        budget = ShardBudget(
+            self._state_storage(None), self.shard.label, part, self.config.state.lease / 1000
+        )
+        await asyncio.to_thread(budget.renew)
+        session.limit = part
+        renewing = asyncio.ensure_future(_renewing(budget))
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            session.limit = part.inner
+            session.admit()
+            try:
+                await asyncio.to_thread(budget.leave)
+            except StorageError as exc:
+                log.warning("could not leave the shards' budget (its entry expires by itself): %s", exc)
 
     # -- a run's slabs ----------------------------------------------------------------------------------
 
@@ -143,3 +175,14 @@ class Build(Output):
             }
         )
         return config.model_copy(update={"sink": sink, "source": source})
+
+
+async def _renewing(budget: ShardBudget) -> None:
+    wait = min(budget.every, 0.5)  # shards started together see each other before their first answers
+    while True:
+        await asyncio.sleep(wait)
+        wait = budget.every
+        try:
+            await asyncio.to_thread(budget.renew)
+        except StorageError as exc:  # a blip: the next renewal may succeed before the lease ends
+            log.warning("could not renew this shard's entry in the shards' budget: %s", exc)

@@ -248,7 +248,10 @@ class Coordinator:
         summary.window = (start, end)
         findings: Findings | None = None
         now = now_ms()
-        async with self.build.client(summary.client) as client:
+        async with (
+            self.build.client(summary.client) as client,
+            self.build.shared(client, not self.options.dry_run),
+        ):
             if self.run_state.deadline is not None:
                 client.session.gate.ends_at(
                     self.run_state.deadline, lambda: self._out_of_time(throttled=True)
@@ -405,7 +408,8 @@ class Coordinator:
         if scheduler is None:
             yield local_executor(client, self.build, self.run_state.stop)
         else:
-            async with dask_executor(scheduler, self.build.client_options) as executor:
+            wait = self.config.executor.worker_wait / 1000
+            async with dask_executor(scheduler, client, self.run_state.stop, wait) as executor:
                 yield executor
 
     async def _dimensions(

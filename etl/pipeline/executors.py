@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Any
 
-from etl.client import ClientOptions, MonitoringClient
-from etl.client.concurrency import Share
+from etl.client import MonitoringClient
+from etl.client.budget import Budget, Grant, Member, Report, keep_in_touch
+from etl.client.concurrency import LearnedLimit
 from etl.errors import EtlError, NetworkError
 from etl.pipeline.build import Build
-from etl.pipeline.slab import FetchFlow, SlabJob, SlabResult, process_slab, run_slab
+from etl.pipeline.cluster import Serving, key_of
+from etl.pipeline.slab import STOP_GRACE, FetchFlow, SlabJob, SlabResult, process_slab, run_slab
 from etl.support import trace
 from etl.support.optional import require
 from etl.timeutil import iso
@@ -36,6 +40,8 @@ Drain = Callable[[], Awaitable[None]]
 
 
 MAX_SLABS = 32  # slabs in flight at most, however small (each holds a few open files)
+STOP_WRITE = 3.0  # seconds a slab on the cluster has after a stop, past STOP_GRACE, to write what it fetched
+WATCH_EVERY = 1.0  # seconds between two counts of the cluster's workers
 
 
 @dataclass(frozen=True)
@@ -210,48 +216,157 @@ def local_executor(client: MonitoringClient, build: Build, stop: asyncio.Event) 
     )
 
 
+async def _result_of(future: Any) -> SlabResult:
+    result: SlabResult = await future
+    return result
+
+
+@dataclass
+class _Remote:
+    """A slab submitted to the cluster; `dropped` resolves when the run stops waiting for it (None: a
+    stop; an exception: the cluster is lost)."""
+
+    key: str
+    future: Any
+    dropped: asyncio.Future[None]
+
+
 @asynccontextmanager
 async def dask_executor(
-    address: str, options: ClientOptions, connect_timeout: float = 30.0
+    address: str,
+    client: MonitoringClient,
+    stop: asyncio.Event,
+    worker_wait: float,
+    connect_timeout: float = 30.0,
 ) -> AsyncIterator[Executor]:
     """Each slab is one task (run_slab: its own client, its own files); a task of a lost worker is
-    rescheduled by Dask and redone from scratch, which rewrites the same files. The source's limit
-    (`options.max_in_flight`) is divided among the worker threads: each task's client gets its share,
-    learned from where the last task to end left its own (`Share`)."""
+    rescheduled by Dask and redone from scratch, which rewrites the same files. The source's limit is the
+    run's budget (etl/pipeline/cluster.py): every task's client is a member, and so is `client` (the
+    coordinator's) while slabs run. A stop reaches the tasks with their permits: each writes what it
+    fetched (windows still out after STOP_GRACE stay open) and returns; slabs not started yet, and those
+    still out `STOP_WRITE` seconds after that grace, are cancelled, their windows left open. A cluster
+    without a worker for `worker_wait` seconds ends the run (NetworkError: exit 4)."""
     require("distributed", "the dask executor")
     from distributed import Client
     from distributed.client import FutureCancelledError
     from distributed.scheduler import KilledWorker
 
     try:
-        client = await Client(address, asynchronous=True, timeout=connect_timeout)
+        dask = await Client(address, asynchronous=True, timeout=connect_timeout)
     except Exception as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise NetworkError(f"cannot reach the Dask scheduler at {address}: {reason}") from None
     run = uuid.uuid4().hex[:8]
-    learned: list[int] = []  # the limit the last task to end had reached
+    name = f"etl-budget-{run}"
+    session = client.session
+    limit = session.limit
+    # The cluster's traffic starts here: its limit is learned from where one process's starts, as if from
+    # its first request. What the coordinator's own few requests taught it says nothing of a cluster's.
+    budget = Budget(
+        LearnedLimit(limit.maximum, session.options.start_in_flight, limit.figures)
+        if isinstance(limit, LearnedLimit)
+        else limit
+    )
+    own = Member(f"coordinator-{run}")
+    remotes: dict[str, _Remote] = {}
+
+    def no_workers() -> NetworkError:
+        return NetworkError(
+            f"the Dask cluster at {address} has had no worker for {worker_wait:g}s (executor.worker_wait): "
+            "start workers, or check that they reach the scheduler"
+        )
+
+    async def threads() -> int:
+        return sum((await dask.nthreads()).values())
+
+    async def watch() -> None:
+        """Workers that all left, and a stop: slabs not started are dropped at once, the others after
+        their grace and STOP_WRITE."""
+        empty: float | None = None
+        stopped: float | None = None
+        while True:
+            now = time.monotonic()
+            if stop.is_set():
+                stopped = stopped or now
+                started = {key_of(member) for member in budget.members}
+                for remote in list(remotes.values()):
+                    late = now - stopped > STOP_GRACE + STOP_WRITE
+                    if (late or remote.key not in started) and not remote.dropped.done():
+                        remote.dropped.set_result(None)
+            try:
+                count = await threads()
+            except Exception as exc:  # the scheduler is gone: the slabs' futures say so
+                log.debug("cannot count the Dask cluster's workers: %s", exc)
+                count = 1
+            if count:
+                empty = None
+            else:
+                empty = empty or now
+                if now - empty > worker_wait:
+                    for remote in list(remotes.values()):
+                        if not remote.dropped.done():
+                            remote.dropped.set_exception(no_workers())
+            if stopped:  # slabs are dropped within a tenth of a second of their time
+                await asyncio.sleep(WATCH_EVERY / 10)
+            else:
+                with suppress(TimeoutError):
+                    async with asyncio.timeout(WATCH_EVERY):
+                        await stop.wait()
+
+    async def local(report: Report) -> Grant:
+        now = time.perf_counter()
+        budget.ingest(report, now)
+        return Grant(budget.grants(now).get(own.name, 0), stop.is_set(), budget.version)
 
     async def run_job(job: SlabJob, _flow: FetchFlow) -> SlabResult:
         key = f"slab-{job.slab.series}-{iso(job.slab.start)}-b{job.slab.bucket}-{run}"
-        threads = sum((await client.nthreads()).values())  # workers come and go
-        share = Share.of(options.max_in_flight, threads, learned[-1] if learned else options.start_in_flight)
+        future = dask.submit(run_slab, dataclasses.replace(job, budget=name), key, key=key, pure=False)
+        remote = remotes[key] = _Remote(key, future, asyncio.get_running_loop().create_future())
+        waiter = asyncio.ensure_future(_result_of(future))
         try:
-            result: SlabResult = await client.submit(
-                run_slab, dataclasses.replace(job, share=share), key=key, pure=False
-            )
-            if result.client is not None and result.client.capacity.final is not None:
-                learned[:] = [result.client.capacity.final]
-            return result
+            either: list[asyncio.Future[Any]] = [waiter, remote.dropped]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():
+                waiter.cancel()
+                await dask.cancel([future])
+                remote.dropped.result()  # the cluster is lost: raised
+                return SlabResult(job.slab.series, windows=len(job.slab.windows))  # stopped: left open
+            return waiter.result()
         except EtlError:
             raise
         except (KilledWorker, FutureCancelledError, OSError) as exc:
             raise NetworkError(f"{job!r}: the Dask cluster lost it ({type(exc).__name__}: {exc})") from None
+        finally:
+            del remotes[key]
+            if not remote.dropped.done():
+                remote.dropped.cancel()
 
+    serving = Serving(dask, name, budget, stop)
+    tasks: list[asyncio.Future[None]] = []
     try:
-        threads = sum((await client.nthreads()).values())
-        if not threads:
-            log.warning("the Dask cluster at %s has no workers yet: slabs wait for one", address)
+        await serving.open()
+        tasks.append(asyncio.ensure_future(serving.run()))
+        session.limit = own
+        tasks.append(asyncio.ensure_future(keep_in_touch(own, session, local, busy=False)))
+        count = await threads()
+        if not count:
+            log.warning(
+                "the Dask cluster at %s has no workers yet: slabs wait up to %gs (executor.worker_wait) for one",
+                address,
+                worker_wait,
+            )
+            deadline = time.monotonic() + worker_wait
+            while not (count := await threads()):
+                if time.monotonic() > deadline:
+                    raise no_workers()
+                await asyncio.sleep(WATCH_EVERY / 4)
+        tasks.append(asyncio.ensure_future(watch()))
         # Twice the worker threads: workers never wait for the coordinator, and a stop leaves few in flight.
-        yield Executor(f"dask {address}", max(2, 2 * threads), run_job, remote=True)
+        yield Executor(f"dask {address}", max(2, 2 * count), run_job, remote=True)
     finally:
-        await client.close()
+        for task in tasks:
+            task.cancel()
+        session.limit = limit
+        session.admit()
+        await serving.close()
+        await dask.close()

@@ -25,12 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 from etl.client import ClientStats, MonitoringClient, purpose
-from etl.client.concurrency import Share
+from etl.client.budget import Member, keep_in_touch
 from etl.config import Config
 from etl.errors import EtlError, ExitCode, ParameterGone, without_frames
 from etl.model import Series, Shard, Window, Windows, batches
 from etl.pipeline.build import Build, Decisions
 from etl.pipeline.clean import WindowData, clean, to_table
+from etl.pipeline.cluster import TaskLink
 from etl.pipeline.counts import Counts
 from etl.pipeline.fetch import fetch_window
 from etl.pipeline.plan import Slab
@@ -47,7 +48,9 @@ class SlabJob:
     slab: Slab
     decisions: Decisions
     shard: Shard | None = None
-    share: Share | None = None  # on Dask: the task's part of the source's limit on requests in flight
+    budget: str | None = (
+        None  # on Dask: the run's budget (etl/pipeline/cluster.py) the task's client is a member of
+    )
 
     def __repr__(self) -> str:  # Dask prints task arguments when a task fails: no config in there
         slab = self.slab
@@ -293,14 +296,30 @@ async def _relay(stop: asyncio.Event, fetcher: _Fetcher) -> None:
     fetcher.cancel()
 
 
-def run_slab(job: SlabJob) -> SlabResult:
-    """The Dask task: process_slab with a client and writer of its own (one sign-in per slab)."""
+def run_slab(job: SlabJob, key: str = "slab") -> SlabResult:
+    """The Dask task `key`: process_slab with a client and writer of its own (one sign-in per slab), whose
+    requests are admitted by the run's budget, and which stops when the run does."""
     built = Build(job.config, job.shard)
+    link = TaskLink(job.budget, key) if job.budget is not None else None
+    member = Member(link.member if link is not None else key)
 
     async def go() -> SlabResult:
         stats = ClientStats()
-        async with built.client(stats, job.share) as client:
-            result = await process_slab(job, client, built.slab_writer(job.slab, job.decisions, remote=True))
+        stop = asyncio.Event()
+        touch: asyncio.Future[None] | None = None
+        async with built.client(stats) as client:
+            if link is not None:
+                client.session.limit = member
+                stats.capacity = member.figures  # the budget's limit counts this task's answers
+                touch = asyncio.ensure_future(
+                    keep_in_touch(member, client.session, link.exchange, stop, every=0)
+                )
+            try:
+                writer = built.slab_writer(job.slab, job.decisions, remote=True)
+                result = await process_slab(job, client, writer, stop)
+            finally:
+                if touch is not None:
+                    touch.cancel()
         result.client = stats
         return result.detached()
 
@@ -308,3 +327,5 @@ def run_slab(job: SlabJob) -> SlabResult:
         return asyncio.run(go())
     finally:
         built.close()  # a worker runs many slabs: none keeps a database connection
+        if link is not None:
+            link.close(member.report(0, 0, done=True))  # its last answers, and its permits back

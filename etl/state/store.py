@@ -19,6 +19,8 @@ any moment leaves either the old or the new checkpoint, never a mix:
     {store}/progress.json          the history left to load after each of the last runs (a backfill's rate)
     {store}/caps.json              what the answers taught of the server's silent cap on points, and when
     {store}/catalog/{login}.parquet the fleet's parameters as a login last listed them (etl/state/catalog.py)
+    {store}/budget.json            the source's store only: what its shards running at once tell each other
+                                   of the limit they share (etl/state/budget.py)
 """
 
 from __future__ import annotations

@@ -8,10 +8,13 @@ import threading
 import pyarrow.parquet as pq
 
 from etl.model import Shard
+from etl.state.budget import BUDGET_FILE
+from etl_emulator.faults import Faults
+from etl_emulator.server import run_emulator
 from tests.support.checks import assert_exact
 from tests.support.cli import etl_process
 from tests.support.configs import config_dict, make_config, write_config
-from tests.support.emulator import END, START
+from tests.support.emulator import END, START, emulator_config
 from tests.support.expected import SOURCE
 from tests.support.output import checkpoints, data_files
 from tests.support.pipeline import run
@@ -71,3 +74,21 @@ def test_switching_to_shards_moves_rows_without_loss_or_duplicates(emulator, tmp
     assert not list(tmp_path.rglob(unsharded))  # emptied by the shards, so removed
     names = {f.rsplit("/", 1)[1] for f in data_files(tmp_path, "raw")}
     assert names == {f"part-{SOURCE}-s0of2-b0of1.parquet", f"part-{SOURCE}-s1of2-b0of1.parquet"}
+
+
+def test_shards_at_once_share_the_sources_limit(tmp_path):
+    """`extract.concurrency: 2` against a server of 2 workers that refuses (503) past one request waiting:
+    two shards at once take one request each (etl/state/budget.py), so the server never refuses; the
+    budget file goes with the last of them."""
+    faults = Faults(capacity=2, service_time=0.05, queue_max=1)
+    with run_emulator(emulator_config(faults=faults)) as emu:
+        out = tmp_path / "out"
+        data = config_dict(emu.base_url, out, series=["raw"], extract={"concurrency": 2})
+        path = write_config(tmp_path / "c.yaml", data)
+        jobs = [etl_process("run", "-c", str(path), "--shard", f"{i}/2", "--no-progress") for i in range(2)]
+        results = [(job.wait(120), job.communicate()[1]) for job in jobs]
+        shed = [r for r in emu.requests() if r.get("fault") == "shed"]
+    assert [code for code, _ in results] == [0, 0], [err for _, err in results]
+    assert not shed
+    assert_exact(out, START, END, series=["raw"])
+    assert not (out / "_state" / SOURCE / BUDGET_FILE).exists()

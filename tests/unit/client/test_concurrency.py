@@ -12,7 +12,6 @@ from etl.client.concurrency import (
     CapacityFigures,
     FixedLimit,
     LearnedLimit,
-    Share,
     make_limit,
 )
 
@@ -117,21 +116,12 @@ def test_a_fixed_limit_never_moves_and_reports_what_the_answers_took():
     assert figures["latency_ms"]["p95"] == pytest.approx(200, rel=0.06)
 
 
-def test_figures_add_up_across_clients():
-    a, b = CapacityFigures("auto", 64), CapacityFigures("auto", 64)
-    for seconds, limit in ((0.1, 4), (0.1, 8), (0.2, 8)):
+def test_figures_as_the_summary_reports_them():
+    a = CapacityFigures("auto", 64)
+    for seconds, limit in ((0.1, 4), (0.1, 8), (0.2, 8), (1.0, 20)):
         a.answered(seconds, limit)
-    b.answered(1.0, 20)
-    a.baseline, b.baseline, b.refused, b.final = 0.1, 0.08, 2, 20
-    a.add(b)
+    a.baseline, a.refused, a.final = 0.08, 2, 20
     out = a.as_dict()
     assert out["concurrency"] == {"min": 4, "median": 8, "max": 20}
-    assert out["latency_ms"]["baseline"] == 80.0 and out["refused"] == 2 and a.final == 20
+    assert out["latency_ms"]["baseline"] == 80.0 and out["refused"] == 2
     assert out["latency_ms"]["p95"] == pytest.approx(1000, rel=0.06)
-
-
-def test_a_share_divides_the_limit_among_the_clients_that_run_at_once():
-    assert Share.of(64, 4) == Share(16, AUTO_START)
-    assert Share.of(64, 4, learned=30) == Share(16, 16)
-    assert Share.of(8, 32) == Share(1, 1)  # at least one each
-    assert Share.of(64, 0) == Share(64, AUTO_START)  # no worker yet: as one
