@@ -80,8 +80,11 @@ proxy:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	  --no-install-recommends squid >/dev/null; }
 
+# The tests run in TEST_WORKERS processes (pytest-xdist), a file's tests together: most of a test's time is
+# a server and an etl process waiting on each other, so one process leaves a core idle.
+TEST_WORKERS ?= 2
 test: $(STAMP) browser postgres bench-tools proxy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 ## make test-orchestrators: Airflow 3 runs docs/airflow/etl_dag.py (dag.test(), SQLite) against the emulator, from
 ## a venv of its own (.venv-airflow: Airflow's pins would fight the dev venv's); a few minutes. .ci/run calls it
