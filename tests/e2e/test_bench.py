@@ -64,6 +64,7 @@ def test_fleet_benchmark_runs_every_stage_on_tiny_fleets(tmp_path):
     assert "peak RSS from the smallest to the widest fleet" in stdout
 
 
+@pytest.mark.slow  # make soak: hourly runs into every format
 def test_schedule_benchmark_runs_hourly_runs_into_every_format(tmp_path):
     doc, stdout = bench(tmp_path, "schedule.py", "--quick", timeout=300)
     assert set(doc["formats"]) == {"parquet", "delta", "iceberg"}
