@@ -34,7 +34,6 @@ C / T; etl's run summary gives its limit's figures (concurrency, latency baselin
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -50,7 +49,7 @@ from foreign import PER_OBJECT, START, objects_for, start_threaded, write_config
 from servers.record import record
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, free_port, run_child
+from harness import HERE, PY, Emulator, environment, free_port, run_child, save
 
 SERVICE = 0.2
 CONTENDERS = {"auto": "auto", "fixed 16": 16}
@@ -477,10 +476,7 @@ def main() -> int:
             doc["rows"] += [asdict(r) for r in rows]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1))
-    print(f"load average at the end: {doc['environment']['load_average_end']}; results: {args.json}")
+    save(doc, args.json)
     return 0
 
 

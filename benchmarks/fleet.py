@@ -30,7 +30,7 @@ import orjson
 import yaml
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, run_child
+from harness import HERE, PY, Emulator, environment, run_child, save
 
 START = "2026-11-01T00:00:00Z"
 PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
@@ -275,10 +275,7 @@ def main() -> int:
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1))
-    print(f"results: {args.json}")
+    save(doc, args.json)
     return 0
 
 

@@ -54,7 +54,7 @@ from servers import wrk as wrk_client
 from servers.record import Recording, record
 
 from etl.timeutil import DAY_MS, iso, to_ms
-from harness import HERE, PY, Emulator, environment, free_port, run_child, tree_cpu_seconds
+from harness import HERE, PY, Emulator, environment, free_port, run_child, save, tree_cpu_seconds
 
 START = "2026-11-01T00:00:00Z"
 PER_OBJECT = (6, 2)  # physical (the last a signal) and calculated parameters per object
@@ -532,11 +532,7 @@ def main() -> int:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
             print("kept", workdir)
-    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(f"load average at the end: {doc['environment']['load_average_end']}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1))
-    print(f"results: {args.json}")
+    save(doc, args.json)
     return 0
 
 

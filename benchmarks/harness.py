@@ -183,6 +183,7 @@ def environment() -> dict:
 def save(doc: dict, path: Path) -> None:
     """A benchmark's results, with the load average at its end, as JSON at `path`."""
     doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"load average at the end: {doc['environment']['load_average_end']}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1))
     print(f"results: {path}")

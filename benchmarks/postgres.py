@@ -19,7 +19,6 @@ alternating, each in its own process: wall, CPU and peak RSS (medians).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -39,7 +38,7 @@ from etl.sinks.lake.common import Policy, Replace, with_date  # noqa: E402
 from etl.sinks.lake.postgres import PostgresTable  # noqa: E402
 from etl.storage.postgres import Database, quoted  # noqa: E402
 from etl.timeutil import DAY_MS, to_ms  # noqa: E402
-from harness import PY, Emulator, environment, run_child  # noqa: E402
+from harness import PY, Emulator, environment, run_child, save  # noqa: E402
 from tests.support.postgres import running_postgres  # noqa: E402
 
 START = to_ms("2026-11-01T00:00:00Z")
@@ -238,11 +237,7 @@ def main() -> int:
         os.environ.setdefault("ETL_PASSWORD", "demo")
         load(args, url, doc)
         runs(args, url, doc)
-    doc["environment"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    print(f"load average at the end: {doc['environment']['load_average_end']}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(doc, indent=1))
-    print(f"results: {args.json}")
+    save(doc, args.json)
     return 0
 
 
