@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
-from etl.client.concurrency import CapacityFigures, Limit
+from etl.client.concurrency import CapacityFigures, LearnedLimit, Limit
 
 if TYPE_CHECKING:
     from etl.client.session import Session
@@ -234,27 +234,40 @@ async def keep_in_touch(
 class Part:
     """This run's part of a limit it learns together with other runs of the source (shards): `inner`
     learns the whole from this run's answers, each with the requests the others had in flight, and this
-    run admits its `rank`-th share of `members` (as even as whole requests allow, one at least). What the
-    others have in flight is what they last said (`others`), or as much as this run has for each of them
-    when that is more: they said it seconds ago, and shards started together grow together. `in_flight`
-    is what this run tells the others: its mean in flight since it last told them."""
+    run admits its `rank`-th share of the mean of what it and the others learned (`limits`: theirs; a run
+    that learned faster than the others would else take more than its part), divided among the live runs
+    by what each wants (`wants`: its requests waiting or on the wire, as `divide` divides a budget), one
+    request at least. What the others
+    have in flight is what they last said (`others`), or their parts as full as this run's is when that is
+    more: they said it a second ago, and shards started together grow together. `in_flight` is what this
+    run tells the others: its mean in flight since it last told them."""
 
     def __init__(self, inner: Limit) -> None:
         self.inner = inner
         self.figures = inner.figures
-        self.rank, self.members, self.others = 0, 1, 0
+        self.rank, self.others = 0, 0
+        self.wants, self.limits = [1], list[int]()
         self._flights = self._answers = 0
 
     @property
+    def members(self) -> int:
+        return len(self.wants)
+
+    @property
+    def total(self) -> int:
+        """What the live runs admit together: the mean of their limits."""
+        return round((self.inner.current + sum(self.limits)) / (1 + len(self.limits)))
+
+    @property
     def current(self) -> int:
-        total, members = self.inner.current, self.members
-        return max(1, total // members + (self.rank < total % members))
+        return max(1, divide(self.total, self.wants)[self.rank])
 
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self._flights += in_flight
         self._answers += 1
-        others = max(self.others, in_flight * (self.members - 1))
-        self.inner.succeeded(sent, seconds, in_flight + others)
+        # The others are as full as this run is, or as they said when that is more.
+        others = max(self.others, in_flight * self.total / self.current - in_flight)
+        self.inner.succeeded(sent, seconds, in_flight + round(others))
 
     def dropped(self, sent: float, seconds: float, refused: bool) -> None:
         self.inner.dropped(sent, seconds, refused)
@@ -265,6 +278,26 @@ class Part:
         self._flights = self._answers = 0
         return flights / answers if answers else 0.0
 
-    def among(self, rank: int, members: int, others: float) -> None:
-        """Where this run stands among the live runs, and what the others have in flight."""
-        self.rank, self.members, self.others = rank, max(1, members), round(others)
+    @property
+    def baseline(self) -> tuple[float, float, int] | None:
+        """What this run's limit takes for the source's time without a queue, if it learns: seconds, their
+        standard deviation, answers."""
+        return self.inner.measured if isinstance(self.inner, LearnedLimit) else None
+
+    def among(
+        self,
+        rank: int,
+        wants: list[int],
+        others: float,
+        limits: list[int] | None = None,
+        baseline: tuple[float, float, int] | None = None,
+    ) -> None:
+        """Where this run stands among the live runs, what each wants, what the others have in flight and
+        learned, and the fastest baseline the others on this host measured. The limit it learns is told of
+        this run's answers only: its rounds are as many answers fewer."""
+        self.rank, self.wants, self.others = rank, wants or [1], round(others)
+        self.limits = limits or []
+        if isinstance(self.inner, LearnedLimit):
+            self.inner.seen = 1 / self.members
+            if baseline is not None:
+                self.inner.heard_baseline(*baseline)

@@ -246,6 +246,9 @@ class LearnedLimit:
         self._backoff = 0  # steps in a row that met a queue at once
         self._probe: float | None = None  # the limit to go back to after the baseline's round
         self._measured_at: float | None = None  # when the baseline was last measured
+        # The share of the source's answers this limit is told of (a shard's, of those of the shards at
+        # once): a round waits for as many fewer, or it would span several round trips.
+        self.seen = 1.0
 
     @property
     def current(self) -> int:
@@ -254,7 +257,7 @@ class LearnedLimit:
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self.figures.answered(seconds, self.current)
         measuring = self._probe is not None or self.baseline is None
-        size = max(MEASURE_SAMPLES if measuring else ROUND_MIN_SAMPLES, self.current)
+        size = max(MEASURE_SAMPLES if measuring else ROUND_MIN_SAMPLES, math.ceil(self.current * self.seen))
         done = self._rounds.add(sent, seconds, in_flight, size)
         if done is not None:
             self._estimate(sent + seconds, done)
@@ -270,6 +273,19 @@ class LearnedLimit:
         self._after_cut()
         # Requests sent within a round trip of the cut met the queue that caused it: they do not cut again.
         self._cut_at = now + (self.baseline or seconds)
+
+    def heard_baseline(self, seconds: float, spread: float, count: int) -> None:
+        """A baseline another learner of the same source and path measured (its mean, standard deviation
+        and answers): taken when faster. Shards each learn the whole limit, and one that measured while the
+        others queued would read their queue as its baseline, and its spread as noise."""
+        if self.baseline is not None and seconds < self.baseline:
+            self.baseline, self._spread, self._measured = seconds, spread, max(1, count)
+            self.figures.baseline = seconds
+
+    @property
+    def measured(self) -> tuple[float, float, int] | None:
+        """The baseline, its standard deviation and answers, once measured."""
+        return None if self.baseline is None else (self.baseline, self._spread, self._measured)
 
     def _estimate(self, now: float, done: Round) -> None:
         if self._probe is not None or self.baseline is None:  # a round without a queue of ours

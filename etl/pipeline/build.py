@@ -85,7 +85,12 @@ class Build(Output):
         session = client.session
         part = Part(session.limit)
         budget = ShardBudget(
-            self._state_storage(None), self.shard.label, part, self.config.state.lease / 1000
+            self._state_storage(None),
+            self.shard.label,
+            part,
+            self.config.state.lease / 1000,
+            lambda: session.demand,
+            self.shard.count,
         )
         await asyncio.to_thread(budget.renew)
         session.limit = part

@@ -2,14 +2,19 @@
 (etl/client/budget.py's `Part`), through the state storage they already share: one file per source,
 `{state.path}/budget.json`, an entry per live shard (its label: `s0of4`):
 
-    {"s0of4": {"limit": 12, "share": 3, "in_flight": 2.7, "expires": 1767225600.0, "host": ..., "pid": ...}}
+    {"s0of4": {"limit": 12, "share": 3, "wants": 40, "in_flight": 2.7, "expires": 1767225600.0, ...}}
 
-`limit` is the whole the shard learned, `share` its part of it, `in_flight` its mean in flight since its
-last renewal, `expires` the end of its lease (Unix time). Each shard renews its entry every `RENEW` seconds
-(a quarter of `state.lease` when that is shorter) with `Storage.update`, the compare-and-swap of the run
-lock, and learns from the others' entries its rank among the live shards and what they have in flight.
-A shard that ends removes its entry; a crashed one's expires after `state.lease`, and the next renewal of
-another shard drops it.
+`limit` is the whole the shard learned, `share` its part of it, `wants` its requests waiting or on the
+wire, `in_flight` its mean in flight since its last renewal, `baseline` the time it takes an answer to come
+without a queue (seconds, their standard deviation, answers; the shards of one host take the fastest), `expires` the end of its lease (Unix
+time).
+Each shard renews its entry every `RENEW` seconds (a quarter of `state.lease` when that is shorter) with
+`Storage.update`, the compare-and-swap of the run lock, and learns from the others' entries its rank among
+the live shards, what each wants (a shard near its end leaves the others its permits) and what they have
+in flight. A shard that ends removes its entry; a crashed one's expires after `state.lease`, and the next
+renewal of another shard drops it. For its first `GATHER` seconds a shard counts the shards of its `I/N`
+that have not said so yet as live, wanting what it wants: shards started together start within seconds of
+each other, and the first to start would otherwise take the whole limit before the others are seen.
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import TypedDict, cast
 
 from etl.client.budget import Part
 from etl.storage.atomic import KEEP, Keep, Storage
 
 BUDGET_FILE = "budget.json"
-RENEW = 2.0  # seconds between two renewals at most
+RENEW = 1.0  # seconds between two renewals at most
+GATHER = 10.0  # seconds a shard counts its siblings not seen yet (processes started together on a busy host)
 
 
 class Entry(TypedDict, total=False):
@@ -32,7 +39,9 @@ class Entry(TypedDict, total=False):
 
     limit: int
     share: int
+    wants: int
     in_flight: float
+    baseline: list[float]
     expires: float
     host: str
     pid: int
@@ -49,22 +58,37 @@ def _entries(data: bytes | None) -> dict[str, Entry]:
 
 
 class ShardBudget:
-    """One shard's entry in its source's budget file."""
+    """One shard's entry in its source's budget file: `demand` tells what it wants now, `siblings` how
+    many shards its `I/N` has (N)."""
 
-    def __init__(self, storage: Storage, label: str, part: Part, lease_seconds: float) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        label: str,
+        part: Part,
+        lease_seconds: float,
+        demand: Callable[[], int] = lambda: 1,
+        siblings: int = 1,
+    ) -> None:
         self.storage, self.label, self.part = storage, label, part
         self.lease = lease_seconds
         self.every = min(RENEW, lease_seconds / 4)
+        self.demand, self.siblings = demand, siblings
+        self._gathering_until = time.monotonic() + GATHER
 
     def renew(self) -> None:
         """Write this shard's entry, drop the expired ones, and take this shard's place among the others."""
+        wants = self.demand()
         mine: Entry = {
             "limit": self.part.inner.current,
             "share": self.part.current,
+            "wants": wants,
             "in_flight": round(self.part.in_flight(), 2),
             "host": socket.gethostname(),
             "pid": os.getpid(),
         }
+        if (baseline := self.part.baseline) is not None:
+            mine["baseline"] = list(baseline)
         live: dict[str, Entry] = {}
 
         def change(current: bytes | None) -> bytes:
@@ -78,8 +102,21 @@ class ShardBudget:
 
         self.storage.update(BUDGET_FILE, change)
         names = sorted(live)
+        everyone = [int(live[name].get("wants", live[name].get("share", 1))) for name in names]
+        if time.monotonic() < self._gathering_until:
+            everyone += [wants] * max(0, self.siblings - len(names))
         others = sum(float(entry.get("in_flight", 0)) for name, entry in live.items() if name != self.label)
-        self.part.among(names.index(self.label), len(names), others)
+        baselines = [
+            (float(seconds), float(spread), int(count))
+            for name, entry in live.items()
+            if name != self.label and entry.get("host") == mine["host"]
+            for seconds, spread, count in [entry.get("baseline") or (0, 0, 0)]
+            if seconds > 0
+        ]
+        limits = [
+            int(entry["limit"]) for name, entry in live.items() if name != self.label and "limit" in entry
+        ]
+        self.part.among(names.index(self.label), everyone, others, limits, min(baselines, default=None))
 
     def leave(self) -> None:
         """This shard's entry removed (the file with the last one)."""

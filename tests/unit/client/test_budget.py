@@ -218,21 +218,22 @@ def test_a_stop_reaches_the_member_with_its_permits():
 def test_shards_each_take_their_part_of_the_limit_they_learn():
     parts = [Part(FixedLimit(6)) for _ in range(4)]
     for rank, part in enumerate(parts):
-        part.among(rank, 4, others=0)
+        part.among(rank, [1] * 4, others=0)
     assert [p.current for p in parts] == [2, 2, 1, 1]
     parts = [Part(LearnedLimit(64)) for _ in range(6)]  # a limit of 4 among 6: one each, at least
     for rank, part in enumerate(parts):
-        part.among(rank, 6, others=0)
+        part.among(rank, [1] * 6, others=0)
     assert [p.current for p in parts] == [1] * 6
 
 
 def test_a_shard_learns_with_what_the_others_have_in_flight():
     told = Told()
     part = Part(told)
-    part.among(0, 3, others=7.4)
+    part.among(2, [1] * 3, others=7.4)  # a limit of 4: parts of 2, 1 and this run's 1
     part.succeeded(0.0, 0.2, 2)
     part.succeeded(0.0, 0.2, 4)
-    assert told.told == [2 + 7, 4 + 2 * 4]  # what the others said, or as much as this one has, each
+    # What the others said, or their parts as full as this run's is (4 in flight of 1: 4 times as full).
+    assert told.told == [2 + 7, 4 + 3 * 4]
     assert part.in_flight() == 3.0 and part.in_flight() == 0.0  # its own mean, since it last told
 
 
@@ -242,3 +243,24 @@ def test_reports_cross_processes_as_plain_data():
     report = member.report(wants=4, on_wire=1)
     assert msgpack.unpackb(msgpack.packb(report)) == report  # as Dask's scheduler keeps it
     assert report["samples"][0][1:] == [0.5, 3, 0, 0] and report["wants"] == 4
+
+
+def test_shards_admit_the_mean_of_their_limits_divided_by_what_each_wants():
+    part = Part(FixedLimit(12))
+    part.among(0, [30, 2, 30], others=0, limits=[4, 8])  # a mean of 8: the run near its end wants 2
+    assert part.current == 3 and part.total == 8
+    learned = LearnedLimit(64)
+    Part(learned).among(0, [1, 1, 1, 1], others=0)
+    assert learned.seen == 0.25  # its rounds wait for a quarter of the answers
+
+
+def test_a_shard_takes_a_faster_baseline_measured_beside_it():
+    learned = LearnedLimit(64)
+    part = Part(learned)
+    part.among(0, [1, 1], others=0, baseline=(0.2, 0.01, 8))
+    assert learned.baseline is None  # not measured yet: its own round measures it
+    learned.baseline = 0.3
+    part.among(0, [1, 1], others=0, baseline=(0.2, 0.01, 8))
+    assert part.baseline == (0.2, 0.01, 8)
+    part.among(0, [1, 1], others=0, baseline=(0.25, 0.01, 8))
+    assert part.baseline == (0.2, 0.01, 8)  # a slower one is not taken

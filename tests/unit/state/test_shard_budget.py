@@ -55,3 +55,15 @@ def test_a_crashed_shards_entry_expires_after_the_lease(tmp_path, monkeypatch):
     monkeypatch.setattr("etl.state.budget.time.time", lambda: now + 11.0)
     alive.renew()
     assert alive.part.current == 8 and sorted(json.loads(storage.read(BUDGET_FILE))) == ["s1of2"]
+
+
+def test_a_shard_counts_its_siblings_not_seen_yet_for_a_few_seconds(tmp_path, monkeypatch):
+    storage = Storage(str(tmp_path))
+    first = ShardBudget(storage, "s0of4", Part(FixedLimit(8)), 120.0, lambda: 5, siblings=4)
+    first.renew()
+    assert first.part.current == 2  # the others start within seconds: 8 among 4
+    now = time.monotonic()
+    monkeypatch.setattr("etl.state.budget.time.monotonic", lambda: now + 60.0)
+    first.renew()
+    assert first.part.current == 8  # alone after all
+    assert json.loads(storage.read(BUDGET_FILE))["s0of4"]["wants"] == 5
