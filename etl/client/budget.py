@@ -12,7 +12,7 @@
   budget for as long admits nothing more: permits are leases.
 - **Parts** (shards: runs of one source started together, with no coordinator): each run learns the whole
   limit from its own answers and from the requests the others said they had in flight, and admits its
-  `Part` of it, the learned total split as evenly as whole requests allow among the runs that are alive.
+  `Part` of it, divided among the runs alive by what each has waiting; their limits follow their mean.
   What they tell each other goes through the state storage (etl/state/budget.py).
 
 Times in reports are Unix time, so that processes on other machines agree on them within the clocks'
@@ -234,8 +234,8 @@ async def keep_in_touch(
 class Part:
     """This run's part of a limit it learns together with other runs of the source (shards): `inner`
     learns the whole from this run's answers, each with the requests the others had in flight, and this
-    run admits its `rank`-th share of the mean of what it and the others learned (`limits`: theirs; a run
-    that learned faster than the others would else take more than its part), divided among the live runs
+    run admits its `rank`-th share of it (each run's limit follows the mean of the runs' at each news of
+    the others: `limits`), divided among the live runs
     by what each wants (`wants`: its requests waiting or on the wire, as `divide` divides a budget), one
     request at least. What the others
     have in flight is what they last said (`others`), or their parts as full as this run's is when that is
@@ -246,7 +246,7 @@ class Part:
         self.inner = inner
         self.figures = inner.figures
         self.rank, self.others = 0, 0
-        self.wants, self.limits = [1], list[int]()
+        self.wants = [1]
         self._flights = self._answers = 0
 
     @property
@@ -254,19 +254,14 @@ class Part:
         return len(self.wants)
 
     @property
-    def total(self) -> int:
-        """What the live runs admit together: the mean of their limits."""
-        return round((self.inner.current + sum(self.limits)) / (1 + len(self.limits)))
-
-    @property
     def current(self) -> int:
-        return max(1, divide(self.total, self.wants)[self.rank])
+        return max(1, divide(self.inner.current, self.wants)[self.rank])
 
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self._flights += in_flight
         self._answers += 1
         # The others are as full as this run is, or as they said when that is more.
-        others = max(self.others, in_flight * self.total / self.current - in_flight)
+        others = max(self.others, in_flight * self.inner.current / self.current - in_flight)
         self.inner.succeeded(sent, seconds, in_flight + round(others))
 
     def dropped(self, sent: float, seconds: float, refused: bool) -> None:
@@ -296,8 +291,9 @@ class Part:
         learned, and the fastest baseline the others on this host measured. The limit it learns is told of
         this run's answers only: its rounds are as many answers fewer."""
         self.rank, self.wants, self.others = rank, wants or [1], round(others)
-        self.limits = limits or []
         if isinstance(self.inner, LearnedLimit):
             self.inner.seen = 1 / self.members
+            if limits:
+                self.inner.follow((self.inner.limit + sum(limits)) / (1 + len(limits)))
             if baseline is not None:
                 self.inner.heard_baseline(*baseline)

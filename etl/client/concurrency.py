@@ -50,6 +50,7 @@ BACKOFF_MAX = 3  # that wait doubles for each try that met a queue at once, up t
 ROUND_MIN_SAMPLES = 8
 NOISE_Z = 2.0  # a round's excess over the baseline counts past this many standard errors
 MEASURE_SAMPLES = 8  # answers a baseline is the mean of, at least
+SEEN_SAMPLES = 4  # answers a baseline is the mean of, at least, when this limit is told of a share of them
 ROUND_MIN_SECONDS = 0.05  # a round spans at least this: a pause of the event loop is not a queue
 _BUCKET = math.log(1.05)  # latency histogram: buckets 5% wide
 
@@ -257,7 +258,10 @@ class LearnedLimit:
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self.figures.answered(seconds, self.current)
         measuring = self._probe is not None or self.baseline is None
-        size = max(MEASURE_SAMPLES if measuring else ROUND_MIN_SAMPLES, math.ceil(self.current * self.seen))
+        # A limit told of a share of the answers measures its baseline on as many fewer (the shards of a
+        # host share theirs), but changes only on as many answers as if it saw them all.
+        least = max(SEEN_SAMPLES, math.ceil(MEASURE_SAMPLES * self.seen)) if measuring else ROUND_MIN_SAMPLES
+        size = max(least, math.ceil(self.current * self.seen))
         done = self._rounds.add(sent, seconds, in_flight, size)
         if done is not None:
             self._estimate(sent + seconds, done)
@@ -281,6 +285,13 @@ class LearnedLimit:
         if self.baseline is not None and seconds < self.baseline:
             self.baseline, self._spread, self._measured = seconds, spread, max(1, count)
             self.figures.baseline = seconds
+
+    def follow(self, limit: float) -> None:
+        """The limit the learners of the same source agree on (shards: the mean of theirs): taken as this
+        one's, the round under way kept. Each learns from its own share of the answers; without this their
+        limits drift apart, and the one that learned fastest takes more than its part."""
+        self.limit = max(1.0, min(float(self.maximum), limit))
+        self.figures.final = self.current
 
     @property
     def measured(self) -> tuple[float, float, int] | None:

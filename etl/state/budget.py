@@ -78,7 +78,7 @@ class ShardBudget:
 
     def renew(self) -> None:
         """Write this shard's entry, drop the expired ones, and take this shard's place among the others."""
-        wants = self.demand()
+        wants = max(1, self.demand())  # a shard wants a request at least until it ends, as a task does
         mine: Entry = {
             "limit": self.part.inner.current,
             "share": self.part.current,
@@ -102,7 +102,7 @@ class ShardBudget:
 
         self.storage.update(BUDGET_FILE, change)
         names = sorted(live)
-        everyone = [int(live[name].get("wants", live[name].get("share", 1))) for name in names]
+        everyone = [max(1, int(live[name].get("wants", live[name].get("share", 1)))) for name in names]
         if time.monotonic() < self._gathering_until:
             everyone += [wants] * max(0, self.siblings - len(names))
         others = sum(float(entry.get("in_flight", 0)) for name, entry in live.items() if name != self.label)

@@ -245,13 +245,12 @@ def test_reports_cross_processes_as_plain_data():
     assert report["samples"][0][1:] == [0.5, 3, 0, 0] and report["wants"] == 4
 
 
-def test_shards_admit_the_mean_of_their_limits_divided_by_what_each_wants():
-    part = Part(FixedLimit(12))
+def test_shards_follow_the_mean_of_their_limits_and_divide_it_by_what_each_wants():
+    learned = LearnedLimit(64, start=12)
+    part = Part(learned)
     part.among(0, [30, 2, 30], others=0, limits=[4, 8])  # a mean of 8: the run near its end wants 2
-    assert part.current == 3 and part.total == 8
-    learned = LearnedLimit(64)
-    Part(learned).among(0, [1, 1, 1, 1], others=0)
-    assert learned.seen == 0.25  # its rounds wait for a quarter of the answers
+    assert learned.current == 8 and part.current == 3
+    assert learned.seen == 1 / 3  # its rounds wait for a third of the answers
 
 
 def test_a_shard_takes_a_faster_baseline_measured_beside_it():

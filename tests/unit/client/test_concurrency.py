@@ -125,3 +125,20 @@ def test_figures_as_the_summary_reports_them():
     assert out["concurrency"] == {"min": 4, "median": 8, "max": 20}
     assert out["latency_ms"]["baseline"] == 80.0 and out["refused"] == 2
     assert out["latency_ms"]["p95"] == pytest.approx(1000, rel=0.06)
+
+
+def test_a_limit_told_of_a_share_of_the_answers_learns_in_as_many_round_trips():
+    """A shard's: it sends its quarter of the limit and hears of those answers only."""
+    limit = LearnedLimit(64)
+    limit.seen = 0.25
+    server, now, seen = workers(32, 0.2, latency=0.01), 0.0, []
+    for _ in range(60):
+        n = limit.current
+        for _ in range(max(1, n // 4)):
+            limit.succeeded(now, server(n), n)
+        now += server(n)
+        seen.append(limit.current)
+        if len(seen) == 4:
+            assert limit.baseline == pytest.approx(0.21)  # four answers of its own, one a round trip
+    settled = seen[-30:]
+    assert min(settled) >= 32 and max(settled) <= 32 * 1.25 + 1, settled
