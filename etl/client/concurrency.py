@@ -50,7 +50,7 @@ BACKOFF_MAX = 3  # that wait doubles for each try that met a queue at once, up t
 ROUND_MIN_SAMPLES = 8
 NOISE_Z = 2.0  # a round's excess over the baseline counts past this many standard errors
 MEASURE_SAMPLES = 8  # answers a baseline is the mean of, at least
-SEEN_SAMPLES = 4  # answers a baseline is the mean of, at least, when this limit is told of a share of them
+SEEN_SAMPLES = 4  # answers of a baseline or a slow start's round at least, for a limit told of a share
 ROUND_MIN_SECONDS = 0.05  # a round spans at least this: a pause of the event loop is not a queue
 _BUCKET = math.log(1.05)  # latency histogram: buckets 5% wide
 
@@ -258,9 +258,11 @@ class LearnedLimit:
     def succeeded(self, sent: float, seconds: float, in_flight: int) -> None:
         self.figures.answered(seconds, self.current)
         measuring = self._probe is not None or self.baseline is None
-        # A limit told of a share of the answers measures its baseline on as many fewer (the shards of a
-        # host share theirs), but changes only on as many answers as if it saw them all.
-        least = max(SEEN_SAMPLES, math.ceil(MEASURE_SAMPLES * self.seen)) if measuring else ROUND_MIN_SAMPLES
+        # A limit told of a share of the answers measures its baseline and doubles on as many fewer (the
+        # shards of a host share their baselines), but cuts and grows after on as many as if it saw them all.
+        least = MEASURE_SAMPLES if measuring else ROUND_MIN_SAMPLES
+        if measuring or self._slow_start:
+            least = max(SEEN_SAMPLES, math.ceil(least * self.seen))
         size = max(least, math.ceil(self.current * self.seen))
         done = self._rounds.add(sent, seconds, in_flight, size)
         if done is not None:
