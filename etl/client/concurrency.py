@@ -242,6 +242,7 @@ class LearnedLimit:
         self._cut_at = -math.inf  # requests sent before the last cut do not cut again
         self._cuts = 0  # rounds in a row that cut the limit
         self._drain = False  # the round after a cut only lets the queue before it drain
+        self._drain_until = -math.inf  # and, for a limit told of a share of the answers, a round trip
         self._step, self._calm, self._wait = 1.0, 0, 0  # growth after slow start (`_after_cut`)
         self._grew = False  # a step up not yet followed by a round with room
         self._backoff = 0  # steps in a row that met a queue at once
@@ -276,7 +277,7 @@ class LearnedLimit:
         if self._probe is not None:  # the baseline's round is lost: back to the limit before it
             self.limit, self._probe = self._probe, None
         self._set(self.limit / 2, now)
-        self._after_cut()
+        self._after_cut(now)
         # Requests sent within a round trip of the cut met the queue that caused it: they do not cut again.
         self._cut_at = now + (self.baseline or seconds)
 
@@ -307,7 +308,7 @@ class LearnedLimit:
             self._set(self._probe or self.limit, now)
             self._probe = None
             return
-        if self._drain:  # this round's requests still waited behind those before the cut
+        if self._drain or now < self._drain_until:  # these requests still waited behind those before the cut
             self._drain = False
             self._rounds.restart(now)
             return
@@ -325,7 +326,7 @@ class LearnedLimit:
             self._backoff = min(self._backoff + 1, BACKOFF_MAX) if self._grew else 0
             self._grew = False
             self._set(max(self.floor, limit / 2, min(limit, in_flight) - (queue - cut)), now)
-            self._after_cut()
+            self._after_cut(now)
         else:
             self._cuts = 0
             if queue <= grow and self._grew:  # the last step found room
@@ -348,11 +349,13 @@ class LearnedLimit:
             self._probe = self.limit
             self._set(self.limit / 2, now)
 
-    def _after_cut(self) -> None:
+    def _after_cut(self, now: float) -> None:
         """One more request is tried again only after `CALM_ROUNDS` rounds without a queue, then faster
-        while there is room: on a server of few workers one request too many waits a whole service time."""
+        while there is room: on a server of few workers one request too many waits a whole service time.
+        A limit told of a share of the answers (`seen`) has rounds shorter than the queue takes to drain."""
         self._slow_start = False
         self._drain = True
+        self._drain_until = now + (self.baseline or 0.0) * (self.seen < 1)
         self._step, self._calm, self._wait = 1.0, 0, CALM_ROUNDS << self._backoff
 
     def _set(self, limit: float, now: float) -> None:
