@@ -243,6 +243,7 @@ class LearnedLimit:
         self._cuts = 0  # rounds in a row that cut the limit
         self._drain = False  # the round after a cut only lets the queue before it drain
         self._drain_until = -math.inf  # and, for a limit told of a share of the answers, a round trip
+        self._calm_until = math.inf  # such a limit waits as long as the rounds would take if it saw them all
         self._step, self._calm, self._wait = 1.0, 0, 0  # growth after slow start (`_after_cut`)
         self._grew = False  # a step up not yet followed by a round with room
         self._backoff = 0  # steps in a row that met a queue at once
@@ -337,7 +338,7 @@ class LearnedLimit:
                 self._rounds.restart(now)
             elif self._slow_start:
                 self._set(limit * 2, now)
-            elif self._calm >= self._wait:
+            elif self._calm >= self._wait or self._calm and now >= self._calm_until:
                 self._set(limit + self._step, now)
                 self._calm, self._wait, self._grew = 0, 1, True
                 self._step = min(self._step * 2, max(1.0, math.sqrt(self.limit)))
@@ -356,6 +357,8 @@ class LearnedLimit:
         self._slow_start = False
         self._drain = True
         self._drain_until = now + (self.baseline or 0.0) * (self.seen < 1)
+        if self.seen < 1 and self.baseline is not None:
+            self._calm_until = now + self.baseline * (CALM_ROUNDS << self._backoff)
         self._step, self._calm, self._wait = 1.0, 0, CALM_ROUNDS << self._backoff
 
     def _set(self, limit: float, now: float) -> None:
