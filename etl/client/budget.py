@@ -234,13 +234,12 @@ async def keep_in_touch(
 class Part:
     """This run's part of a limit it learns together with other runs of the source (shards): `inner`
     learns the whole from this run's answers, each with the requests the others had in flight, and this
-    run admits its `rank`-th share of it (each run's limit follows the mean of the runs' at each news of
-    the others: `limits`), divided among the live runs
-    by what each wants (`wants`: its requests waiting or on the wire, as `divide` divides a budget), one
-    request at least. What the others
-    have in flight is what they last said (`others`), or their parts as full as this run's is when that is
-    more: they said it a second ago, and shards started together grow together. `in_flight` is what this
-    run tells the others: its mean in flight since it last told them."""
+    run admits its `rank`-th share of it, divided among the live runs by what each wants (`wants`: its
+    requests waiting or on the wire, as `divide` divides a budget), one request at least. At each news of
+    the others, its limit follows the mean of theirs (`limits`). What the others have in flight is what
+    they last said (`others`), or their parts as full as this run's is when that is more: they said it a
+    second ago, and shards started together grow together. `in_flight` is what this run tells the others:
+    its mean in flight since it last told them."""
 
     def __init__(self, inner: Limit) -> None:
         self.inner = inner

@@ -5,16 +5,16 @@
     {"s0of4": {"limit": 12, "share": 3, "wants": 40, "in_flight": 2.7, "expires": 1767225600.0, ...}}
 
 `limit` is the whole the shard learned, `share` its part of it, `wants` its requests waiting or on the
-wire, `in_flight` its mean in flight since its last renewal, `baseline` the time it takes an answer to come
-without a queue (seconds, their standard deviation, answers; the shards of one host take the fastest), `expires` the end of its lease (Unix
-time).
-Each shard renews its entry every `RENEW` seconds (a quarter of `state.lease` when that is shorter) with
-`Storage.update`, the compare-and-swap of the run lock, and learns from the others' entries its rank among
-the live shards, what each wants (a shard near its end leaves the others its permits) and what they have
-in flight. A shard that ends removes its entry; a crashed one's expires after `state.lease`, and the next
-renewal of another shard drops it. For its first `GATHER` seconds a shard counts the shards of its `I/N`
-that have not said so yet as live, wanting what it wants: shards started together start within seconds of
-each other, and the first to start would otherwise take the whole limit before the others are seen.
+wire, `in_flight` its mean in flight since its last renewal, `baseline` the time an answer takes without a
+queue (seconds, their standard deviation, answers; the shards of one host take the fastest), `expires`
+the end of its lease (Unix time). Each shard renews its entry every `RENEW` seconds (a quarter of
+`state.lease` when that is shorter) with `Storage.update`, the compare-and-swap of the run lock, and
+learns from the others' entries its rank among the live shards, what each wants (a shard near its end
+leaves the others its permits), what they have in flight and the limits they learned. A shard that ends
+removes its entry; a crashed one's expires after `state.lease`, and the next renewal of another shard
+drops it. For its first `GATHER` seconds a shard counts the shards of its `I/N` that have not said so yet
+as live, wanting what it wants: shards started together start within seconds of each other, and the first
+to start would otherwise take the whole limit before the others are seen.
 """
 
 from __future__ import annotations
@@ -55,6 +55,24 @@ def _entries(data: bytes | None) -> dict[str, Entry]:
     if not isinstance(entries, dict):
         return {}
     return {k: cast(Entry, v) for k, v in entries.items() if isinstance(v, dict)}
+
+
+def _number(entry: Entry, key: str, default: float, least: float = 0) -> int | float:
+    """A number of another shard's entry: `default` when it is missing or not a number (another version
+    wrote it)."""
+    value = entry.get(key, default)
+    return max(least, value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+
+
+def _baseline(entry: Entry) -> tuple[float, float, int] | None:
+    """Another shard's baseline: seconds, their standard deviation, answers (None: none, or unreadable)."""
+    value = entry.get("baseline")
+    if not isinstance(value, list) or len(value) != 3:
+        return None
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in value):
+        return None
+    seconds, spread, count = value
+    return (float(seconds), float(spread), int(count)) if seconds > 0 and count > 0 else None
 
 
 class ShardBudget:
@@ -102,21 +120,24 @@ class ShardBudget:
 
         self.storage.update(BUDGET_FILE, change)
         names = sorted(live)
-        everyone = [max(1, int(live[name].get("wants", live[name].get("share", 1)))) for name in names]
+        others = {name: entry for name, entry in live.items() if name != self.label}
+        everyone = [
+            int(_number(live[name], "wants", _number(live[name], "share", 1), least=1)) for name in names
+        ]
         if time.monotonic() < self._gathering_until:
             everyone += [wants] * max(0, self.siblings - len(names))
-        others = sum(float(entry.get("in_flight", 0)) for name, entry in live.items() if name != self.label)
         baselines = [
-            (float(seconds), float(spread), int(count))
-            for name, entry in live.items()
-            if name != self.label and entry.get("host") == mine["host"]
-            for seconds, spread, count in [entry.get("baseline") or (0, 0, 0)]
-            if seconds > 0
+            baseline
+            for entry in others.values()
+            if entry.get("host") == mine["host"] and (baseline := _baseline(entry)) is not None
         ]
-        limits = [
-            int(entry["limit"]) for name, entry in live.items() if name != self.label and "limit" in entry
-        ]
-        self.part.among(names.index(self.label), everyone, others, limits, min(baselines, default=None))
+        self.part.among(
+            names.index(self.label),
+            everyone,
+            sum(_number(entry, "in_flight", 0.0) for entry in others.values()),
+            [int(limit) for entry in others.values() if (limit := _number(entry, "limit", 0)) >= 1],
+            min(baselines, default=None),
+        )
 
     def leave(self) -> None:
         """This shard's entry removed (the file with the last one)."""

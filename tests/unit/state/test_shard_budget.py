@@ -67,3 +67,16 @@ def test_a_shard_counts_its_siblings_not_seen_yet_for_a_few_seconds(tmp_path, mo
     first.renew()
     assert first.part.current == 8  # alone after all
     assert json.loads(storage.read(BUDGET_FILE))["s0of4"]["wants"] == 5
+
+
+def test_an_entry_another_version_wrote_is_read_for_what_it_says(tmp_path):
+    storage = Storage(str(tmp_path))
+    storage.write_atomic(
+        BUDGET_FILE,
+        json.dumps(
+            {"s1of2": {"limit": "x", "wants": None, "baseline": [0.1], "expires": time.time() + 60}}
+        ).encode(),
+    )
+    mine = shard(storage, "s0of2")
+    mine.renew()
+    assert mine.part.current == 4  # 8 between the two, what the other wants unknown: one at least
