@@ -2,7 +2,7 @@
 
     python benchmarks/foreign.py [--params 48] [--days 7] [--period-range 10:60] [--latencies 0 0.01 0.05]
                                  [--servers emulator threaded nginx] [--repeat 3] [--quick] [--json PATH]
-                                 [--trees OLD=/path/to/checkout NEW=.]
+                                 [--trees OLD=/path/to/checkout NEW=.] [--etl-concurrency auto 16]
 
 For each fleet size the emulator (its own process: `--objects N/8 --params-per-object 6
 --calc-per-object 2`) serves a warm-up `etl run` (every series, dimension tables, the default config);
@@ -25,7 +25,9 @@ the last byte) against the floor's loop, and the whole process (start-up include
 whole process.
 
 `--trees`: before and after. etl from each source tree in turn within every round, on the same recording
-and servers, one row per tree (the recording is made by the installed etl).
+and servers, one row per tree (the recording is made by the installed etl). `--etl-concurrency`: etl's
+`extract.concurrency` settings (`auto`, numbers), each in turn within every round, one row each; the
+bound, bare httpx and wrk keep `--concurrency`.
 
 A tool that is missing (nginx, its echo module, wrk) is reported as skipped, with the command that
 installs it (`make bench-tools`).
@@ -182,7 +184,7 @@ def objects_for(parameters: int) -> int:
     return max(1, parameters // sum(PER_OBJECT))
 
 
-def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: int) -> Path:
+def write_config(path: Path, base_url: str, out: Path, days: int, concurrency: int | str) -> Path:
     path.write_text(
         yaml.safe_dump(
             {
@@ -361,12 +363,25 @@ def serve(
     n: int,
     skipped: dict[str, str],
 ) -> dict:
-    config = write_config(
-        work / f"etl-{server.name}.yaml", server.base_url, work / "out", args.days, args.concurrency
-    )
+    settings = args.etl_concurrency or [args.concurrency]
+    configs = {
+        setting: write_config(
+            work / f"etl-{server.name}-{setting}.yaml", server.base_url, work / "out", args.days, setting
+        )
+        for setting in settings
+    }
     spec = replay_spec(work / f"spec-{server.name}.json", recording, server.base_url, args.concurrency)
     out: dict = {}
     trees: dict[str, Path | None] = args.trees or {"": None}
+    # etl's builds: each source tree at each concurrency setting, named by what differs
+    names = {
+        " ".join(part for part in (tree, f"c={setting}" if len(settings) > 1 else "") if part): (
+            path,
+            setting,
+        )
+        for tree, path in trees.items()
+        for setting in settings
+    }
     for latency in args.latencies:
         server.latency(latency)
         misses = server.misses()
@@ -374,7 +389,7 @@ def serve(
             name: Cell(skipped=skipped.get(name) or (None if name in args.contenders else "--contenders"))
             for name in CONTENDERS
         }
-        builds = {tree: Cell() for tree in trees}  # etl's runs, of each build in turn
+        builds = {name: Cell() for name in names}  # etl's runs, of each build in turn
         floor = Cell()  # the work floor, once a round: a host that slows down does so for both
 
         def timed(sample: Callable[[], Sample]) -> Sample:
@@ -388,19 +403,21 @@ def serve(
                 if cell.skipped:
                     continue
                 if name == "etl":
-                    for tree, path in trees.items():
-                        builds[tree].runs.append(timed(lambda p=path: etl_once(config, work / "out", p)))
+                    for build, (path, setting) in names.items():
+                        builds[build].runs.append(
+                            timed(lambda p=path, c=configs[setting]: etl_once(c, work / "out", p))
+                        )
                 elif name == "httpx":
                     cell.runs.append(timed(lambda: httpx_once(spec)))
                 else:
                     cell.runs.append(timed(lambda: wrk_once(recording, server, args.concurrency)))
             floor.runs.append(floor_once(recording, work))
         misses = server.misses() - misses
-        for tree, build in builds.items():
+        for name, build in builds.items():
             cells["etl"] = build
-            key = f"{latency * 1000:g}ms" + (f" {tree}" if tree else "")
+            key = f"{latency * 1000:g}ms" + (f" {name}" if name else "")
             out[key] = row = _row(args, latency, n, misses, cells, floor)
-            print_row(f"{server.name} {tree}".strip(), row)
+            print_row(f"{server.name} {name}".strip(), row)
     return out
 
 
@@ -457,7 +474,7 @@ def _row(
 
 
 HEADER = (
-    f"  {'server':<9} {'latency':>7} {'bound s':>8} {'wrk s':>7} {'httpx s':>8} {'etl s':>7} "
+    f"  {'server':<20} {'latency':>7} {'bound s':>8} {'wrk s':>7} {'httpx s':>8} {'etl s':>7} "
     f"{'etl/bound':>9} {'etl/httpx':>9} {'etl/wrk':>8} {'CPU-bound s':>11} {'server CPU':>10} "
     f"{'etl CPU s':>9} {'run CPU s':>9} {'CPU s/M run':>11} {'floor s/M':>9} {'run/floor':>9} {'proc/floor':>10} "
     f"{'RSS MB':>7} {'misses':>6}"
@@ -474,7 +491,7 @@ def print_row(server: str, row: dict) -> None:
 
     e = row["etl"]
     print(
-        f"  {server:<9} {row['latency_s'] * 1000:>5g}ms {row['latency_bound_s']:>8.2f} {s('wrk'):>7} "
+        f"  {server:<20} {row['latency_s'] * 1000:>5g}ms {row['latency_bound_s']:>8.2f} {s('wrk'):>7} "
         f"{s('httpx'):>8} {s('etl'):>7} {ratio(row['etl_vs_bound']):>9} {ratio(row['etl_vs_httpx']):>9} "
         f"{ratio(row['etl_vs_wrk']):>8} {e['cpu_bound_s']:>11.2f} {e['server_cpu_seconds']:>10.2f} "
         f"{e['cpu_seconds']:>9.2f} {ratio(e['run_cpu_seconds']):>9} {ratio(e['run_cpu_per_million']):>11} "
@@ -492,7 +509,17 @@ def main() -> int:
     parser.add_argument("--latencies", type=float, nargs="+", default=[0.0, 0.01, 0.05], help="seconds")
     parser.add_argument("--servers", nargs="+", default=list(SERVERS), choices=SERVERS)
     parser.add_argument("--contenders", nargs="+", default=list(CONTENDERS), choices=CONTENDERS)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--concurrency", type=int, default=16, help="requests in flight (the bound, httpx, wrk)"
+    )
+    parser.add_argument(
+        "--etl-concurrency",
+        nargs="+",
+        type=lambda v: v if v == "auto" else int(v),
+        default=[],
+        metavar="N|auto",
+        help="etl's extract.concurrency, each in turn within every round (default: --concurrency)",
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs of each contender (medians kept)")
     parser.add_argument("--quick", action="store_true", help="a tiny fleet, one run: checks the script works")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "foreign.json")
