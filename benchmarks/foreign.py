@@ -170,7 +170,11 @@ def start_threaded(
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    assert proc.stdout is not None
+    if (said := proc.stdout.readline().strip()) != "ready":
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"servers/threaded.py on port {port} did not start (it said {said!r})")
     return proc, f"http://127.0.0.1:{port}"
 
 
