@@ -140,7 +140,11 @@ class Server:
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()
-            self.proc.wait(10)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:  # a parent that ignores SIGTERM passes that on to its children
+                self.proc.kill()
+                self.proc.wait()
         if self.nginx is not None:
             self.nginx.stop()
         if self.name == "emulator":
