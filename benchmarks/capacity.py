@@ -2,7 +2,7 @@
 it) against servers of limited capacity, the table of issue 42.
 
     python benchmarks/capacity.py [--quick] [--scenarios small large ...] [--contenders auto]
-                                  [--workers 3] [--json PATH]
+                                  [--workers 3] [--threads 8] [--json PATH]
 
 One process's figures of another checkout (an A/B): `PYTHONPATH=../old python benchmarks/capacity.py
 --scenarios small large --contenders auto` runs that checkout's etl.
@@ -24,7 +24,7 @@ emulator's own CPU is never what limits it):
   workers each busy T (servers/threaded.py), replaying the answers of the emulator recorded for those
   fleets (servers/record.py);
 - **cluster-small**, **cluster-large**: the small and large fleets and servers, `auto`, run on a Dask
-  cluster (a scheduler and 1, 3 and 6 worker processes of 2 threads each, on loopback);
+  cluster (a scheduler and 1, 3 and 6 worker processes of 2 threads each, `--threads`, on loopback);
 - **shards-small**, **shards-large**: the same, `auto`, as 4 `--shard I/4` runs started together.
 
 Throughput is the requests served per second from the first series request to the last answer, over
@@ -54,7 +54,7 @@ from harness import HERE, PY, Emulator, environment, free_port, run_child, save
 SERVICE = 0.2
 CONTENDERS = {"auto": "auto", "fixed 16": 16}
 CLUSTERS = (1, 3, 6)  # workers of the cluster scenarios
-THREADS = 2  # each worker's
+THREADS = 2  # each worker's, unless --threads
 
 
 @dataclass(frozen=True)
@@ -245,10 +245,10 @@ def row(
 
 
 class Cluster:
-    """A Dask scheduler and `workers` worker processes of THREADS threads, on loopback, in processes of
+    """A Dask scheduler and `workers` worker processes of `threads` threads, on loopback, in processes of
     their own (as `make demo-dask` starts them)."""
 
-    def __init__(self, work: Path, workers: int) -> None:
+    def __init__(self, work: Path, workers: int, threads: int = THREADS) -> None:
         port = free_port()
         self.address = f"tcp://127.0.0.1:{port}"
         self.log = open(work / f"dask-{workers}.log", "wb")  # noqa: SIM115
@@ -270,7 +270,7 @@ class Cluster:
                     "--nworkers",
                     str(workers),
                     "--nthreads",
-                    str(THREADS),
+                    str(threads),
                     *common,
                 ],
                 stdout=self.log,
@@ -302,7 +302,7 @@ def run_spread_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> li
         config = write_config(work / f"{s.name}.yaml", emulator.base_url, work / "out", s.days, "auto")
         for size in (args.workers or s.workers) if s.workers else (s.shards,):
             if s.workers:
-                cluster = Cluster(work, size)
+                cluster = Cluster(work, size, args.threads)
                 try:
                     emulator.control.clear_requests()
                     summary, usage = etl_once(
@@ -311,6 +311,8 @@ def run_spread_scenario(s: Scenario, args: argparse.Namespace, work: Path) -> li
                 finally:
                     cluster.stop()
                 contender = f"{size} worker{'s' * (size > 1)}"
+                if args.threads != THREADS:
+                    contender += f" x{args.threads}"
             else:
                 summary, usage = shards_at_once(config, work / "out", size)
                 contender = f"{size} shards"
@@ -451,6 +453,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--workers", nargs="+", type=int, help=f"the cluster scenarios' sizes (default {list(CLUSTERS)})"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=THREADS, help=f"each cluster worker's threads (default {THREADS})"
     )
     parser.add_argument("--json", type=Path, default=HERE / "results" / "capacity.json")
     args = parser.parse_args()
