@@ -183,10 +183,8 @@ class Build(Output):
 
 
 async def _renewing(budget: ShardBudget) -> None:
-    wait = min(budget.every, 0.5)  # shards started together see each other before their first answers
     while True:
-        await asyncio.sleep(wait)
-        wait = budget.every
+        await asyncio.sleep(budget.wait())
         try:
             await asyncio.to_thread(budget.renew)
         except StorageError as exc:  # a blip: the next renewal may succeed before the lease ends

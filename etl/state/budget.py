@@ -8,7 +8,7 @@
 wire, `in_flight` its mean in flight since its last renewal, `baseline` the time an answer takes without a
 queue (seconds, their standard deviation, answers; the shards of one host take the fastest), `expires`
 the end of its lease (Unix time). Each shard renews its entry every `RENEW` seconds (a quarter of
-`state.lease` when that is shorter) with `Storage.update`, the compare-and-swap of the run lock, and
+`state.lease` when that is shorter; `EARLY` while it gathers) with `Storage.update`, the compare-and-swap of the run lock, and
 learns from the others' entries its rank among the live shards, what each wants (a shard near its end
 leaves the others its permits), what they have in flight and the limits they learned. A shard that ends
 removes its entry; a crashed one's expires after `state.lease`, and the next renewal of another shard
@@ -32,6 +32,7 @@ from etl.storage.atomic import KEEP, Keep, Storage
 BUDGET_FILE = "budget.json"
 RENEW = 1.0  # seconds between two renewals at most
 GATHER = 10.0  # seconds a shard counts its siblings not seen yet (processes started together on a busy host)
+EARLY = 0.25  # seconds between two renewals while gathering: limits grow fastest at the start
 
 
 class Entry(TypedDict, total=False):
@@ -93,6 +94,10 @@ class ShardBudget:
         self.every = min(RENEW, lease_seconds / 4)
         self.demand, self.siblings = demand, siblings
         self._gathering_until = time.monotonic() + GATHER
+
+    def wait(self) -> float:
+        """Seconds to the next renewal: shorter while the shards gather, when their limits change fastest."""
+        return min(self.every, EARLY) if time.monotonic() < self._gathering_until else self.every
 
     def renew(self) -> None:
         """Write this shard's entry, drop the expired ones, and take this shard's place among the others."""

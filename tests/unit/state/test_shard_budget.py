@@ -8,7 +8,7 @@ import time
 
 from etl.client.budget import Part
 from etl.client.concurrency import FixedLimit
-from etl.state.budget import BUDGET_FILE, ShardBudget
+from etl.state.budget import BUDGET_FILE, EARLY, RENEW, ShardBudget
 from etl.storage.atomic import Storage
 
 
@@ -62,10 +62,12 @@ def test_a_shard_counts_its_siblings_not_seen_yet_for_a_few_seconds(tmp_path, mo
     first = ShardBudget(storage, "s0of4", Part(FixedLimit(8)), 120.0, lambda: 5, siblings=4)
     first.renew()
     assert first.part.current == 2  # the others start within seconds: 8 among 4
+    assert first.wait() == EARLY < RENEW  # and their limits grow fastest then: news more often
     now = time.monotonic()
     monkeypatch.setattr("etl.state.budget.time.monotonic", lambda: now + 60.0)
     first.renew()
     assert first.part.current == 8  # alone after all
+    assert first.wait() == RENEW
     assert json.loads(storage.read(BUDGET_FILE))["s0of4"]["wants"] == 5
 
 
