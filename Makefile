@@ -19,7 +19,7 @@ free_port = $$($(BIN)/python -c "import socket as S; s, t = S.socket(), S.socket
 	print(t.getsockname()[1] if s.connect_ex(('127.0.0.1', $(1))) == 0 else $(1))")
 WAIT_EMULATOR = $(ETL) emulator wait --url http://127.0.0.1:$$ETL_DEMO_PORT --timeout 30
 
-.PHONY: run test test-fast test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan bench-verify soak clean demo-s3 demo-dask browser docs \
+.PHONY: run test test-fast test-cluster test-orchestrators lint emulator docs-config docs-output bench bench-capacity bench-fleet bench-tools bench-schedule bench-plan bench-verify soak clean demo-s3 demo-dask browser docs \
 	postgres proxy demo-postgres bench-postgres
 
 # The package's bytecode is compiled here, and again before a benchmark: where PYTHONDONTWRITEBYTECODE is
@@ -98,6 +98,12 @@ $(AIRFLOW_STAMP): tests/orchestrators/airflow-requirements.txt
 
 test-orchestrators: $(STAMP) $(AIRFLOW_STAMP)
 	AIRFLOW_PYTHON=$(AIRFLOW_VENV)/bin/python $(BIN)/python -m pytest -q -m orchestrators tests/orchestrators
+
+## make test-cluster: the Dask runs that want the machine to themselves (workers in mount namespaces of their
+## own, a run stopped by SIGTERM, a worker killed under Iceberg on S3 with its catalog in PostgreSQL); under a
+## minute. .ci/run calls it after make test.
+test-cluster: $(STAMP) postgres
+	$(BIN)/python -m pytest -q -m slow tests/e2e/test_dask_budget.py
 
 ## make test-fast: only tests/unit (no server, no subprocess), well under a minute; make test runs all.
 test-fast: $(STAMP)

@@ -2,9 +2,10 @@
 its own), with its output and state on S3 (moto): one limit on the requests in flight for the whole
 cluster (etl/pipeline/cluster.py), and a run that ends: without workers, after `executor.worker_wait`,
 with one line and exit 4; on SIGTERM, within seconds, the slabs on the workers stopped with their stuck
-windows left open and the next run exact. Bounds are asserted from the run's own record; a wall-clock
-guard only turns a hang into a failure. `make soak` adds Iceberg tables with their catalog in PostgreSQL
-and a worker killed mid-run."""
+windows left open and the next run exact; Iceberg tables with their catalog in PostgreSQL and a worker
+killed mid-run. Bounds are asserted from the run's own record; a wall-clock guard only turns a hang into a
+failure. The last two want the machine to themselves (their private workers did not always join beside
+make test's other process): `make test-cluster` runs them, after make test in .ci/run, and `make soak`."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ def dripping() -> Iterator[RunningEmulator]:
         yield emu
 
 
-@pytest.mark.slow  # make soak: under make test's two processes its private workers sometimes never join
+@pytest.mark.slow  # make test-cluster
 def test_sigterm_stops_a_dask_run_within_seconds_and_the_next_run_is_exact(
     dripping, workers, bucket, tmp_path
 ):
@@ -164,7 +165,7 @@ def test_sigterm_stops_a_dask_run_within_seconds_and_the_next_run_is_exact(
     assert capacity["concurrency"] == {"min": 2, "median": 2, "max": 2} and capacity["refused"] == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # make test-cluster
 def test_iceberg_on_s3_from_workers_that_share_no_disk_is_exact_with_one_killed(
     fresh_emulator, workers, bucket, postgres, tmp_path, monkeypatch
 ):
