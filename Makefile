@@ -100,8 +100,8 @@ test-orchestrators: $(STAMP) $(AIRFLOW_STAMP)
 	AIRFLOW_PYTHON=$(AIRFLOW_VENV)/bin/python $(BIN)/python -m pytest -q -m orchestrators tests/orchestrators
 
 ## make test-cluster: the Dask runs that want the machine to themselves (workers in mount namespaces of their
-## own, a run stopped by SIGTERM, a worker killed under Iceberg on S3 with its catalog in PostgreSQL); under a
-## minute. .ci/run calls it after make test.
+## own, a run stopped by SIGTERM and one by retry.run_deadline, a worker killed under Iceberg on S3 with its
+## catalog in PostgreSQL); about a minute. .ci/run calls it after make test.
 test-cluster: $(STAMP) postgres
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_dask_budget.py
 

@@ -1,11 +1,12 @@
 """A run on a Dask cluster that shares no disk (tests/support/dask.py: each worker in a mount namespace of
 its own), with its output and state on S3 (moto): one limit on the requests in flight for the whole
 cluster (etl/pipeline/cluster.py), and a run that ends: without workers, after `executor.worker_wait`,
-with one line and exit 4; on SIGTERM, within seconds, the slabs on the workers stopped with their stuck
-windows left open and the next run exact; Iceberg tables with their catalog in PostgreSQL and a worker
-killed mid-run. Bounds are asserted from the run's own record; a wall-clock guard only turns a hang into a
-failure. The last two want the machine to themselves (their private workers did not always join beside
-make test's other process): `make test-cluster` runs them, after make test in .ci/run, and `make soak`."""
+with one line and exit 4; on SIGTERM or at `retry.run_deadline`, within seconds, the slabs on the workers
+stopped with their stuck windows left open and the next run exact; Iceberg tables with their catalog in
+PostgreSQL and a worker killed mid-run. Bounds are asserted from the run's own record; a wall-clock guard
+only turns a hang into a failure. All but the first want the machine to themselves (their private workers
+did not always join beside make test's other process): `make test-cluster` runs them, after make test in
+.ci/run, and `make soak`."""
 
 from __future__ import annotations
 
@@ -203,3 +204,36 @@ def test_iceberg_on_s3_from_workers_that_share_no_disk_is_exact_with_one_killed(
     summary = json.loads(stdout)
     assert summary["status"] == "ok" and summary["windows_not_done"] == 0
     assert_lake_exact(parse_config(data), START, END)
+
+
+@pytest.mark.slow  # make test-cluster
+def test_run_deadline_stops_a_dask_run_as_sigterm_does(dripping, workers, bucket, tmp_path):
+    """`retry.run_deadline` reaches the slabs on the workers as a signal does: their stuck windows are
+    cancelled after the stop's grace and stay open, the run ends with the deadline's one line (exit 4),
+    and the next run is exact."""
+    for _ in range(2):
+        workers.start()
+    share_no_disk(workers, 2, tmp_path)  # up before the deadline's clock starts
+    out = f"{bucket}/out"
+    data = config_dict(
+        dripping.base_url,
+        out,
+        series=["raw"],
+        window={"end": END},
+        extract={"concurrency": 2},
+        retry={"run_deadline": 8},
+        executor={"kind": "dask", "address": workers.address},
+    )
+    path = write_config(tmp_path / "c.yaml", data)
+    result = etl("run", "-c", str(path), "--no-progress", timeout=GUARD)
+    assert result.returncode == 4, result.stderr
+    assert "the run reached its deadline (retry.run_deadline, 8s): stopped" in one_line(result.stderr)
+    summary = summary_of(out)
+    assert summary["stopped"] == "run_deadline" and summary["seconds"] < 8 + 30  # a loaded machine's slack
+    assert sum(r.get("fault") == "hostile_drip" for r in dripping.requests()) >= 1  # stuck on the workers
+    assert summary["failed_window_count"] == 0 and summary["windows_not_done"] > 0, summary
+
+    dripping.set_faults(reset=True)
+    result = etl("run", "-c", str(path), "--no-progress", timeout=GUARD)
+    assert result.returncode == 0, result.stderr
+    assert_exact(out, START, END, series=["raw"])
