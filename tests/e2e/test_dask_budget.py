@@ -17,6 +17,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -111,6 +112,22 @@ def dripping() -> Iterator[RunningEmulator]:
         yield emu
 
 
+def stuck_run_config(
+    dripping: RunningEmulator, workers: PrivateWorkers, out: str, tmp_path, **sections: dict
+) -> Path:
+    """Two days of raw series from the dripping server, 2 requests in flight, on `workers`' cluster."""
+    data = config_dict(
+        dripping.base_url,
+        out,
+        series=["raw"],
+        window={"end": END},
+        extract={"concurrency": 2},
+        executor={"kind": "dask", "address": workers.address},
+        **sections,
+    )
+    return write_config(tmp_path / "c.yaml", data)
+
+
 @pytest.mark.slow  # make test-cluster
 def test_sigterm_stops_a_dask_run_within_seconds_and_the_next_run_is_exact(
     dripping, workers, bucket, tmp_path
@@ -122,15 +139,7 @@ def test_sigterm_stops_a_dask_run_within_seconds_and_the_next_run_is_exact(
     for _ in range(2):
         workers.start()  # the run waits for them (executor.worker_wait)
     out = f"{bucket}/out"
-    data = config_dict(
-        dripping.base_url,
-        out,
-        series=["raw"],
-        window={"end": END},
-        extract={"concurrency": 2},
-        executor={"kind": "dask", "address": workers.address},
-    )
-    path = write_config(tmp_path / "c.yaml", data)
+    path = stuck_run_config(dripping, workers, out, tmp_path)
     with open(tmp_path / "stderr", "wb") as stderr:
         proc = etl_process("run", "-c", str(path), "--no-progress", stdout=subprocess.DEVNULL, stderr=stderr)
     deadline = time.monotonic() + GUARD
@@ -215,16 +224,7 @@ def test_run_deadline_stops_a_dask_run_as_sigterm_does(dripping, workers, bucket
         workers.start()
     share_no_disk(workers, 2, tmp_path)  # up before the deadline's clock starts
     out = f"{bucket}/out"
-    data = config_dict(
-        dripping.base_url,
-        out,
-        series=["raw"],
-        window={"end": END},
-        extract={"concurrency": 2},
-        retry={"run_deadline": 8},
-        executor={"kind": "dask", "address": workers.address},
-    )
-    path = write_config(tmp_path / "c.yaml", data)
+    path = stuck_run_config(dripping, workers, out, tmp_path, retry={"run_deadline": 8})
     result = etl("run", "-c", str(path), "--no-progress", timeout=GUARD)
     assert result.returncode == 4, result.stderr
     assert "the run reached its deadline (retry.run_deadline, 8s): stopped" in one_line(result.stderr)
