@@ -99,7 +99,7 @@ $(AIRFLOW_STAMP): tests/orchestrators/airflow-requirements.txt
 test-orchestrators: $(STAMP) $(AIRFLOW_STAMP)
 	AIRFLOW_PYTHON=$(AIRFLOW_VENV)/bin/python $(BIN)/python -m pytest -q -m orchestrators tests/orchestrators
 
-## make test-cluster: the Dask runs that want the machine to themselves (workers in mount namespaces of their
+## make test-cluster: the Dask runs on workers of their own (started by the tests in mount namespaces of their
 ## own, a run stopped by SIGTERM and one by retry.run_deadline, a worker killed under Iceberg on S3 with its
 ## catalog in PostgreSQL); about a minute. .ci/run calls it after make test.
 test-cluster: $(STAMP) postgres

@@ -4,9 +4,8 @@ cluster (etl/pipeline/cluster.py), and a run that ends: without workers, after `
 with one line and exit 4; on SIGTERM or at `retry.run_deadline`, within seconds, the slabs on the workers
 stopped with their stuck windows left open and the next run exact; Iceberg tables with their catalog in
 PostgreSQL and a worker killed mid-run. Bounds are asserted from the run's own record; a wall-clock guard
-only turns a hang into a failure. All but the first want the machine to themselves (their private workers
-did not always join beside make test's other process): `make test-cluster` runs them, after make test in
-.ci/run, and `make soak`."""
+only turns a hang into a failure. All but the first start workers of their own and take a minute:
+`make test-cluster` runs them, after make test in .ci/run, and `make soak`."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
 """Dask workers that share no disk with the tests or with each other: each `dask worker` (with its nanny)
-in a mount namespace of its own (`unshare --mount`, as root) over a /tmp of its own, from a home and a
-working folder of their own, in a process group of its own (to kill it whole)."""
+in a mount namespace of its own (`unshare --mount`, as root) over a /tmp of its own (the checkout and
+its venv bound back when they are under /tmp), from a home and a working folder of their own, in a process
+group of its own (to kill it whole)."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,7 +14,24 @@ from contextlib import suppress
 from pathlib import Path
 
 DASK = str(Path(sys.executable).with_name("dask"))
-PRIVATE = 'mount -t tmpfs tmpfs /tmp && mkdir /tmp/home /tmp/work && cd /tmp/work && exec "$0" "$@"'
+TMP = Path("/tmp")
+
+
+def _private() -> str:
+    """The shell that makes a worker's /tmp its own. The checkout and the venv stay: a clone under /tmp (a
+    CI's, say) is bound back over the new /tmp through a descriptor opened before it (`mount` would
+    otherwise resolve the path into the new, empty /tmp)."""
+    roots = sorted({Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()})
+    kept = [
+        r for r in roots if r.is_relative_to(TMP) and not any(r != o and r.is_relative_to(o) for o in roots)
+    ]
+    opened = "".join(f"exec {3 + i}<{shlex.quote(str(r))} && " for i, r in enumerate(kept))
+    bound = "".join(
+        f"mkdir -p {shlex.quote(str(r))} && mount --no-canonicalize --bind /proc/self/fd/{3 + i} "
+        f"{shlex.quote(str(r))} && "
+        for i, r in enumerate(kept)
+    )
+    return f'{opened}mount -t tmpfs tmpfs /tmp && {bound}mkdir /tmp/home /tmp/work && cd /tmp/work && exec "$0" "$@"'
 
 
 def namespaces() -> str | None:
@@ -51,7 +70,7 @@ class PrivateWorkers:
         with open(self.log, "ab") as log:
             self.procs.append(
                 subprocess.Popen(
-                    ["unshare", "--mount", "--propagation", "private", "sh", "-c", PRIVATE, *command],
+                    ["unshare", "--mount", "--propagation", "private", "sh", "-c", _private(), *command],
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
