@@ -8,13 +8,13 @@
 wire, `in_flight` its mean in flight since its last renewal, `baseline` the time an answer takes without a
 queue (seconds, their standard deviation, answers; the shards of one host take the fastest), `expires`
 the end of its lease (Unix time). Each shard renews its entry every `RENEW` seconds (a quarter of
-`state.lease` when that is shorter; `EARLY` while it gathers) with `Storage.update`, the compare-and-swap of the run lock, and
-learns from the others' entries its rank among the live shards, what each wants (a shard near its end
-leaves the others its permits), what they have in flight and the limits they learned. A shard that ends
-removes its entry; a crashed one's expires after `state.lease`, and the next renewal of another shard
-drops it. For its first `GATHER` seconds a shard counts the shards of its `I/N` that have not said so yet
-as live, wanting what it wants: shards started together start within seconds of each other, and the first
-to start would otherwise take the whole limit before the others are seen.
+`state.lease` when that is shorter; `EARLY` while it gathers) with `Storage.update`, the compare-and-swap
+of the run lock, and learns from the others' entries its rank among the live shards, what each wants (a
+shard near its end leaves the others its permits), what they have in flight and the limits they learned.
+A shard that ends removes its entry; a crashed one's expires after `state.lease`, and the next renewal of
+another shard drops it. For its first `GATHER` seconds a shard counts the shards of its `I/N` that have
+not said so yet as live, wanting what it wants: shards started together start within seconds of each
+other, and the first to start would otherwise take the whole limit before the others are seen.
 """
 
 from __future__ import annotations
