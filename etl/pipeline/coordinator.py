@@ -42,7 +42,7 @@ from etl.state.arrivals import Arrivals
 from etl.state.coverage import NONE, Coverage, intervals_of
 from etl.state.store import SnapshotNote
 from etl.storage import spools
-from etl.support import allocator, interrupts, redact
+from etl.support import allocator, interrupts
 from etl.timeutil import DAY_MS, duration_text, iso, now_ms
 
 if TYPE_CHECKING:  # the lake modules load for lake formats only
@@ -193,16 +193,16 @@ class Coordinator:
                 raise Interrupted("interrupted: finished windows are checkpointed; run again to resume")
         except asyncio.CancelledError as exc:
             if not self.run_state.out_of_time or self.run_state.interrupted:
-                self._failed(exc)
+                self.summary.failed(exc)
                 raise
             # The deadline passed before any slab ran: nothing was written.
             if (task := asyncio.current_task()) is not None:
                 task.uncancel()
             error = RunDeadline(self._deadline_text(), self.run_state.throttled)
-            self._failed(error)
+            self.summary.failed(error)
             raise error from None
         except BaseException as exc:  # the run's record must not say "ok" whatever stopped it
-            self._failed(exc)
+            self.summary.failed(exc)
             raise
         finally:
             if timer is not None:
@@ -214,14 +214,6 @@ class Coordinator:
                 self._save_summary()
             self.build.close()
         return self.summary
-
-    def _failed(self, exc: BaseException) -> None:
-        """The run's record says how it ended: interrupted (a signal, its deadline) or failed."""
-        stopped = isinstance(exc, Interrupted | RunDeadline | KeyboardInterrupt | asyncio.CancelledError)
-        self.summary.status = "interrupted" if stopped else "failed"
-        self.summary.error = redact.redact(
-            str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
-        )
 
     def _recorded(self) -> bool:
         """Whether the run leaves a record: once it has taken the lock; refused by the server before, only

@@ -112,6 +112,8 @@ def execute(
                 metrics.write(str(metrics_file), coordinator.summary, config.source.name, code)
         if error is None:
             raise  # a bug: its own traceback
+        if coordinator.summary.status == "ok":  # stopped before the run's own record could say so
+            coordinator.summary.failed(error)
         error.summary = coordinator.summary
         if error is exc:
             raise

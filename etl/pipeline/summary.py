@@ -5,6 +5,7 @@ and an HTML table for notebooks)."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import time
 import uuid
@@ -16,12 +17,14 @@ from typing import NotRequired, TypedDict
 from etl.client import ClientStats
 from etl.client.concurrency import CapacityRecord
 from etl.client.retry import ClientRecord
+from etl.errors import EtlError, Interrupted, RunDeadline
 from etl.model import Shard
 from etl.pipeline.catalog import CatalogFigures, CatalogRecord
 from etl.pipeline.counts import Counts
 from etl.pipeline.plan import History
 from etl.pipeline.progress import NOTHING_NEW
 from etl.state.store import Progress
+from etl.support import redact
 from etl.timeutil import DAY_MS, HOUR_MS, duration_text, iso
 
 
@@ -256,6 +259,14 @@ class RunSummary:
     backfill: Backfill = field(default_factory=Backfill)
     # What the run listed, kept and took out of the fleet's catalog (etl/pipeline/catalog.py).
     catalog: CatalogFigures = field(default_factory=CatalogFigures)
+
+    def failed(self, exc: BaseException) -> None:
+        """The record says how the run ended: interrupted (a signal, its deadline) or failed."""
+        stopped = isinstance(exc, Interrupted | RunDeadline | KeyboardInterrupt | asyncio.CancelledError)
+        self.status = "interrupted" if stopped else "failed"
+        self.error = redact.redact(
+            str(exc) if isinstance(exc, EtlError) else f"{type(exc).__name__}: {exc}".removesuffix(": ")
+        )
 
     def add_quality(self, rows: int, lowest: float | None) -> None:
         self.quality_rows += rows
