@@ -104,6 +104,8 @@ def execute(
             summary = in_a_loop(coordinator.run())
     except BaseException as exc:
         error = exc if isinstance(exc, EtlError) else Interrupted("interrupted") if _stopped(exc) else None
+        if error is not None and coordinator.summary.status == "ok":  # stopped before the run could say so
+            coordinator.summary.failed(error)  # the observers and the metrics file read it too
         for observer in watching:
             observer.ended(coordinator.summary, error or exc)
         if metrics_file is not None and not dry_run:
@@ -112,8 +114,6 @@ def execute(
                 metrics.write(str(metrics_file), coordinator.summary, config.source.name, code)
         if error is None:
             raise  # a bug: its own traceback
-        if coordinator.summary.status == "ok":  # stopped before the run's own record could say so
-            coordinator.summary.failed(error)
         error.summary = coordinator.summary
         if error is exc:
             raise
